@@ -1,0 +1,174 @@
+//! [`export_reconciler!`](crate::export_reconciler): turns a [`Reconciler`]
+//! into the component's `manifest` and `reconcile` exports.
+//!
+//! Only the conversion between the generated WIT types and [`crate::wire`]
+//! lives here (compiled for Wasm only); the logic is in `wire`, which is
+//! tested natively.
+
+/// Exports a [`Reconciler`](crate::Reconciler) as the plugin's Wasm
+/// component. Call it once, at the top level of the plugin's `lib.rs`:
+///
+/// ```
+/// # use setpoint_plugin_sdk::*;
+/// #[derive(Default)]
+/// struct Noop;
+/// impl Reconciler for Noop {
+///     type Spec = serde_json::Value;
+///     type Status = serde_json::Value;
+///     fn manifest(&self) -> Manifest {
+///         Manifest::new("noop", "0.1.0", KindRef::new("demo.setpoint.dev/v1", "Noop"))
+///     }
+///     fn reconcile(&self, _: &Object<Self::Spec, Self::Status>, _: &Ctx) -> Result<Response<Self::Status>, Error> {
+///         Ok(Response::new())
+///     }
+/// }
+/// export_reconciler!(Noop);
+/// # fn main() {}
+/// ```
+///
+/// The type must implement [`Reconciler`](crate::Reconciler) and `Default`
+/// (each call gets a fresh value, as each call gets a fresh Wasm instance).
+/// On other targets the macro only checks those bounds, so the plugin crate
+/// still builds and unit-tests natively.
+#[macro_export]
+macro_rules! export_reconciler {
+    ($reconciler:ty) => {
+        #[cfg(target_arch = "wasm32")]
+        const _: () = {
+            struct __SetpointReconciler;
+
+            impl $crate::__bindings::Guest for __SetpointReconciler {
+                fn manifest() -> $crate::__export::WitManifest {
+                    $crate::__export::manifest::<$reconciler>()
+                }
+
+                fn reconcile(
+                    request: $crate::__export::WitRequest,
+                ) -> ::core::result::Result<$crate::__export::WitResponse, $crate::__export::WitError> {
+                    $crate::__export::reconcile::<$reconciler>(request)
+                }
+            }
+
+            $crate::__bindings::export!(__SetpointReconciler with_types_in $crate::__bindings);
+        };
+
+        #[cfg(not(target_arch = "wasm32"))]
+        const _: () = {
+            const fn must_implement_reconciler_and_default<R: $crate::Reconciler + ::core::default::Default>() {}
+            must_implement_reconciler_and_default::<$reconciler>()
+        };
+    };
+}
+
+#[cfg(target_arch = "wasm32")]
+#[doc(hidden)]
+pub mod __export {
+    use crate::__bindings::setpoint::plugin::host as wit_host;
+    use crate::__bindings::setpoint::plugin::types as wit;
+    use crate::wire::{self, RawRequest};
+    use crate::{DynamicObject, Error, Host, KindRef, LogLevel, ObjectRef, Reconciler, Severity};
+
+    pub use wit::{
+        Manifest as WitManifest, ReconcileError as WitError, Request as WitRequest,
+        Response as WitResponse,
+    };
+
+    fn kind(kind: KindRef) -> wit::KindRef {
+        wit::KindRef {
+            api_version: kind.api_version,
+            kind: kind.kind,
+        }
+    }
+
+    /// The `manifest` export.
+    pub fn manifest<R: Reconciler + Default>() -> WitManifest {
+        let manifest = R::default().manifest();
+        WitManifest {
+            name: manifest.name,
+            version: manifest.version,
+            reconciles: kind(manifest.reconciles),
+            owns: manifest.owns.into_iter().map(kind).collect(),
+            definitions: manifest.definitions.iter().map(|d| d.to_string()).collect(),
+            finalizer: manifest.finalizer,
+        }
+    }
+
+    /// The `reconcile` export.
+    pub fn reconcile<R: Reconciler + Default>(
+        request: WitRequest,
+    ) -> Result<WitResponse, WitError> {
+        let request = RawRequest {
+            object: request.object,
+            owned: request.owned,
+            finalizing: request.finalizing,
+            now_unix_ms: request.now_unix_ms,
+        };
+        match wire::reconcile(&R::default(), request, WasmHost) {
+            Ok(response) => Ok(WitResponse {
+                children: response.children,
+                status: response.status,
+                events: response
+                    .events
+                    .into_iter()
+                    .map(|event| wit::Event {
+                        severity: match event.severity {
+                            Severity::Normal => wit::Severity::Normal,
+                            Severity::Warning => wit::Severity::Warning,
+                        },
+                        reason: event.reason,
+                        message: event.message,
+                    })
+                    .collect(),
+                requeue_after_ms: response.requeue_after_ms,
+                remove_finalizer: response.remove_finalizer,
+            }),
+            Err(Error::Transient(message)) => Err(WitError::Transient(message)),
+            Err(Error::Permanent(message)) => Err(WitError::Permanent(message)),
+        }
+    }
+
+    /// [`Host`] over the component's imports.
+    struct WasmHost;
+
+    impl Host for WasmHost {
+        fn log(&self, level: LogLevel, message: &str) {
+            let level = match level {
+                LogLevel::Trace => wit_host::Level::Trace,
+                LogLevel::Debug => wit_host::Level::Debug,
+                LogLevel::Info => wit_host::Level::Info,
+                LogLevel::Warn => wit_host::Level::Warn,
+                LogLevel::Error => wit_host::Level::Error,
+            };
+            wit_host::log(level, message);
+        }
+
+        fn get(&self, object: &ObjectRef) -> Result<Option<DynamicObject>, Error> {
+            let reference = wit::ObjectRef {
+                api_version: object.api_version.clone(),
+                kind: object.kind.clone(),
+                namespace: object.namespace.clone(),
+                name: object.name.clone(),
+            };
+            wit_host::get(&reference)
+                .map(|json| DynamicObject::from_json(&json))
+                .transpose()
+                .map_err(|e| e.context(format!("get {} {}", object.kind, object.name)))
+        }
+
+        fn list(
+            &self,
+            api_version: &str,
+            kind: &str,
+            namespace: Option<&str>,
+            label_selector: &str,
+        ) -> Result<Vec<DynamicObject>, Error> {
+            let items = wit_host::list(api_version, kind, namespace, label_selector)
+                .map_err(|message| Error::transient(format!("list {kind}: {message}")))?;
+            items
+                .iter()
+                .map(|json| DynamicObject::from_json(json))
+                .collect::<Result<_, _>>()
+                .map_err(|e| e.context(format!("list {kind}")))
+        }
+    }
+}

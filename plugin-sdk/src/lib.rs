@@ -1,0 +1,177 @@
+//! Write [Setpoint] reconcilers as typed Rust functions.
+//!
+//! A reconciler drives objects of one kind towards their `spec`: it is handed
+//! the whole current object and the children it owns, and answers with the
+//! children that should exist, the status to record, events, and when to look
+//! again. The host does the writing. This crate hides the WebAssembly
+//! plumbing: you implement [`Reconciler`], call [`export_reconciler!`] once,
+//! and build for `wasm32-wasip2`.
+//!
+//! [Setpoint]: https://example.invalid/setpoint
+//!
+//! # A complete reconciler
+//!
+//! A `Greeting` says hello to `spec.name` in `status.message`:
+//!
+//! ```
+//! use serde::{Deserialize, Serialize};
+//! use setpoint_plugin_sdk::{
+//!     Ctx, Error, Event, KindRef, Manifest, Object, Reconciler, Response, export_reconciler,
+//! };
+//!
+//! #[derive(Deserialize)]
+//! struct GreetingSpec {
+//!     name: String,
+//! }
+//!
+//! #[derive(Serialize, Deserialize, Default, Debug, PartialEq)]
+//! #[serde(rename_all = "camelCase")]
+//! struct GreetingStatus {
+//!     message: String,
+//! }
+//!
+//! #[derive(Default)]
+//! struct Greeter;
+//!
+//! impl Reconciler for Greeter {
+//!     type Spec = GreetingSpec;
+//!     type Status = GreetingStatus;
+//!
+//!     fn manifest(&self) -> Manifest {
+//!         let greeting = KindRef::new("demo.setpoint.dev/v1", "Greeting");
+//!         Manifest::new("greeter", env!("CARGO_PKG_VERSION"), greeting)
+//!     }
+//!
+//!     fn reconcile(
+//!         &self,
+//!         greeting: &Object<GreetingSpec, GreetingStatus>,
+//!         _ctx: &Ctx,
+//!     ) -> Result<Response<GreetingStatus>, Error> {
+//!         if greeting.spec.name.is_empty() {
+//!             // Retrying will not help: say so, and the host reports it.
+//!             return Err(Error::permanent("spec.name must not be empty"));
+//!         }
+//!         let message = format!("Hello, {}!", greeting.spec.name);
+//!         let mut response = Response::new();
+//!         // An event only when something changes: a converged object must
+//!         // produce exactly what is stored, so the host writes nothing.
+//!         if greeting.status.message != message {
+//!             response = response.event(Event::normal("Greeted", &message));
+//!         }
+//!         Ok(response.status(GreetingStatus { message }))
+//!     }
+//! }
+//!
+//! export_reconciler!(Greeter);
+//! #
+//! # fn main() {
+//! #     use setpoint_plugin_sdk::testing::FakeCtx;
+//! #     let greeting = Object::from_value(serde_json::json!({
+//! #         "apiVersion": "demo.setpoint.dev/v1", "kind": "Greeting",
+//! #         "metadata": {"name": "hi"}, "spec": {"name": "world"},
+//! #     })).unwrap();
+//! #     let response = Greeter.reconcile(&greeting, &FakeCtx::new()).unwrap();
+//! #     assert_eq!(response.status.unwrap().message, "Hello, world!");
+//! #     assert_eq!(response.events.len(), 1);
+//! # }
+//! ```
+//!
+//! The plugin crate is a `cdylib` (the component) and an `rlib` (for native
+//! tests), depending on this crate and `serde`:
+//!
+//! ```toml
+//! [lib]
+//! crate-type = ["cdylib", "rlib"]
+//!
+//! [dependencies]
+//! setpoint-plugin-sdk = "0.1"
+//! serde = { version = "1", features = ["derive"] }
+//! ```
+//!
+//! `cargo build --release --target wasm32-wasip2` then writes the component
+//! to `target/wasm32-wasip2/release/<crate>.wasm`; drop it into the host's
+//! `plugins/` directory.
+//!
+//! # Testing
+//!
+//! A reconcile is an ordinary function, so `cargo test` runs it natively with
+//! a [`testing::FakeCtx`] standing in for the host: choose the owned
+//! children, the clock and the objects [`Ctx::get`] and [`Ctx::list`] see, then
+//! inspect the [`Response`] and the captured logs.
+//!
+//! ```
+//! # use setpoint_plugin_sdk::{Object, Time, testing::FakeCtx};
+//! # type Spec = serde_json::Value;
+//! # type Status = serde_json::Value;
+//! let object: Object<Spec, Status> = Object::from_value(serde_json::json!({
+//!     "apiVersion": "demo.setpoint.dev/v1", "kind": "Greeting", "metadata": {"name": "hi"},
+//! })).unwrap();
+//! let ctx = FakeCtx::new().with_now(Time::from_unix_ms(1_000));
+//! // let response = MyReconciler.reconcile(&object, &ctx)?;
+//! # assert_eq!(ctx.now().unix_ms(), 1_000);
+//! ```
+//!
+//! # The rules
+//!
+//! - **Level-triggered.** You always get the whole object and all owned
+//!   children, never a change. Compute the desired state from scratch.
+//! - **Full desired state.** [`Response::children`] is the complete set of
+//!   children; the host creates, updates and deletes to match, and sets
+//!   namespaces and owner references. [`Response::status`] is the whole
+//!   status. Give children deterministic names: the host's cache may lag
+//!   behind its writes, and a stable name makes a repeated reconcile harmless.
+//! - **Idempotent.** An object at its setpoint yields exactly what is stored
+//!   and no events. Use [`set_condition`] so `lastTransitionTime` only moves
+//!   on a real transition.
+//! - **Pure and non-blocking.** No clocks (use [`Ctx::now`]), no sleeping
+//!   (use [`Response::requeue_after`]), no memory between calls: each call
+//!   runs in a fresh instance.
+//! - **Errors say whether to retry.** [`Error::transient`] is retried with
+//!   backoff; [`Error::permanent`] is reported on the object until it changes.
+//!   A spec that does not parse is a permanent error naming the field.
+
+// Lets the generated bindings and the export macro use the same absolute
+// paths (`::setpoint_plugin_sdk::...`) inside this crate and in plugins.
+extern crate self as setpoint_plugin_sdk;
+
+mod conditions;
+mod ctx;
+mod error;
+mod export;
+mod manifest;
+mod object;
+mod reconciler;
+mod response;
+pub mod testing;
+mod time;
+pub mod wire;
+
+pub use conditions::{Condition, ConditionStatus, find_condition, set_condition};
+pub use ctx::{Ctx, Host, LogLevel};
+pub use error::Error;
+pub use manifest::Manifest;
+pub use object::{DynamicObject, KindRef, Object, ObjectMeta, ObjectRef, OwnerReference};
+pub use reconciler::Reconciler;
+pub use response::{Event, Response, Severity};
+pub use time::Time;
+
+/// The JSON library objects are built with, re-exported so plugins need no
+/// direct dependency on it (`setpoint_plugin_sdk::serde_json::json!`).
+pub use serde_json;
+
+#[cfg(target_arch = "wasm32")]
+#[doc(hidden)]
+#[path = "bindings.rs"]
+pub mod __bindings;
+
+#[cfg(target_arch = "wasm32")]
+#[doc(hidden)]
+pub use export::__export;
+
+/// The bindings runtime, for the generated code's `runtime_path`.
+#[cfg(target_arch = "wasm32")]
+#[doc(hidden)]
+pub use wit_bindgen as __wit_bindgen;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,138 @@
+//! What a reconcile returns: the desired children, the new status, events,
+//! when to look again, and whether pre-delete work is done.
+
+use std::time::Duration;
+
+use crate::DynamicObject;
+
+/// The outcome of one successful reconcile, built with chained calls:
+///
+/// ```
+/// # use setpoint_plugin_sdk::{Event, Response};
+/// # use std::time::Duration;
+/// let response = Response::new()
+///     .status(serde_json::json!({"phase": "Pending"}))
+///     .event(Event::normal("Scheduled", "Assigned to a simulated node"))
+///     .requeue_after(Duration::from_secs(1));
+/// assert_eq!(response.requeue_after, Some(Duration::from_secs(1)));
+/// ```
+///
+/// An empty response (`Response::new()`) changes nothing: children are left
+/// as they are, status is untouched, and the object is looked at again only
+/// when something changes.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Response<Status> {
+    /// The full desired set of owned children, or `None` to leave children
+    /// untouched. The host diffs this set against the children that exist:
+    /// it creates what is missing, updates what differs, deletes owned
+    /// children that are not in the set, and sets namespace and owner
+    /// references itself.
+    pub children: Option<Vec<DynamicObject>>,
+    /// The new status, sent as a JSON merge patch of `.status`: fields that
+    /// serialise as `null` are removed, fields the type does not know are
+    /// kept. `None` leaves the status untouched.
+    pub status: Option<Status>,
+    /// Events to record on the object.
+    pub events: Vec<Event>,
+    /// Look at the object again after this long (rounded up to whole
+    /// milliseconds), even if nothing changes.
+    pub requeue_after: Option<Duration>,
+    /// Pre-delete work is done: the host may remove the plugin's finalizer.
+    pub remove_finalizer: bool,
+}
+
+impl<Status> Response<Status> {
+    /// A response that changes nothing.
+    pub fn new() -> Self {
+        Self {
+            children: None,
+            status: None,
+            events: Vec::new(),
+            requeue_after: None,
+            remove_finalizer: false,
+        }
+    }
+
+    /// Sets the full desired set of owned children.
+    pub fn children(mut self, children: Vec<DynamicObject>) -> Self {
+        self.children = Some(children);
+        self
+    }
+
+    /// Sets the new status.
+    pub fn status(mut self, status: Status) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// Adds an event.
+    pub fn event(mut self, event: Event) -> Self {
+        self.events.push(event);
+        self
+    }
+
+    /// Adds several events.
+    pub fn events(mut self, events: impl IntoIterator<Item = Event>) -> Self {
+        self.events.extend(events);
+        self
+    }
+
+    /// Asks to be called again after `delay`.
+    pub fn requeue_after(mut self, delay: Duration) -> Self {
+        self.requeue_after = Some(delay);
+        self
+    }
+
+    /// Says pre-delete work is done, so the host may remove the finalizer.
+    pub fn remove_finalizer(mut self) -> Self {
+        self.remove_finalizer = true;
+        self
+    }
+}
+
+impl<Status> Default for Response<Status> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// How noteworthy an [`Event`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Severity {
+    /// Routine progress.
+    Normal,
+    /// Something needs attention.
+    Warning,
+}
+
+/// An event recorded on the reconciled object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// Normal or warning.
+    pub severity: Severity,
+    /// A short UpperCamelCase machine-readable reason, e.g. `"SuccessfulCreate"`.
+    pub reason: String,
+    /// A human-readable message.
+    pub message: String,
+}
+
+impl Event {
+    /// A normal event.
+    pub fn normal(reason: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            severity: Severity::Normal,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+
+    /// A warning event.
+    pub fn warning(reason: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            severity: Severity::Warning,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! The JSON form of a reconcile, exactly as it crosses the plugin boundary
+//! (the WIT `request` and `response` records), and [`reconcile`], which runs a
+//! typed [`Reconciler`] on it: parse, call, check, serialise.
+//!
+//! The export macro uses this for Wasm plugins; a host that runs a
+//! reconciler natively can use it too, so both paths behave the same.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use crate::{Ctx, DynamicObject, Error, Event, Host, Object, Reconciler, Time};
+
+/// One reconcile request: the whole current object and every child it owns,
+/// as JSON text.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RawRequest {
+    /// The reconciled object.
+    pub object: String,
+    /// Every owned child.
+    pub owned: Vec<String>,
+    /// The object is being deleted and still carries the plugin's finalizer.
+    pub finalizing: bool,
+    /// The host's clock, milliseconds since the Unix epoch.
+    pub now_unix_ms: u64,
+}
+
+/// One reconcile response with children and status as JSON text.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RawResponse {
+    /// The full desired set of owned children, or `None` to leave them alone.
+    pub children: Option<Vec<String>>,
+    /// A JSON merge patch for `.status`.
+    pub status: Option<String>,
+    /// Events to record on the object.
+    pub events: Vec<Event>,
+    /// Look at the object again after this many milliseconds.
+    pub requeue_after_ms: Option<u64>,
+    /// The host may remove the plugin's finalizer.
+    pub remove_finalizer: bool,
+}
+
+/// Runs `reconciler` on a raw request.
+///
+/// Errors from parsing are permanent and say what failed (`"spec: missing
+/// field `replicas`"`, `"owned child 2: ..."`). A response whose children lack
+/// a name or repeat one is refused with a permanent error rather than handed
+/// to the host.
+pub fn reconcile<R: Reconciler + ?Sized>(
+    reconciler: &R,
+    request: RawRequest,
+    host: impl Host + 'static,
+) -> Result<RawResponse, Error> {
+    let object = Object::<R::Spec, R::Status>::from_json(&request.object)?;
+    let owned = request
+        .owned
+        .iter()
+        .enumerate()
+        .map(|(i, json)| {
+            DynamicObject::from_json(json).map_err(|e| e.context(format!("owned child {i}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let now = Time::from_unix_ms(i64::try_from(request.now_unix_ms).unwrap_or(i64::MAX));
+    let ctx = Ctx::new(owned, request.finalizing, now, host);
+
+    let response = reconciler.reconcile(&object, &ctx)?;
+
+    let children = match response.children {
+        Some(children) => {
+            check_children(&children)?;
+            Some(children.iter().map(DynamicObject::to_json).collect())
+        }
+        None => None,
+    };
+    let status = match response.status {
+        Some(status) => {
+            let json =
+                serde_json::to_string(&status).map_err(|e| Error::from(e).context("status"))?;
+            Some(json)
+        }
+        None => None,
+    };
+    Ok(RawResponse {
+        children,
+        status,
+        events: response.events,
+        requeue_after_ms: response.requeue_after.map(millis_rounded_up),
+        remove_finalizer: response.remove_finalizer,
+    })
+}
+
+/// Every desired child needs a name, and no two may share kind and name.
+fn check_children(children: &[DynamicObject]) -> Result<(), Error> {
+    let mut seen = BTreeSet::new();
+    for child in children {
+        if child.name().is_empty() {
+            return Err(Error::permanent(format!(
+                "desired child of kind {} has no metadata.name",
+                child.kind()
+            )));
+        }
+        if !seen.insert((child.api_version(), child.kind(), child.name())) {
+            return Err(Error::permanent(format!(
+                "desired children contain {} {} twice",
+                child.kind(),
+                child.name()
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn millis_rounded_up(delay: Duration) -> u64 {
+    let ms = delay.as_millis() + u128::from(!delay.subsec_nanos().is_multiple_of(1_000_000));
+    u64::try_from(ms).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::FakeCtx;
+    use crate::{KindRef, LogLevel, Manifest, ObjectRef, Response};
+    use serde::{Deserialize, Serialize};
+    use serde_json::json;
+
+    /// A host that only records logs, for the `impl Host` parameter.
+    struct Quiet;
+    impl Host for Quiet {
+        fn log(&self, _: LogLevel, _: &str) {}
+        fn get(&self, _: &ObjectRef) -> Result<Option<DynamicObject>, Error> {
+            Ok(None)
+        }
+        fn list(
+            &self,
+            _: &str,
+            _: &str,
+            _: Option<&str>,
+            _: &str,
+        ) -> Result<Vec<DynamicObject>, Error> {
+            Ok(Vec::new())
+        }
+    }
+
+    #[derive(Deserialize)]
+    struct Spec {
+        children: Vec<String>,
+    }
+
+    #[derive(Serialize, Deserialize, Default, Debug, PartialEq)]
+    #[serde(rename_all = "camelCase")]
+    struct Status {
+        seen: usize,
+        now: Option<Time>,
+    }
+
+    /// Desires one `Child` per `spec.children` name and reports what it saw.
+    #[derive(Default)]
+    struct Parent;
+
+    impl Reconciler for Parent {
+        type Spec = Spec;
+        type Status = Status;
+
+        fn manifest(&self) -> Manifest {
+            Manifest::new("parent", "1.0.0", KindRef::new("v1", "Parent"))
+        }
+
+        fn reconcile(
+            &self,
+            object: &Object<Spec, Status>,
+            ctx: &Ctx,
+        ) -> Result<Response<Status>, Error> {
+            let children = object
+                .spec
+                .children
+                .iter()
+                .map(|name| DynamicObject::new("v1", "Child", name))
+                .collect();
+            let status = Status {
+                seen: ctx.owned().len(),
+                now: Some(ctx.now()),
+            };
+            let response = Response::new().children(children).status(status);
+            Ok(if ctx.finalizing() {
+                response.remove_finalizer()
+            } else {
+                response
+            })
+        }
+    }
+
+    fn request(spec: serde_json::Value) -> RawRequest {
+        let object =
+            json!({"apiVersion": "v1", "kind": "Parent", "metadata": {"name": "p"}, "spec": spec});
+        RawRequest {
+            object: object.to_string(),
+            owned: vec![
+                json!({"apiVersion": "v1", "kind": "Child", "metadata": {"name": "a"}}).to_string(),
+            ],
+            finalizing: true,
+            now_unix_ms: 1_500,
+        }
+    }
+
+    #[test]
+    fn a_raw_request_becomes_a_raw_response() {
+        let response = reconcile(&Parent, request(json!({"children": ["a", "b"]})), Quiet).unwrap();
+        let children: Vec<serde_json::Value> = response
+            .children
+            .unwrap()
+            .iter()
+            .map(|c| serde_json::from_str(c).unwrap())
+            .collect();
+        assert_eq!(
+            children[1],
+            json!({"apiVersion": "v1", "kind": "Child", "metadata": {"name": "b"}})
+        );
+        let status: serde_json::Value = serde_json::from_str(&response.status.unwrap()).unwrap();
+        assert_eq!(
+            status,
+            json!({"seen": 1, "now": "1970-01-01T00:00:01.500Z"})
+        );
+        assert!(response.remove_finalizer);
+        assert_eq!(response.requeue_after_ms, None);
+    }
+
+    #[test]
+    fn a_spec_that_does_not_parse_is_a_permanent_error_naming_the_field() {
+        let err = reconcile(&Parent, request(json!({})), Quiet).unwrap_err();
+        assert_eq!(err, Error::permanent("spec: missing field `children`"));
+        let mut bad = request(json!({"children": []}));
+        bad.owned.push("[]".into());
+        let err = reconcile(&Parent, bad, Quiet).unwrap_err();
+        assert_eq!(
+            err,
+            Error::permanent("owned child 1: object: expected a JSON object")
+        );
+    }
+
+    #[test]
+    fn duplicate_or_unnamed_children_are_refused() {
+        let err = reconcile(&Parent, request(json!({"children": ["a", "a"]})), Quiet).unwrap_err();
+        assert_eq!(
+            err,
+            Error::permanent("desired children contain Child a twice")
+        );
+        let err = reconcile(&Parent, request(json!({"children": [""]})), Quiet).unwrap_err();
+        assert!(err.message().contains("no metadata.name"), "{err}");
+    }
+
+    #[test]
+    fn requeue_delays_round_up_to_whole_milliseconds() {
+        assert_eq!(millis_rounded_up(Duration::from_micros(1)), 1);
+        assert_eq!(millis_rounded_up(Duration::from_millis(1500)), 1500);
+        assert_eq!(millis_rounded_up(Duration::ZERO), 0);
+        assert_eq!(millis_rounded_up(Duration::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn the_fake_ctx_and_the_wire_path_agree() {
+        // The same reconcile through FakeCtx (what plugin tests use) gives
+        // the same status as through the wire.
+        let object = Object::from_json(&request(json!({"children": []})).object).unwrap();
+        let ctx = FakeCtx::new().with_now_unix_ms(1_500);
+        let status = Parent.reconcile(&object, &ctx).unwrap().status.unwrap();
+        assert_eq!(
+            status,
+            Status {
+                seen: 0,
+                now: Some(Time::from_unix_ms(1_500))
+            }
+        );
+    }
+}
