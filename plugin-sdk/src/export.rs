@@ -149,7 +149,7 @@ pub mod __export {
                 namespace: object.namespace.clone(),
                 name: object.name.clone(),
             };
-            wit_host::get(&reference)
+            wit_host::get_object(&reference)
                 .map(|json| DynamicObject::from_json(&json))
                 .transpose()
                 .map_err(|e| e.context(format!("get {} {}", object.kind, object.name)))
@@ -162,7 +162,7 @@ pub mod __export {
             namespace: Option<&str>,
             label_selector: &str,
         ) -> Result<Vec<DynamicObject>, Error> {
-            let items = wit_host::list(api_version, kind, namespace, label_selector)
+            let items = wit_host::list_objects(api_version, kind, namespace, label_selector)
                 .map_err(|message| Error::transient(format!("list {kind}: {message}")))?;
             items
                 .iter()

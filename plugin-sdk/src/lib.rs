@@ -172,6 +172,3 @@ pub use export::__export;
 #[cfg(target_arch = "wasm32")]
 #[doc(hidden)]
 pub use wit_bindgen as __wit_bindgen;
-
-#[cfg(test)]
-mod tests;
