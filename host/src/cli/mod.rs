@@ -1,0 +1,175 @@
+//! The `setpoint` command line: `serve` runs a host; `apply`, `get` and
+//! `delete` talk to a running host over its HTTP API. A thin layer over the
+//! library; errors become `anyhow` here and nowhere else.
+
+mod client;
+mod manifest;
+mod output;
+mod serve;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+
+pub use client::Client;
+pub use manifest::{Manifest, read_manifests};
+
+/// Where the HTTP API listens unless told otherwise.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:8490";
+
+/// Setpoint: Kubernetes-style control loops with WebAssembly reconcilers.
+#[derive(Debug, Parser)]
+#[command(name = "setpoint", version, about, long_about = None)]
+pub struct Cli {
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Output formats of `get`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// A table with the kind's printer columns.
+    Table,
+    /// YAML.
+    Yaml,
+    /// JSON.
+    Json,
+}
+
+/// The address of a running host.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServerArgs {
+    /// The host's API address.
+    #[arg(long, env = "SETPOINT_SERVER", default_value = "http://127.0.0.1:8490")]
+    pub server: String,
+}
+
+/// A `setpoint` subcommand.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a host: the store, the plugins and the HTTP API.
+    Serve(serve::ServeArgs),
+    /// Create or update the objects of a manifest (YAML or JSON; several documents allowed).
+    Apply {
+        /// The manifest file, or `-` for standard input.
+        #[arg(short = 'f', long = "filename", required = true)]
+        files: Vec<PathBuf>,
+        /// Where the host is.
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Show objects of a kind, or one object.
+    Get {
+        /// The kind: its name, plural, singular or short name (`replicasets`, `rs`).
+        kind: String,
+        /// One object's name.
+        name: Option<String>,
+        /// The namespace.
+        #[arg(short = 'n', long, default_value = "default")]
+        namespace: String,
+        /// List across all namespaces.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
+        /// Only objects matching this label selector.
+        #[arg(short = 'l', long = "selector")]
+        selector: Option<String>,
+        /// The output format.
+        #[arg(short = 'o', long, value_enum, default_value = "table")]
+        output: Format,
+        /// Where the host is.
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Delete an object.
+    Delete {
+        /// The kind.
+        kind: String,
+        /// The object's name.
+        name: String,
+        /// The namespace.
+        #[arg(short = 'n', long, default_value = "default")]
+        namespace: String,
+        /// Where the host is.
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+}
+
+/// Run a parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Serve(args) => serve::run(args),
+        Command::Apply { files, server } => block_on(async move {
+            let client = Client::new(&server.server)?;
+            let mut manifests = Vec::new();
+            for file in &files {
+                manifests.extend(read_manifests(file)?);
+            }
+            for line in client.apply_all(&manifests).await? {
+                println!("{line}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }),
+        Command::Get {
+            kind,
+            name,
+            namespace,
+            all_namespaces,
+            selector,
+            output,
+            server,
+        } => block_on(async move {
+            let client = Client::new(&server.server)?;
+            let resource = client.resolve(&kind).await?;
+            let namespace = (!all_namespaces).then_some(namespace.as_str());
+            let columns = if output == Format::Table {
+                client.columns(&resource).await?
+            } else {
+                vec![]
+            };
+            let text = match name {
+                Some(name) => {
+                    let object = client.get(&resource, namespace, &name).await?;
+                    output::render_one(&resource, &columns, &object, output)?
+                }
+                None => {
+                    let list = client
+                        .list(&resource, namespace, selector.as_deref())
+                        .await?;
+                    output::render_list(&resource, &columns, &list, output, all_namespaces)?
+                }
+            };
+            print!("{text}");
+            Ok(ExitCode::SUCCESS)
+        }),
+        Command::Delete {
+            kind,
+            name,
+            namespace,
+            server,
+        } => block_on(async move {
+            let client = Client::new(&server.server)?;
+            let resource = client.resolve(&kind).await?;
+            client.delete(&resource, Some(&namespace), &name).await?;
+            println!(
+                "{}.{} {name:?} deleted",
+                resource.singular,
+                resource.group_suffix()
+            );
+            Ok(ExitCode::SUCCESS)
+        }),
+    }
+}
+
+fn block_on<F: std::future::Future<Output = anyhow::Result<ExitCode>>>(
+    future: F,
+) -> anyhow::Result<ExitCode> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?
+        .block_on(future)
+}

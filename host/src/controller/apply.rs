@@ -1,0 +1,292 @@
+//! Applies a reconcile [`Response`]: children diffed against what exists
+//! (created or updated with the owner reference the host sets, extras
+//! deleted), the status merge patch written with the resource version the
+//! reconciler saw, events recorded, the finalizer removed. Anything equal to
+//! what is stored is not written, so a converged object costs no writes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::Error;
+use super::reconciler::{Manifest, Response};
+use crate::api::{self, Api, DeleteOptions};
+use crate::object::{KindInfo, Object, meta, patch};
+
+/// Everything the applier needs about the controller.
+pub(super) struct Applier<'a> {
+    pub api: &'a Api,
+    pub manifest: &'a Manifest,
+    pub owned_kinds: &'a [Arc<KindInfo>],
+    pub kind: &'a KindInfo,
+}
+
+impl Applier<'_> {
+    /// Apply `response` for `parent`, given the children the reconciler saw.
+    pub async fn apply(
+        &self,
+        parent: &Object,
+        owned: &[Arc<Object>],
+        response: &Response,
+    ) -> Result<(), Error> {
+        if let Some(children) = &response.children {
+            self.apply_children(parent, owned, children).await?;
+        }
+        if let Some(status_patch) = &response.status {
+            self.apply_status(parent, status_patch).await?;
+        }
+        for event in &response.events {
+            if let Err(err) =
+                super::events::record(self.api, &self.manifest.name, parent, event).await
+            {
+                tracing::warn!(plugin = %self.manifest.name, %err, "could not record event");
+            }
+        }
+        Ok(())
+    }
+
+    fn child_kind(&self, child: &Object) -> Result<&Arc<KindInfo>, Error> {
+        let api_version = meta::api_version(child);
+        let kind = meta::kind(child);
+        self.owned_kinds
+            .iter()
+            .find(|k| k.api_version() == api_version && k.kind == kind)
+            .ok_or_else(|| {
+                Error::Refused(format!(
+                    "child {api_version}/{kind} {:?} is not a kind the plugin declared in `owns`",
+                    meta::name(child)
+                ))
+            })
+    }
+
+    /// Stamp namespace and owner reference on a desired child; the
+    /// reconciler's own ownerReferences are never trusted.
+    fn prepare_child(
+        &self,
+        parent: &Object,
+        kind: &KindInfo,
+        mut child: Object,
+    ) -> Result<Object, Error> {
+        if meta::name(&child).is_empty() {
+            return Err(Error::Refused(format!(
+                "a desired {} child has no metadata.name",
+                kind.kind
+            )));
+        }
+        let parent_ns = meta::namespace(parent);
+        let m = meta::metadata_mut(&mut child);
+        if kind.namespaced {
+            let ns = parent_ns.unwrap_or("default");
+            if let Some(other) = m.get("namespace").and_then(Value::as_str)
+                && other != ns
+            {
+                return Err(Error::Refused(format!(
+                    "child {} {:?} is in namespace {other:?}, but children must live in their owner's namespace {ns:?}",
+                    kind.kind,
+                    m.get("name").and_then(Value::as_str).unwrap_or("")
+                )));
+            }
+            m.insert("namespace".into(), json!(ns));
+        }
+        m.insert(
+            "ownerReferences".into(),
+            json!([meta::controller_reference(parent)]),
+        );
+        for field in [
+            "uid",
+            "resourceVersion",
+            "generation",
+            "creationTimestamp",
+            "deletionTimestamp",
+        ] {
+            m.remove(field);
+        }
+        if let Some(map) = child.as_object_mut() {
+            map.remove("status");
+        }
+        Ok(child)
+    }
+
+    async fn apply_children(
+        &self,
+        parent: &Object,
+        owned: &[Arc<Object>],
+        desired: &[Object],
+    ) -> Result<(), Error> {
+        let mut existing: HashMap<(String, String, String), &Arc<Object>> = owned
+            .iter()
+            .map(|o| {
+                (
+                    (
+                        meta::api_version(o).to_owned(),
+                        meta::kind(o).to_owned(),
+                        meta::name(o).to_owned(),
+                    ),
+                    o,
+                )
+            })
+            .collect();
+        let mut prepared = Vec::with_capacity(desired.len());
+        for child in desired {
+            let kind = self.child_kind(child)?.clone();
+            prepared.push((
+                kind.clone(),
+                self.prepare_child(parent, &kind, child.clone())?,
+            ));
+        }
+        for (kind, child) in prepared {
+            let id = (
+                meta::api_version(&child).to_owned(),
+                meta::kind(&child).to_owned(),
+                meta::name(&child).to_owned(),
+            );
+            match existing.remove(&id) {
+                Some(current) => self.update_child_if_changed(&kind, current, &child).await?,
+                None => self.create_child(parent, &kind, child).await?,
+            }
+        }
+        for (_, stale) in existing {
+            if meta::deletion_timestamp(stale).is_some() {
+                continue;
+            }
+            let kind = match self.child_kind(stale) {
+                Ok(k) => k,
+                Err(_) => continue,
+            };
+            let options = DeleteOptions {
+                uid: Some(meta::uid(stale).to_owned()),
+                ..Default::default()
+            };
+            match self
+                .api
+                .delete(kind, meta::namespace(stale), meta::name(stale), &options)
+                .await
+            {
+                Ok(_) | Err(api::Error::NotFound { .. }) => {}
+                Err(api::Error::Conflict { .. }) => {} // already replaced by a newer object
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Ok(())
+    }
+
+    async fn create_child(
+        &self,
+        parent: &Object,
+        kind: &KindInfo,
+        child: Object,
+    ) -> Result<(), Error> {
+        match self.api.create(kind, child.clone()).await {
+            Ok(_) => Ok(()),
+            Err(api::Error::AlreadyExists { .. }) => {
+                // The cache had not seen it yet, or someone else owns it.
+                let live = self
+                    .api
+                    .get(kind, meta::namespace(&child), meta::name(&child))
+                    .await?;
+                if meta::controller_uid(&live) != Some(meta::uid(parent)) {
+                    return Err(Error::Refused(format!(
+                        "{} {:?} already exists and is not controlled by this {}",
+                        kind.kind,
+                        meta::name(&child),
+                        self.kind.kind
+                    )));
+                }
+                self.update_child_if_changed(kind, &Arc::new(live), &child)
+                    .await
+            }
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    async fn update_child_if_changed(
+        &self,
+        kind: &KindInfo,
+        current: &Arc<Object>,
+        desired: &Object,
+    ) -> Result<(), Error> {
+        let mut next = (**current).clone();
+        let Some(next_map) = next.as_object_mut() else {
+            return Ok(());
+        };
+        // Desired top-level fields replace the current ones; metadata merges
+        // labels and annotations so that other writers' keys survive.
+        for (field, value) in desired.as_object().into_iter().flatten() {
+            if field != "metadata" && field != "status" {
+                next_map.insert(field.clone(), value.clone());
+            }
+        }
+        let desired_meta = &desired["metadata"];
+        let m = meta::metadata_mut(&mut next);
+        for field in ["labels", "annotations"] {
+            if let Some(values) = desired_meta.get(field).filter(|v| v.is_object()) {
+                let target = m.entry(field).or_insert_with(|| json!({}));
+                patch::merge(target, values);
+            }
+        }
+        m.insert(
+            "ownerReferences".into(),
+            desired_meta["ownerReferences"].clone(),
+        );
+        if next == **current {
+            return Ok(());
+        }
+        match self.api.update(kind, next).await {
+            Ok(_) | Err(api::Error::NotFound { .. }) => Ok(()),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    async fn apply_status(&self, parent: &Object, status_patch: &Value) -> Result<(), Error> {
+        let mut next = parent.clone();
+        let status = next
+            .as_object_mut()
+            .map(|m| m.entry("status").or_insert_with(|| json!({})))
+            .expect("objects are JSON objects");
+        patch::merge(status, status_patch);
+        if next.get("status") == parent.get("status")
+            || (parent.get("status").is_none() && next["status"] == json!({}))
+        {
+            return Ok(());
+        }
+        // The resource version the reconciler saw is the precondition: a
+        // status computed from an old object must not overwrite a newer one.
+        let result = if self.kind.status_subresource {
+            self.api.update_status(self.kind, next).await
+        } else {
+            self.api.update(self.kind, next).await
+        };
+        result.map(|_| ()).map_err(Error::from)
+    }
+
+    /// Add the plugin's finalizer to `object`; returns whether it wrote.
+    pub async fn ensure_finalizer(&self, object: &Object, finalizer: &str) -> Result<bool, Error> {
+        if meta::finalizers(object).contains(&finalizer)
+            || meta::deletion_timestamp(object).is_some()
+        {
+            return Ok(false);
+        }
+        let mut next = object.clone();
+        let m = meta::metadata_mut(&mut next);
+        let list = m.entry("finalizers").or_insert_with(|| json!([]));
+        if let Some(list) = list.as_array_mut() {
+            list.push(json!(finalizer));
+        }
+        self.api.update(self.kind, next).await?;
+        Ok(true)
+    }
+
+    /// Remove the plugin's finalizer from `object`.
+    pub async fn remove_finalizer(&self, object: &Object, finalizer: &str) -> Result<(), Error> {
+        let mut next = object.clone();
+        let m = meta::metadata_mut(&mut next);
+        if let Some(list) = m.get_mut("finalizers").and_then(Value::as_array_mut) {
+            list.retain(|f| f.as_str() != Some(finalizer));
+        }
+        match self.api.update(self.kind, next).await {
+            Ok(_) | Err(api::Error::NotFound { .. }) => Ok(()),
+            Err(err) => Err(err.into()),
+        }
+    }
+}

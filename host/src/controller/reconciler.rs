@@ -1,0 +1,133 @@
+//! The `Reconciler` trait the controller loop drives, and the request and
+//! response types that cross it. Wasm plugins implement it through
+//! `runtime`; embedders and tests can implement it natively.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::object::{KindRef, Object};
+
+/// What a reconciler is and what it may touch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Manifest {
+    /// Unique name, e.g. `replicaset`.
+    pub name: String,
+    /// The reconciler's own version.
+    pub version: String,
+    /// The one kind it reconciles.
+    pub reconciles: KindRef,
+    /// Child kinds it owns; their changes requeue the owner.
+    pub owns: Vec<KindRef>,
+    /// CustomResourceDefinitions it brings.
+    pub definitions: Vec<Value>,
+    /// A finalizer the host manages for it.
+    pub finalizer: Option<String>,
+}
+
+/// One reconcile call: the whole current object and its owned children.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The object, as cached.
+    pub object: Arc<Object>,
+    /// Every cached child whose owner references name the object.
+    pub owned: Vec<Arc<Object>>,
+    /// Deletion has started and the object still carries the finalizer.
+    pub finalizing: bool,
+    /// The host's clock, milliseconds since the Unix epoch.
+    pub now_unix_ms: u64,
+}
+
+/// How important an event is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    /// Routine.
+    Normal,
+    /// Something a user should look at.
+    Warning,
+}
+
+impl Severity {
+    /// The Kubernetes `Event.type` string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Normal => "Normal",
+            Severity::Warning => "Warning",
+        }
+    }
+}
+
+/// An event to record on the reconciled object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventRecord {
+    /// Normal or warning.
+    pub severity: Severity,
+    /// Machine-readable reason, e.g. `SuccessfulCreate`.
+    pub reason: String,
+    /// Human-readable message.
+    pub message: String,
+}
+
+/// What a reconciler wants.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Response {
+    /// The full desired set of owned children; `None` leaves them alone.
+    pub children: Option<Vec<Object>>,
+    /// A JSON merge patch for `.status`.
+    pub status: Option<Value>,
+    /// Events to record.
+    pub events: Vec<EventRecord>,
+    /// Reconcile again after this long.
+    pub requeue_after: Option<Duration>,
+    /// Pre-delete work is done; remove the finalizer.
+    pub remove_finalizer: bool,
+}
+
+/// Why a reconcile failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReconcileError {
+    /// Retry with backoff.
+    #[error("{0}")]
+    Transient(String),
+    /// Do not retry until the object changes.
+    #[error("{0}")]
+    Permanent(String),
+}
+
+/// Read-only access to the host's caches during a reconcile.
+pub trait CacheView: Send + Sync {
+    /// One object, if known.
+    fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Arc<Object>>;
+    /// Objects of a kind, optionally in one namespace and matching a label selector.
+    fn list(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        label_selector: &str,
+    ) -> Result<Vec<Arc<Object>>, String>;
+}
+
+/// Drives one kind towards its desired state.
+///
+/// Implementations must be stateless between calls: whatever must be
+/// remembered lives in the object's status.
+pub trait Reconciler: Send + Sync + 'static {
+    /// What this reconciler is and may touch.
+    fn manifest(&self) -> &Manifest;
+
+    /// Reconcile one object. Called on a blocking thread; must not block on
+    /// I/O: return `requeue_after` instead of waiting.
+    fn reconcile(
+        &self,
+        request: &Request,
+        cache: &Arc<dyn CacheView>,
+    ) -> Result<Response, ReconcileError>;
+}

@@ -1,0 +1,162 @@
+//! Typed reads of the `metadata` the host needs from a JSON object.
+
+use serde_json::{Map, Value};
+
+use super::Object;
+
+fn metadata(object: &Object) -> Option<&Map<String, Value>> {
+    object.get("metadata")?.as_object()
+}
+
+fn meta_str<'a>(object: &'a Object, field: &str) -> Option<&'a str> {
+    metadata(object)?.get(field)?.as_str()
+}
+
+/// `metadata.name`, or the empty string.
+pub fn name(object: &Object) -> &str {
+    meta_str(object, "name").unwrap_or("")
+}
+
+/// `metadata.namespace`, if set and non-empty.
+pub fn namespace(object: &Object) -> Option<&str> {
+    meta_str(object, "namespace").filter(|ns| !ns.is_empty())
+}
+
+/// `metadata.uid`, or the empty string.
+pub fn uid(object: &Object) -> &str {
+    meta_str(object, "uid").unwrap_or("")
+}
+
+/// `metadata.resourceVersion`, if set.
+pub fn resource_version(object: &Object) -> Option<&str> {
+    meta_str(object, "resourceVersion").filter(|rv| !rv.is_empty())
+}
+
+/// `metadata.generation`, or 0.
+pub fn generation(object: &Object) -> i64 {
+    metadata(object)
+        .and_then(|m| m.get("generation"))
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
+}
+
+/// `metadata.deletionTimestamp`, if deletion has started.
+pub fn deletion_timestamp(object: &Object) -> Option<&str> {
+    meta_str(object, "deletionTimestamp")
+}
+
+/// `apiVersion`, or the empty string.
+pub fn api_version(object: &Object) -> &str {
+    object
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// `kind`, or the empty string.
+pub fn kind(object: &Object) -> &str {
+    object.get("kind").and_then(Value::as_str).unwrap_or("")
+}
+
+/// `metadata.labels` as a map, if any.
+pub fn labels(object: &Object) -> Option<&Map<String, Value>> {
+    metadata(object)?.get("labels")?.as_object()
+}
+
+/// The label `key`, if present.
+pub fn label<'a>(object: &'a Object, key: &str) -> Option<&'a str> {
+    labels(object)?.get(key)?.as_str()
+}
+
+/// `metadata.finalizers`.
+pub fn finalizers(object: &Object) -> Vec<&str> {
+    metadata(object)
+        .and_then(|m| m.get("finalizers"))
+        .and_then(Value::as_array)
+        .map(|list| list.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// `metadata.ownerReferences` as JSON objects.
+pub fn owner_references(object: &Object) -> &[Value] {
+    metadata(object)
+        .and_then(|m| m.get("ownerReferences"))
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+}
+
+/// The uid of the owner reference marked `controller: true`, if any.
+pub fn controller_uid(object: &Object) -> Option<&str> {
+    owner_references(object)
+        .iter()
+        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+        .and_then(|r| r.get("uid")?.as_str())
+}
+
+/// The uids of all owners.
+pub fn owner_uids(object: &Object) -> impl Iterator<Item = &str> {
+    owner_references(object)
+        .iter()
+        .filter_map(|r| r.get("uid")?.as_str())
+}
+
+/// A mutable handle on `metadata`, created if missing or not an object.
+pub fn metadata_mut(object: &mut Object) -> &mut Map<String, Value> {
+    if !object.is_object() {
+        *object = Value::Object(Map::new());
+    }
+    let map = object.as_object_mut().expect("object ensured above");
+    let meta = map
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !meta.is_object() {
+        *meta = Value::Object(Map::new());
+    }
+    meta.as_object_mut().expect("metadata ensured above")
+}
+
+/// An owner reference to `owner`, marked as its controller.
+pub fn controller_reference(owner: &Object) -> Value {
+    serde_json::json!({
+        "apiVersion": api_version(owner),
+        "kind": kind(owner),
+        "name": name(owner),
+        "uid": uid(owner),
+        "controller": true,
+        "blockOwnerDeletion": true,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn accessors_read_metadata_and_tolerate_missing_fields() {
+        let obj = json!({"apiVersion": "v1", "kind": "Event", "metadata": {
+            "name": "a", "namespace": "ns", "generation": 3, "labels": {"x": "y"},
+            "ownerReferences": [{"uid": "u1", "controller": true}, {"uid": "u2"}],
+            "finalizers": ["f"]}});
+        assert_eq!(name(&obj), "a");
+        assert_eq!(namespace(&obj), Some("ns"));
+        assert_eq!(generation(&obj), 3);
+        assert_eq!(label(&obj, "x"), Some("y"));
+        assert_eq!(controller_uid(&obj), Some("u1"));
+        assert_eq!(owner_uids(&obj).collect::<Vec<_>>(), ["u1", "u2"]);
+        assert_eq!(finalizers(&obj), ["f"]);
+        let empty = json!({});
+        assert_eq!(name(&empty), "");
+        assert_eq!(namespace(&empty), None);
+        assert_eq!(generation(&empty), 0);
+        assert!(owner_references(&empty).is_empty());
+    }
+
+    #[test]
+    fn metadata_mut_creates_metadata() {
+        let mut obj = json!({"kind": "X"});
+        metadata_mut(&mut obj).insert("name".into(), json!("n"));
+        assert_eq!(name(&obj), "n");
+    }
+}

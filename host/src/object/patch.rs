@@ -1,0 +1,71 @@
+//! JSON merge patch (RFC 7386).
+
+use serde_json::Value;
+
+/// Apply `patch` to `target` as a JSON merge patch: objects merge key by key,
+/// `null` deletes a key, anything else replaces.
+///
+/// ```
+/// use serde_json::json;
+/// let mut doc = json!({"a": 1, "b": {"c": 2, "d": 3}});
+/// setpoint::object::patch::merge(&mut doc, &json!({"a": null, "b": {"c": 5}}));
+/// assert_eq!(doc, json!({"b": {"c": 5, "d": 3}}));
+/// ```
+pub fn merge(target: &mut Value, patch: &Value) {
+    let Value::Object(patch_map) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(serde_json::Map::new());
+    }
+    let target_map = target.as_object_mut().expect("target made an object above");
+    for (key, value) in patch_map {
+        if value.is_null() {
+            target_map.remove(key);
+        } else {
+            merge(target_map.entry(key.clone()).or_insert(Value::Null), value);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge;
+    use serde_json::json;
+
+    #[test]
+    fn merge_patch_follows_rfc7386_examples() {
+        let cases = [
+            (json!({"a": "b"}), json!({"a": "c"}), json!({"a": "c"})),
+            (
+                json!({"a": "b"}),
+                json!({"b": "c"}),
+                json!({"a": "b", "b": "c"}),
+            ),
+            (json!({"a": "b"}), json!({"a": null}), json!({})),
+            (json!({"a": ["b"]}), json!({"a": "c"}), json!({"a": "c"})),
+            (json!({"a": "c"}), json!({"a": ["b"]}), json!({"a": ["b"]})),
+            (
+                json!({"a": {"b": "c"}}),
+                json!({"a": {"b": "d", "c": null}}),
+                json!({"a": {"b": "d"}}),
+            ),
+            (json!(["a"]), json!({"a": "b"}), json!({"a": "b"})),
+            (
+                json!({"e": null}),
+                json!({"a": 1}),
+                json!({"e": null, "a": 1}),
+            ),
+            (
+                json!({}),
+                json!({"a": {"bb": {"ccc": null}}}),
+                json!({"a": {"bb": {}}}),
+            ),
+        ];
+        for (mut target, patch, expected) in cases {
+            merge(&mut target, &patch);
+            assert_eq!(target, expected, "patch {patch}");
+        }
+    }
+}

@@ -1,0 +1,396 @@
+//! The work queue feeding reconcilers: a deduplicating, delaying, rate-limited queue of keys
+//! with client-go `workqueue` semantics, shared by many tokio tasks.
+//!
+//! # Contract
+//!
+//! [`WorkQueue<K>`] is a handle (an `Arc` inside): clones share one queue. Each key is in some
+//! of these states: *ready* (queued, will be handed out), *processing* (handed out by
+//! [`get`](WorkQueue::get), not yet [`done`](WorkQueue::done)), *dirty* (needs processing:
+//! every ready key, plus a processing key that was added again), *delayed* (waiting for a
+//! ready time). The queue guarantees:
+//!
+//! 1. **Deduplication.** A key is ready at most once: adding a ready key does nothing.
+//! 2. **Exclusive processing.** A key handed out by `get` is not handed out again until its
+//!    `done`. Adding it meanwhile marks it dirty; `done` then requeues it exactly once, however
+//!    many adds happened. So no key is ever held by two workers at once, and every accepted
+//!    add is followed by a `get` of that key that starts after the add, as long as workers
+//!    keep calling `get` and `done` (also while draining).
+//! 3. **FIFO.** Ready keys are handed out in the order they became ready; a requeued key goes
+//!    to the back.
+//! 4. **Delays.** [`add_after`](WorkQueue::add_after) makes a key ready once its delay has
+//!    passed (a zero delay is a plain add). A key waits at most once: adding it again with a
+//!    later ready time is ignored, with an earlier one moves it earlier — the earliest wins. A
+//!    delayed key is independent of the ready/processing states until its time comes, then it
+//!    is added as by `add` (an `add` of a waiting key does not cancel its delayed add).
+//!    Delays are capped at about 30 years. Time is [`tokio::time`]'s, so paused test time
+//!    works; no task or timer is spawned per key — waiting getters sleep until the earliest
+//!    ready time.
+//! 5. **Rate limiting.** [`add_rate_limited`](WorkQueue::add_rate_limited) is
+//!    `add_after(key, limiter.when(key))`; [`forget`](WorkQueue::forget) resets the key's
+//!    history (call it after a success) and [`num_requeues`](WorkQueue::num_requeues) reads it.
+//!    The default limiter ([`Config::rate_limiter`]) is the max of a per-key exponential
+//!    backoff (`min(5 ms * 2^failures, 1000 s)`, shortened by up to 10 % random jitter so it
+//!    never exceeds the cap) and an overall token bucket (10 qps, burst 100), all configurable
+//!    in [`Config`]; any [`RateLimiter`] can be plugged in instead.
+//! 6. **Shutdown.** After [`shutdown`](WorkQueue::shutdown) or
+//!    [`shutdown_with_drain`](WorkQueue::shutdown_with_drain), every add is ignored and
+//!    delayed keys are dropped. `shutdown` is immediate: pending keys are dropped, a `done`
+//!    no longer requeues, and every `get` — including those already waiting — returns `None`.
+//!    `shutdown_with_drain` keeps handing out pending keys (and requeues dirty keys on `done`);
+//!    `get` returns `None` once nothing is ready and no processing key awaits a requeue, and
+//!    the returned future completes once nothing is ready or processing.
+//!    [`is_shutting_down`](WorkQueue::is_shutting_down) is `true` from then on.
+//! 7. **Cancellation.** `get` is cancel safe: dropping its future never loses a key, and a
+//!    wake-up meant for it passes to another waiting `get`.
+//! 8. **Metrics.** [`metrics`](WorkQueue::metrics) snapshots client-go's `workqueue_*` metrics
+//!    (see [`MetricsSnapshot`] and [`names`]); recording them costs a few atomic operations.
+//!
+//! `done` for a key that is not being processed is ignored. [`len`](WorkQueue::len) counts
+//! ready keys only.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use setpoint::queue::{Config, WorkQueue};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! let queue: WorkQueue<String> = WorkQueue::new(Config::named("pods"));
+//! queue.add("default/web".to_owned());
+//! queue.add("default/web".to_owned()); // deduplicated
+//!
+//! let worker = {
+//!     let queue = queue.clone();
+//!     tokio::spawn(async move {
+//!         while let Some(key) = queue.get().await {
+//!             let succeeded = !key.is_empty(); // reconcile `key` here
+//!             if succeeded {
+//!                 queue.forget(&key);
+//!             } else {
+//!                 queue.add_rate_limited(key.clone());
+//!             }
+//!             queue.done(&key);
+//!         }
+//!     })
+//! };
+//!
+//! tokio::time::timeout(Duration::from_secs(5), queue.shutdown_with_drain()).await.unwrap();
+//! worker.await.unwrap();
+//! assert_eq!(queue.metrics().adds_total, 1);
+//! # });
+//! ```
+
+mod config;
+mod delay;
+mod metrics;
+mod rate_limit;
+mod state;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::future::Future;
+use std::hash::Hash;
+use std::pin::pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+pub use self::config::Config;
+pub use self::metrics::{
+    BUCKET_COUNT, DURATION_BUCKETS_SECONDS, HistogramSnapshot, MetricsSnapshot, names,
+};
+pub use self::rate_limit::{ExponentialBackoff, MaxOf, RateLimiter, TokenBucket};
+
+use self::metrics::Metrics;
+use self::rate_limit::FAR_FUTURE;
+use self::state::{State, Take};
+
+/// A deduplicating, delaying, rate-limited work queue of keys; see the [module docs](self)
+/// for its contract. Cloning is cheap and yields a handle to the same queue.
+pub struct WorkQueue<K> {
+    inner: Arc<Inner<K>>,
+}
+
+struct Inner<K> {
+    name: String,
+    state: Mutex<State<K>>,
+    /// Wakes `get` callers: one (`notify_one`) per newly ready key; all (`notify_waiters`) when
+    /// the next deadline moves earlier, on shutdown, and on `done` while shutting down. A taker
+    /// that leaves keys ready also passes a wake on; that is defensive, as the waiters' deadline
+    /// timers already cover keys promoted from the delay heap.
+    wake_getters: Notify,
+    /// Wakes `shutdown_with_drain` futures when the queue may have drained.
+    wake_drained: Notify,
+    limiter: Box<dyn RateLimiter<K>>,
+    metrics: Metrics,
+}
+
+impl<K> Inner<K> {
+    /// Locks the state, ignoring poisoning: no code path leaves it half-updated across a panic
+    /// point other than a key's own `Hash`/`Eq`.
+    fn state(&self) -> MutexGuard<'_, State<K>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<K> Clone for WorkQueue<K> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<K> fmt::Debug for WorkQueue<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkQueue")
+            .field("name", &self.inner.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> Default for WorkQueue<K>
+where
+    K: Clone + Eq + Hash + Send + Sync + 'static,
+{
+    fn default() -> Self {
+        Self::new(Config::default())
+    }
+}
+
+impl<K> WorkQueue<K>
+where
+    K: Clone + Eq + Hash + Send + Sync + 'static,
+{
+    /// A queue using the default rate limiter built from `config` ([`Config::rate_limiter`]).
+    #[must_use]
+    pub fn new(config: Config) -> Self {
+        let limiter = config.rate_limiter();
+        Self::with_rate_limiter(config, limiter)
+    }
+
+    /// A queue using `limiter` for [`add_rate_limited`](Self::add_rate_limited); the rate-limit
+    /// fields of `config` are ignored. Pass an `Arc` to keep a handle on the limiter.
+    pub fn with_rate_limiter(config: Config, limiter: impl RateLimiter<K> + 'static) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                name: config.name,
+                state: Mutex::new(State::new()),
+                wake_getters: Notify::new(),
+                wake_drained: Notify::new(),
+                limiter: Box::new(limiter),
+                metrics: Metrics::default(),
+            }),
+        }
+    }
+
+    /// The queue's name, from [`Config::name`].
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Makes `key` ready unless it already is; if it is being processed, marks it to be
+    /// requeued on `done`. Ignored after shutdown.
+    pub fn add(&self, key: K) {
+        let queued = self
+            .inner
+            .state()
+            .add(key, Instant::now(), &self.inner.metrics);
+        if queued {
+            self.inner.wake_getters.notify_one();
+        }
+    }
+
+    /// Adds `key` once `delay` has passed, keeping the earlier ready time if `key` is already
+    /// waiting. A zero delay is a plain [`add`](Self::add). Ignored after shutdown.
+    pub fn add_after(&self, key: K, delay: Duration) {
+        if delay.is_zero() {
+            return self.add(key);
+        }
+        let ready_at = Instant::now() + delay.min(FAR_FUTURE);
+        let earlier = self.inner.state().add_after(key, ready_at);
+        if earlier {
+            // Waiting getters sleep until the previous deadline (or indefinitely): re-arm them.
+            self.inner.wake_getters.notify_waiters();
+        }
+    }
+
+    /// Adds `key` after the rate limiter's delay for it, counting a retry, and returns that
+    /// delay (zero after shutdown, when the key is ignored).
+    pub fn add_rate_limited(&self, key: K) -> Duration {
+        if self.is_shutting_down() {
+            return Duration::ZERO;
+        }
+        let delay = self.inner.limiter.when(&key);
+        self.inner.metrics.record_retry();
+        self.add_after(key, delay);
+        delay
+    }
+
+    /// Resets the rate limiter's history for `key`, typically after it was processed successfully.
+    /// It does not remove `key` from the queue.
+    pub fn forget(&self, key: &K) {
+        self.inner.limiter.forget(key);
+    }
+
+    /// How many times `key` was rate-limited since it was last forgotten.
+    pub fn num_requeues(&self, key: &K) -> u32 {
+        self.inner.limiter.num_requeues(key)
+    }
+
+    /// Waits for the next ready key and marks it as processing; the caller must call
+    /// [`done`](Self::done) with it. Returns `None` once shut down and nothing more will be
+    /// handed out. Cancel safe.
+    pub async fn get(&self) -> Option<K> {
+        loop {
+            // Created before the state check so a wake-up sent after it is not lost; enabled
+            // under the lock so `notify_one` can reach it.
+            let mut notified = pin!(self.inner.wake_getters.notified());
+            let deadline = {
+                let mut state = self.inner.state();
+                match state.take(Instant::now(), &self.inner.metrics) {
+                    Take::Key(key) => {
+                        let more = state.has_ready();
+                        drop(state);
+                        if more {
+                            self.inner.wake_getters.notify_one();
+                        }
+                        return Some(key);
+                    }
+                    Take::Closed => return None,
+                    Take::Wait(deadline) => {
+                        notified.as_mut().enable();
+                        deadline
+                    }
+                }
+            };
+            match deadline {
+                Some(deadline) => {
+                    tokio::select! {
+                        () = notified => {}
+                        () = tokio::time::sleep_until(deadline) => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    /// Like [`get`](Self::get) without waiting: the next ready key (marked as processing), if any.
+    #[must_use]
+    pub fn try_get(&self) -> Option<K> {
+        let mut state = self.inner.state();
+        match state.take(Instant::now(), &self.inner.metrics) {
+            Take::Key(key) => {
+                let more = state.has_ready();
+                drop(state);
+                if more {
+                    self.inner.wake_getters.notify_one();
+                }
+                Some(key)
+            }
+            Take::Wait(_) | Take::Closed => None,
+        }
+    }
+
+    /// Marks `key` as processed. If it was added while being processed, it is requeued (once).
+    /// Ignored if `key` is not being processed.
+    pub fn done(&self, key: &K) {
+        let mut state = self.inner.state();
+        let Some(requeued) = state.done(key, Instant::now(), &self.inner.metrics) else {
+            drop(state);
+            tracing::trace!(queue = %self.inner.name, "done called for a key that is not being processed");
+            return;
+        };
+        let shutting_down = state.is_shutting_down();
+        let drained = state.is_drained();
+        drop(state);
+        if requeued {
+            self.inner.wake_getters.notify_one();
+        }
+        if shutting_down {
+            // Draining getters may now have nothing left to wait for.
+            self.inner.wake_getters.notify_waiters();
+            if drained {
+                self.inner.wake_drained.notify_waiters();
+            }
+        }
+    }
+
+    /// Number of ready keys (excluding keys being processed and delayed keys not yet due).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        let mut state = self.inner.state();
+        let promoted = state.promote_due(Instant::now(), &self.inner.metrics);
+        let len = state.ready_len();
+        drop(state);
+        if promoted > 0 {
+            self.inner.wake_getters.notify_one();
+        }
+        len
+    }
+
+    /// Whether no key is ready.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether [`shutdown`](Self::shutdown) or [`shutdown_with_drain`](Self::shutdown_with_drain)
+    /// was called.
+    #[must_use]
+    pub fn is_shutting_down(&self) -> bool {
+        self.inner.state().is_shutting_down()
+    }
+
+    /// Shuts down immediately: adds are ignored, pending and delayed keys are dropped, and every
+    /// `get`, including those already waiting, returns `None`. Keys being processed may still be
+    /// passed to `done`, which no longer requeues them. Idempotent; also ends a drain.
+    pub fn shutdown(&self) {
+        let drained = {
+            let mut state = self.inner.state();
+            state.shutdown(false);
+            state.is_drained()
+        };
+        tracing::debug!(queue = %self.inner.name, "work queue shut down");
+        self.inner.wake_getters.notify_waiters();
+        if drained {
+            self.inner.wake_drained.notify_waiters();
+        }
+    }
+
+    /// Shuts down gracefully: from this call on (even if the returned future is never awaited)
+    /// adds are ignored and delayed keys are dropped, while pending keys are still handed out
+    /// and dirty keys still requeued on `done`. `get` returns `None` once nothing is ready and
+    /// no processing key awaits a requeue. The returned future completes when nothing is ready
+    /// or being processed; it never completes if workers stop calling `get`/`done` with keys
+    /// left, so bound it with [`tokio::time::timeout`] and fall back to
+    /// [`shutdown`](Self::shutdown).
+    pub fn shutdown_with_drain(&self) -> impl Future<Output = ()> + Send + use<K> {
+        self.inner.state().shutdown(true);
+        tracing::debug!(queue = %self.inner.name, "work queue draining");
+        self.inner.wake_getters.notify_waiters();
+        let inner = Arc::clone(&self.inner);
+        async move {
+            loop {
+                // `notify_waiters` reaches futures created before it even if not yet polled.
+                let notified = inner.wake_drained.notified();
+                if inner.state().is_drained() {
+                    return;
+                }
+                notified.await;
+            }
+        }
+    }
+
+    /// A snapshot of the queue's metrics.
+    #[must_use]
+    pub fn metrics(&self) -> MetricsSnapshot {
+        let gauges = self.inner.state().gauges(Instant::now());
+        self.inner.metrics.snapshot(&self.inner.name, gauges)
+    }
+}

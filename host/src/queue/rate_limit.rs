@@ -1,0 +1,471 @@
+//! Rate limiters that decide how long a key waits before a retry: the [`RateLimiter`] trait,
+//! per-key exponential backoff, an overall token bucket, and their maximum.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Stand-in for "never": delays are capped at about 30 years so that deadlines stay representable.
+pub(super) const FAR_FUTURE: Duration = Duration::from_secs(60 * 60 * 24 * 365 * 30);
+
+/// Decides how long a key should wait before it is retried (client-go's `TypedRateLimiter`).
+///
+/// Implementations use interior mutability and are shared between tasks. Time-based
+/// implementations should read [`tokio::time::Instant`] so that they follow paused test time.
+pub trait RateLimiter<K>: Send + Sync {
+    /// Records a retry of `key` and returns how long it should wait before being processed.
+    fn when(&self, key: &K) -> Duration;
+    /// Stops tracking `key`: its retry history is reset, as after a success.
+    fn forget(&self, key: &K);
+    /// How many times `key` has been retried since it was last forgotten.
+    fn num_requeues(&self, key: &K) -> u32;
+}
+
+impl<K, T: RateLimiter<K> + ?Sized> RateLimiter<K> for Arc<T> {
+    fn when(&self, key: &K) -> Duration {
+        (**self).when(key)
+    }
+    fn forget(&self, key: &K) {
+        (**self).forget(key);
+    }
+    fn num_requeues(&self, key: &K) -> u32 {
+        (**self).num_requeues(key)
+    }
+}
+
+impl<K, T: RateLimiter<K> + ?Sized> RateLimiter<K> for Box<T> {
+    fn when(&self, key: &K) -> Duration {
+        (**self).when(key)
+    }
+    fn forget(&self, key: &K) {
+        (**self).forget(key);
+    }
+    fn num_requeues(&self, key: &K) -> u32 {
+        (**self).num_requeues(key)
+    }
+}
+
+/// Locks a mutex, ignoring poisoning: the guarded data stays consistent between statements.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Per-key exponential backoff with optional proportional jitter (client-go's
+/// `ItemExponentialFailureRateLimiter`, plus jitter).
+///
+/// The `n`-th call to [`when`](RateLimiter::when) for a key (counting from 0 since it was last
+/// forgotten) has the nominal delay `min(base * 2^n, max)`. With a jitter factor `j` in `[0, 1]`
+/// the returned delay is `nominal * (1 - j * r)` with `r` uniform in `[0, 1)`, i.e. it lies in
+/// `((1 - j) * nominal, nominal]`: jitter only ever shortens a delay, so `max` is never exceeded
+/// and keys that all hit the cap still spread out. `j = 0` (the default of [`new`](Self::new))
+/// is deterministic; `j = 1` is "full jitter".
+pub struct ExponentialBackoff<K> {
+    base: Duration,
+    max: Duration,
+    jitter: f64,
+    state: Mutex<BackoffState<K>>,
+}
+
+struct BackoffState<K> {
+    failures: HashMap<K, u32>,
+    rng: fastrand::Rng,
+}
+
+impl<K> ExponentialBackoff<K> {
+    /// Backoff from `base` doubling up to `max`, without jitter.
+    #[must_use]
+    pub fn new(base: Duration, max: Duration) -> Self {
+        Self {
+            base,
+            max,
+            jitter: 0.0,
+            state: Mutex::new(BackoffState {
+                failures: HashMap::new(),
+                rng: fastrand::Rng::new(),
+            }),
+        }
+    }
+
+    /// Sets the jitter factor, clamped to `[0, 1]` (NaN means 0).
+    #[must_use]
+    pub fn with_jitter(mut self, factor: f64) -> Self {
+        self.jitter = if factor.is_nan() {
+            0.0
+        } else {
+            factor.clamp(0.0, 1.0)
+        };
+        self
+    }
+
+    /// Seeds the jitter's random number generator, making delays reproducible.
+    #[must_use]
+    pub fn with_seed(self, seed: u64) -> Self {
+        lock(&self.state).rng = fastrand::Rng::with_seed(seed);
+        self
+    }
+
+    /// The nominal (un-jittered) delay after `failures` previous failures: `min(base * 2^failures, max)`.
+    pub fn nominal_delay(&self, failures: u32) -> Duration {
+        const NANOS_PER_SEC: u128 = 1_000_000_000;
+        let nanos = 1u128
+            .checked_shl(failures)
+            .and_then(|factor| self.base.as_nanos().checked_mul(factor));
+        match nanos {
+            Some(n) if n < self.max.as_nanos() => {
+                // `n < max` so the seconds fit in a u64, as they do for `max`.
+                let secs = u64::try_from(n / NANOS_PER_SEC).unwrap_or(u64::MAX);
+                let sub_nanos = u32::try_from(n % NANOS_PER_SEC).unwrap_or(0);
+                Duration::new(secs, sub_nanos)
+            }
+            _ => self.max,
+        }
+    }
+}
+
+impl<K: Clone + Eq + Hash + Send + Sync> RateLimiter<K> for ExponentialBackoff<K> {
+    fn when(&self, key: &K) -> Duration {
+        let mut guard = lock(&self.state);
+        let state = &mut *guard;
+        let failures = state.failures.entry(key.clone()).or_insert(0);
+        let exponent = *failures;
+        *failures = failures.saturating_add(1);
+        let nominal = self.nominal_delay(exponent);
+        if self.jitter > 0.0 {
+            nominal.mul_f64(1.0 - self.jitter * state.rng.f64())
+        } else {
+            nominal
+        }
+    }
+
+    fn forget(&self, key: &K) {
+        lock(&self.state).failures.remove(key);
+    }
+
+    fn num_requeues(&self, key: &K) -> u32 {
+        lock(&self.state).failures.get(key).copied().unwrap_or(0)
+    }
+}
+
+impl<K> fmt::Debug for ExponentialBackoff<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExponentialBackoff")
+            .field("base", &self.base)
+            .field("max", &self.max)
+            .field("jitter", &self.jitter)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Overall token bucket shared by all keys (client-go's `TypedBucketRateLimiter`, i.e.
+/// `golang.org/x/time/rate` reservations).
+///
+/// The bucket starts full with `burst` tokens and refills at `qps` tokens per second up to
+/// `burst`. Each [`when`](RateLimiter::when) reserves one token and returns the time until that
+/// token is available — zero while tokens remain; reservations beyond the burst queue up behind
+/// each other (`1/qps` apart). `qps = f64::INFINITY` disables the bucket (always zero);
+/// `qps <= 0` or NaN never refills, so reservations beyond the burst wait "forever" (~30 years).
+/// A `burst` of 0 is treated as 1. It keeps no per-key state: `forget` does nothing and
+/// `num_requeues` is always 0.
+pub struct TokenBucket {
+    qps: f64,
+    burst: f64,
+    /// `None` until the first reservation, so the bucket fills on the clock that first uses it.
+    state: Mutex<Option<BucketState>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct BucketState {
+    /// Available tokens; negative when reservations are outstanding.
+    tokens: f64,
+    /// When `tokens` was last brought up to date.
+    updated: Instant,
+}
+
+impl TokenBucket {
+    /// A full bucket of `burst` tokens refilling at `qps` tokens per second.
+    #[must_use]
+    pub fn new(qps: f64, burst: u32) -> Self {
+        Self {
+            qps,
+            burst: f64::from(burst.max(1)),
+            state: Mutex::new(None),
+        }
+    }
+
+    /// Reserves one token and returns how long until it is available.
+    fn reserve(&self) -> Duration {
+        if self.qps == f64::INFINITY {
+            return Duration::ZERO;
+        }
+        let refills = self.qps > 0.0;
+        let now = Instant::now();
+        let mut guard = lock(&self.state);
+        let state = guard.get_or_insert(BucketState {
+            tokens: self.burst,
+            updated: now,
+        });
+        if refills {
+            let elapsed = now.saturating_duration_since(state.updated).as_secs_f64();
+            state.tokens = (state.tokens + elapsed * self.qps).min(self.burst);
+        }
+        state.updated = now;
+        state.tokens -= 1.0;
+        if state.tokens >= 0.0 {
+            Duration::ZERO
+        } else if refills {
+            Duration::try_from_secs_f64(-state.tokens / self.qps)
+                .map_or(FAR_FUTURE, |wait| wait.min(FAR_FUTURE))
+        } else {
+            FAR_FUTURE
+        }
+    }
+}
+
+impl<K> RateLimiter<K> for TokenBucket {
+    fn when(&self, _key: &K) -> Duration {
+        self.reserve()
+    }
+
+    fn forget(&self, _key: &K) {}
+
+    fn num_requeues(&self, _key: &K) -> u32 {
+        0
+    }
+}
+
+impl fmt::Debug for TokenBucket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokenBucket")
+            .field("qps", &self.qps)
+            .field("burst", &self.burst)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Combines limiters by taking the longest delay (client-go's `TypedMaxOfRateLimiter`).
+///
+/// `when` consults every limiter (so each records the retry) and returns the maximum;
+/// `forget` forgets in all of them; `num_requeues` is the maximum over them. With no limiters
+/// every delay is zero.
+pub struct MaxOf<K> {
+    limiters: Vec<Box<dyn RateLimiter<K>>>,
+}
+
+impl<K> MaxOf<K> {
+    /// Combines the given limiters.
+    #[must_use]
+    pub fn new(limiters: Vec<Box<dyn RateLimiter<K>>>) -> Self {
+        Self { limiters }
+    }
+
+    /// Adds one more limiter.
+    #[must_use]
+    pub fn with(mut self, limiter: impl RateLimiter<K> + 'static) -> Self {
+        self.limiters.push(Box::new(limiter));
+        self
+    }
+}
+
+impl<K> RateLimiter<K> for MaxOf<K> {
+    fn when(&self, key: &K) -> Duration {
+        self.limiters
+            .iter()
+            .map(|limiter| limiter.when(key))
+            .fold(Duration::ZERO, Duration::max)
+    }
+
+    fn forget(&self, key: &K) {
+        for limiter in &self.limiters {
+            limiter.forget(key);
+        }
+    }
+
+    fn num_requeues(&self, key: &K) -> u32 {
+        self.limiters
+            .iter()
+            .map(|limiter| limiter.num_requeues(key))
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+impl<K> fmt::Debug for MaxOf<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MaxOf")
+            .field("limiters", &self.limiters.len())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn backoff_doubles_per_failure_per_key_and_resets_after_forget() {
+        let b = ExponentialBackoff::new(ms(5), Duration::from_secs(1000));
+        let delays: Vec<_> = (0..5).map(|_| b.when(&"a")).collect();
+        assert_eq!(delays, [ms(5), ms(10), ms(20), ms(40), ms(80)]);
+        assert_eq!(b.num_requeues(&"a"), 5);
+
+        assert_eq!(b.when(&"b"), ms(5), "keys back off independently");
+        assert_eq!(b.num_requeues(&"b"), 1);
+
+        b.forget(&"a");
+        assert_eq!(b.num_requeues(&"a"), 0);
+        assert_eq!(b.when(&"a"), ms(5));
+        assert_eq!(b.num_requeues(&"b"), 1, "forget only resets its own key");
+    }
+
+    #[test]
+    fn backoff_is_capped_at_max_and_never_overflows() {
+        let max = Duration::from_secs(1000);
+        let b = ExponentialBackoff::new(ms(5), max);
+        assert_eq!(b.nominal_delay(17), Duration::from_millis(655_360));
+        assert_eq!(b.nominal_delay(18), max);
+        assert_eq!(b.nominal_delay(127), max);
+        assert_eq!(b.nominal_delay(u32::MAX), max);
+        let last = (0..300).map(|_| b.when(&1)).last();
+        assert_eq!(last, Some(max));
+        assert_eq!(b.num_requeues(&1), 300);
+    }
+
+    #[test]
+    fn backoff_with_huge_bounds_stays_exact() {
+        let b = ExponentialBackoff::<u8>::new(Duration::new(3, 7), Duration::MAX);
+        assert_eq!(b.nominal_delay(0), Duration::new(3, 7));
+        assert_eq!(b.nominal_delay(10), Duration::new(3 * 1024, 7 * 1024));
+        assert_eq!(b.nominal_delay(100), Duration::MAX);
+    }
+
+    #[test]
+    fn jitter_only_shortens_delays_within_the_factor() {
+        let b = ExponentialBackoff::new(ms(5), Duration::from_secs(1000))
+            .with_jitter(0.5)
+            .with_seed(7);
+        let mut jittered = 0;
+        for n in 0..40 {
+            let nominal = b.nominal_delay(n);
+            let delay = b.when(&"k");
+            assert!(delay <= nominal, "{delay:?} above nominal {nominal:?}");
+            assert!(delay >= nominal / 2, "{delay:?} below half of {nominal:?}");
+            if delay != nominal {
+                jittered += 1;
+            }
+        }
+        assert!(jittered > 30, "jitter should vary almost every delay");
+    }
+
+    #[test]
+    fn full_jitter_stays_above_zero_and_below_nominal() {
+        let b = ExponentialBackoff::new(ms(5), Duration::from_secs(1000))
+            .with_jitter(1.0)
+            .with_seed(1);
+        for n in 0..40 {
+            let nominal = b.nominal_delay(n);
+            let delay = b.when(&"k");
+            assert!(delay > Duration::ZERO && delay <= nominal);
+        }
+    }
+
+    #[test]
+    fn a_seeded_jitter_is_reproducible() {
+        let run = || {
+            let b = ExponentialBackoff::new(ms(5), Duration::from_secs(1000))
+                .with_jitter(0.3)
+                .with_seed(42);
+            (0..20).map(|_| b.when(&0)).collect::<Vec<_>>()
+        };
+        assert_eq!(run(), run());
+    }
+
+    #[test]
+    fn jitter_factor_is_clamped() {
+        let b = ExponentialBackoff::<u8>::new(ms(1), ms(1)).with_jitter(7.0);
+        assert_eq!(b.jitter, 1.0);
+        let b = b.with_jitter(-1.0);
+        assert_eq!(b.jitter, 0.0);
+        let b = b.with_jitter(f64::NAN);
+        assert_eq!(b.jitter, 0.0);
+        assert_eq!(b.when(&0), ms(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn token_bucket_allows_the_burst_then_spaces_reservations_by_its_rate() {
+        let bucket = TokenBucket::new(10.0, 3);
+        let when = || RateLimiter::<()>::when(&bucket, &());
+        assert_eq!([when(), when(), when()], [Duration::ZERO; 3]);
+        assert_eq!(when(), ms(100));
+        assert_eq!(when(), ms(200));
+
+        tokio::time::advance(Duration::from_secs(1)).await;
+        // Refilled to the burst, not beyond: 10 tokens accrued but only 3 fit.
+        assert_eq!([when(), when(), when()], [Duration::ZERO; 3]);
+        assert_eq!(when(), ms(100));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn token_bucket_refills_gradually() {
+        let bucket = TokenBucket::new(2.0, 1);
+        let when = || RateLimiter::<()>::when(&bucket, &());
+        assert_eq!(when(), Duration::ZERO);
+        assert_eq!(when(), ms(500));
+        tokio::time::advance(ms(250)).await;
+        // The outstanding reservation still has 250 ms to go; this one queues behind it.
+        assert_eq!(when(), ms(750));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn token_bucket_edge_rates() {
+        let unlimited = TokenBucket::new(f64::INFINITY, 1);
+        for _ in 0..1000 {
+            assert_eq!(RateLimiter::<()>::when(&unlimited, &()), Duration::ZERO);
+        }
+        let frozen = TokenBucket::new(0.0, 0);
+        assert_eq!(RateLimiter::<()>::when(&frozen, &()), Duration::ZERO);
+        assert_eq!(RateLimiter::<()>::when(&frozen, &()), FAR_FUTURE);
+        let nan = TokenBucket::new(f64::NAN, 1);
+        assert_eq!(RateLimiter::<()>::when(&nan, &()), Duration::ZERO);
+        assert_eq!(RateLimiter::<()>::when(&nan, &()), FAR_FUTURE);
+        assert_eq!(RateLimiter::<()>::num_requeues(&nan, &()), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn max_of_returns_the_longest_delay_and_forgets_everywhere() {
+        let limiter = MaxOf::new(vec![])
+            .with(ExponentialBackoff::new(ms(5), Duration::from_secs(1000)))
+            .with(TokenBucket::new(1.0, 2));
+        assert_eq!(limiter.when(&"a"), ms(5));
+        assert_eq!(limiter.when(&"a"), ms(10));
+        // The bucket is empty now and dominates the 20 ms backoff.
+        assert_eq!(limiter.when(&"a"), Duration::from_secs(1));
+        assert_eq!(limiter.num_requeues(&"a"), 3);
+        limiter.forget(&"a");
+        assert_eq!(limiter.num_requeues(&"a"), 0);
+    }
+
+    #[test]
+    fn an_empty_max_of_never_delays() {
+        let limiter = MaxOf::<u8>::new(Vec::new());
+        assert_eq!(limiter.when(&1), Duration::ZERO);
+        assert_eq!(limiter.num_requeues(&1), 0);
+    }
+
+    #[test]
+    fn shared_limiters_can_be_used_through_arc_and_box() {
+        let shared = Arc::new(ExponentialBackoff::new(ms(1), ms(100)));
+        let boxed: Box<dyn RateLimiter<u8>> = Box::new(Arc::clone(&shared));
+        assert_eq!(boxed.when(&1), ms(1));
+        assert_eq!(shared.num_requeues(&1), 1);
+        boxed.forget(&1);
+        assert_eq!(shared.num_requeues(&1), 0);
+    }
+}

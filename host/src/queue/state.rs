@@ -1,0 +1,181 @@
+//! The queue's lock-protected bookkeeping: ready FIFO, dirty and processing sets, delayed keys
+//! and lifecycle, as plain synchronous logic driven by the caller's clock reading.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::delay::Delayed;
+use super::metrics::{Gauges, Metrics};
+
+/// Where the queue is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lifecycle {
+    /// Accepting adds.
+    Running,
+    /// `shutdown_with_drain`: no new adds; pending keys are still handed out.
+    Draining,
+    /// `shutdown`: no new adds, nothing more handed out.
+    Stopped,
+}
+
+/// The outcome of trying to take the next key.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Take<K> {
+    /// A key, now marked as processing.
+    Key(K),
+    /// Nothing ready yet; wait for a notification or until the deadline, if any.
+    Wait(Option<Instant>),
+    /// Shut down and nothing more will become ready.
+    Closed,
+}
+
+/// Invariants:
+/// - `ready` holds distinct keys, each also in `dirty` and never in `processing`;
+/// - `dirty` = `ready` ∪ (keys in `processing` that were re-added meanwhile), so
+///   `dirty.len() - ready.len()` keys are waiting for their `done` to be requeued;
+/// - a key is in `processing` from `get` until `done`, so it is never handed out twice at once.
+#[derive(Debug)]
+pub(super) struct State<K> {
+    ready: VecDeque<K>,
+    /// Keys that need processing, with the time they became pending (for queue latency).
+    dirty: HashMap<K, Instant>,
+    /// Keys handed out and not yet done, with the time they were handed out.
+    processing: HashMap<K, Instant>,
+    delayed: Delayed<K>,
+    lifecycle: Lifecycle,
+}
+
+impl<K: Clone + Eq + Hash> State<K> {
+    pub(super) fn new() -> Self {
+        Self {
+            ready: VecDeque::new(),
+            dirty: HashMap::new(),
+            processing: HashMap::new(),
+            delayed: Delayed::new(),
+            lifecycle: Lifecycle::Running,
+        }
+    }
+
+    pub(super) fn is_shutting_down(&self) -> bool {
+        self.lifecycle != Lifecycle::Running
+    }
+
+    /// Adds `key` now. Returns `true` if it was appended to the ready queue (wake a getter).
+    pub(super) fn add(&mut self, key: K, now: Instant, metrics: &Metrics) -> bool {
+        self.lifecycle == Lifecycle::Running && self.enqueue(key, now, metrics)
+    }
+
+    /// Adds `key` at `ready_at`. Returns `true` if the next deadline moved earlier (re-arm waiters).
+    pub(super) fn add_after(&mut self, key: K, ready_at: Instant) -> bool {
+        self.lifecycle == Lifecycle::Running && self.delayed.insert(key, ready_at)
+    }
+
+    /// Marks `key` dirty and queues it unless it is already pending or being processed.
+    fn enqueue(&mut self, key: K, now: Instant, metrics: &Metrics) -> bool {
+        if self.dirty.contains_key(&key) {
+            return false;
+        }
+        metrics.record_add();
+        if self.processing.contains_key(&key) {
+            self.dirty.insert(key, now);
+            return false;
+        }
+        self.dirty.insert(key.clone(), now);
+        self.ready.push_back(key);
+        true
+    }
+
+    /// Moves delayed keys whose time has come into the ready queue; returns how many were queued.
+    pub(super) fn promote_due(&mut self, now: Instant, metrics: &Metrics) -> usize {
+        let mut queued = 0;
+        while let Some(key) = self.delayed.pop_due(now) {
+            if self.enqueue(key, now, metrics) {
+                queued += 1;
+            }
+        }
+        queued
+    }
+
+    /// Hands out the next ready key (promoting due delayed keys first), or says what to wait for.
+    pub(super) fn take(&mut self, now: Instant, metrics: &Metrics) -> Take<K> {
+        self.promote_due(now, metrics);
+        if let Some(key) = self.ready.pop_front() {
+            if let Some(pending_since) = self.dirty.remove(&key) {
+                metrics
+                    .queue_duration
+                    .observe(now.saturating_duration_since(pending_since));
+            }
+            self.processing.insert(key.clone(), now);
+            return Take::Key(key);
+        }
+        match self.lifecycle {
+            Lifecycle::Running => Take::Wait(self.delayed.next_deadline()),
+            // With `ready` empty, `dirty` holds exactly the keys awaiting requeue on `done`.
+            Lifecycle::Draining if !self.dirty.is_empty() => Take::Wait(None),
+            Lifecycle::Draining | Lifecycle::Stopped => Take::Closed,
+        }
+    }
+
+    /// Finishes processing `key`. Returns `None` if it was not being processed, otherwise
+    /// whether it was requeued because it had been re-added meanwhile.
+    pub(super) fn done(&mut self, key: &K, now: Instant, metrics: &Metrics) -> Option<bool> {
+        let (key, started) = self.processing.remove_entry(key)?;
+        metrics
+            .work_duration
+            .observe(now.saturating_duration_since(started));
+        if self.lifecycle != Lifecycle::Stopped && self.dirty.contains_key(&key) {
+            self.ready.push_back(key);
+            Some(true)
+        } else {
+            Some(false)
+        }
+    }
+
+    /// Stops accepting adds and drops delayed keys. Without `drain`, also drops pending keys so
+    /// nothing more is handed out; with `drain` (and not already stopped) pending keys remain.
+    pub(super) fn shutdown(&mut self, drain: bool) {
+        self.delayed.clear();
+        if drain {
+            if self.lifecycle == Lifecycle::Running {
+                self.lifecycle = Lifecycle::Draining;
+            }
+        } else {
+            self.lifecycle = Lifecycle::Stopped;
+            self.ready.clear();
+            self.dirty.clear();
+        }
+    }
+
+    /// Nothing is ready and nothing is being processed.
+    pub(super) fn is_drained(&self) -> bool {
+        self.ready.is_empty() && self.processing.is_empty()
+    }
+
+    pub(super) fn has_ready(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
+    pub(super) fn ready_len(&self) -> usize {
+        self.ready.len()
+    }
+
+    pub(super) fn gauges(&self, now: Instant) -> Gauges {
+        let (unfinished_work, longest_running_processor) = self.processing.values().fold(
+            (Duration::ZERO, Duration::ZERO),
+            |(sum, longest), &started| {
+                let running = now.saturating_duration_since(started);
+                (sum.saturating_add(running), longest.max(running))
+            },
+        );
+        Gauges {
+            depth: self.dirty.len(),
+            delayed: self.delayed.len(),
+            in_flight: self.processing.len(),
+            unfinished_work,
+            longest_running_processor,
+        }
+    }
+}

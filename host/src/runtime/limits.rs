@@ -1,0 +1,58 @@
+//! Per-call limits of a plugin and the store limiter that enforces them.
+
+use std::time::Duration;
+
+/// Limits applied to every reconcile call of a plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Wall-clock deadline per call, enforced by epoch interruption.
+    pub deadline: Duration,
+    /// Linear memory cap per instance, in bytes.
+    pub memory_bytes: usize,
+    /// Cap on captured stdout/stderr per call, in bytes.
+    pub output_bytes: usize,
+    /// Cap on the response size, in bytes.
+    pub response_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            deadline: Duration::from_secs(1),
+            memory_bytes: 64 << 20,
+            output_bytes: 64 << 10,
+            response_bytes: 4 << 20,
+        }
+    }
+}
+
+/// A [`wasmtime::ResourceLimiter`] that remembers when the memory cap was hit,
+/// so the failure is reported as such rather than as a generic trap.
+pub(super) struct Limiter {
+    pub memory_cap: usize,
+    pub memory_exceeded: bool,
+}
+
+impl wasmtime::ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.memory_cap {
+            self.memory_exceeded = true;
+            wasmtime::bail!("memory limit of {} bytes exceeded", self.memory_cap);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}

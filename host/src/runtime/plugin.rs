@@ -1,0 +1,278 @@
+//! `WasmPlugin`: one compiled component with its pre-instantiated template.
+//! The only code that creates a wasmtime `Store`: one per call, with a
+//! deadline, a memory cap and captured output.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use wasmtime::Store;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::WasiCtxBuilder;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+
+use super::bindings::setpoint::plugin::types as wit;
+use super::bindings::{Reconciler as Bindings, ReconcilerPre};
+use super::error::{Error, classify};
+use super::host_api::HostState;
+use super::limits::{Limiter, Limits};
+use super::{EPOCH_TICK, Runtime};
+use crate::controller::{
+    self, CacheView, EventRecord, Manifest, ReconcileError, Request, Response, Severity,
+};
+use crate::object::KindRef;
+
+/// A loaded plugin, ready to reconcile. Implements [`controller::Reconciler`].
+pub struct WasmPlugin {
+    runtime: Runtime,
+    pre: ReconcilerPre<HostState>,
+    manifest: Manifest,
+    content_hash: String,
+    limits: Limits,
+    name: Arc<str>,
+}
+
+impl WasmPlugin {
+    pub(super) fn new(
+        runtime: Runtime,
+        pre: ReconcilerPre<HostState>,
+        content_hash: String,
+        limits: Limits,
+    ) -> Result<Self, Error> {
+        let mut plugin = Self {
+            runtime,
+            pre,
+            manifest: Manifest {
+                name: String::new(),
+                version: String::new(),
+                reconciles: KindRef::new("", ""),
+                owns: vec![],
+                definitions: vec![],
+                finalizer: None,
+            },
+            content_hash,
+            limits,
+            name: Arc::from("(loading)"),
+        };
+        let manifest = plugin.call(None, String::new(), |bindings, store| {
+            bindings.call_manifest(store)
+        })?;
+        plugin.manifest = convert_manifest(manifest)?;
+        plugin.name = Arc::from(plugin.manifest.name.as_str());
+        Ok(plugin)
+    }
+
+    /// The sha256 of the component's bytes, hex.
+    pub fn content_hash(&self) -> &str {
+        &self.content_hash
+    }
+
+    /// The per-call limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Run `f` against a fresh instance with the plugin's limits.
+    fn call<T>(
+        &self,
+        cache: Option<Arc<dyn CacheView>>,
+        object: String,
+        f: impl FnOnce(&Bindings, &mut Store<HostState>) -> wasmtime::Result<T>,
+    ) -> Result<T, Error> {
+        let _slot = self.runtime.inner.slots.acquire();
+        let stdout = MemoryOutputPipe::new(self.limits.output_bytes);
+        let stderr = MemoryOutputPipe::new(self.limits.output_bytes);
+        let wasi = WasiCtxBuilder::new()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        let state = HostState {
+            wasi,
+            table: ResourceTable::new(),
+            limiter: Limiter {
+                memory_cap: self.limits.memory_bytes,
+                memory_exceeded: false,
+            },
+            plugin: self.name.clone(),
+            object,
+            cache,
+            stdout,
+            stderr,
+        };
+        let mut store = Store::new(&self.runtime.inner.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        // The deadline must be set before instantiation: start-up code runs too.
+        let ticks = self
+            .limits
+            .deadline
+            .as_nanos()
+            .div_ceil(EPOCH_TICK.as_nanos())
+            .max(1) as u64;
+        store.set_epoch_deadline(ticks);
+        store.epoch_deadline_trap();
+        let result = self
+            .pre
+            .instantiate(&mut store)
+            .and_then(|bindings| f(&bindings, &mut store));
+        let state = store.data();
+        forward_output(state);
+        result.map_err(|err| {
+            let memory = state
+                .limiter
+                .memory_exceeded
+                .then_some(self.limits.memory_bytes);
+            let stderr = String::from_utf8_lossy(&state.stderr.contents())
+                .trim()
+                .to_owned();
+            let tail: String = stderr
+                .lines()
+                .rev()
+                .take(5)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join(" | ");
+            classify(err, self.limits.deadline, memory, &tail)
+        })
+    }
+}
+
+fn forward_output(state: &HostState) {
+    for (stream, pipe) in [("stdout", &state.stdout), ("stderr", &state.stderr)] {
+        let bytes = pipe.contents();
+        if bytes.is_empty() {
+            continue;
+        }
+        for line in String::from_utf8_lossy(&bytes).lines() {
+            tracing::info!(plugin = %state.plugin, object = %state.object, stream, "{line}");
+        }
+    }
+}
+
+fn convert_manifest(m: wit::Manifest) -> Result<Manifest, Error> {
+    let bad = |msg: String| Error::BadResponse(format!("manifest: {msg}"));
+    if m.name.is_empty() {
+        return Err(bad("name is empty".into()));
+    }
+    let kind = |k: wit::KindRef| KindRef::new(k.api_version, k.kind);
+    let definitions = m
+        .definitions
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            serde_json::from_str::<Value>(d)
+                .map_err(|e| bad(format!("definitions[{i}] is not JSON: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let reconciles = kind(m.reconciles);
+    if reconciles.api_version.is_empty() || reconciles.kind.is_empty() {
+        return Err(bad("reconciles names no kind".into()));
+    }
+    Ok(Manifest {
+        name: m.name,
+        version: m.version,
+        reconciles,
+        owns: m.owns.into_iter().map(kind).collect(),
+        definitions,
+        finalizer: m.finalizer,
+    })
+}
+
+fn convert_response(r: wit::Response, limit: usize) -> Result<Response, Error> {
+    let size = r.children.iter().flatten().map(String::len).sum::<usize>()
+        + r.status.as_ref().map_or(0, String::len)
+        + r.events
+            .iter()
+            .map(|e| e.message.len() + e.reason.len())
+            .sum::<usize>();
+    if size > limit {
+        return Err(Error::BadResponse(format!(
+            "response is {size} bytes, over the limit of {limit} bytes"
+        )));
+    }
+    let children = r
+        .children
+        .map(|list| {
+            list.iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let v: Value = serde_json::from_str(c).map_err(|e| {
+                        Error::BadResponse(format!("children[{i}] is not JSON: {e}"))
+                    })?;
+                    if !v.is_object() {
+                        return Err(Error::BadResponse(format!(
+                            "children[{i}] is not a JSON object"
+                        )));
+                    }
+                    Ok(v)
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .transpose()?;
+    let status = r
+        .status
+        .map(|s| {
+            let v: Value = serde_json::from_str(&s)
+                .map_err(|e| Error::BadResponse(format!("status is not JSON: {e}")))?;
+            if v.is_object() {
+                Ok(v)
+            } else {
+                Err(Error::BadResponse(
+                    "status patch is not a JSON object".into(),
+                ))
+            }
+        })
+        .transpose()?;
+    Ok(Response {
+        children,
+        status,
+        events: r
+            .events
+            .into_iter()
+            .map(|e| EventRecord {
+                severity: match e.severity {
+                    wit::Severity::Normal => Severity::Normal,
+                    wit::Severity::Warning => Severity::Warning,
+                },
+                reason: e.reason,
+                message: e.message,
+            })
+            .collect(),
+        requeue_after: r.requeue_after_ms.map(Duration::from_millis),
+        remove_finalizer: r.remove_finalizer,
+    })
+}
+
+impl controller::Reconciler for WasmPlugin {
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    fn reconcile(
+        &self,
+        request: &Request,
+        cache: &Arc<dyn CacheView>,
+    ) -> Result<Response, ReconcileError> {
+        let key = crate::object::ObjectKey::of(&request.object).to_string();
+        let input = wit::Request {
+            object: request.object.to_string(),
+            owned: request.owned.iter().map(|o| o.to_string()).collect(),
+            finalizing: request.finalizing,
+            now_unix_ms: request.now_unix_ms,
+        };
+        let result = self.call(Some(cache.clone()), key, |bindings, store| {
+            bindings.call_reconcile(store, &input)
+        });
+        match result {
+            Ok(Ok(response)) => convert_response(response, self.limits.response_bytes)
+                .map_err(|e| ReconcileError::Transient(e.to_string())),
+            Ok(Err(wit::ReconcileError::Transient(msg))) => Err(ReconcileError::Transient(msg)),
+            Ok(Err(wit::ReconcileError::Permanent(msg))) => Err(ReconcileError::Permanent(msg)),
+            Err(err) => Err(ReconcileError::Transient(err.to_string())),
+        }
+    }
+}

@@ -1,0 +1,296 @@
+//! Collection and item endpoints of every registered kind: get, list,
+//! create, update, merge patch, delete, and the `status` sub-resource.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+use super::status::{ApiError, error_response};
+use crate::Host;
+use crate::api::{DeleteOptions, Error, ListOptions};
+use crate::object::{KindInfo, meta};
+
+/// What a path names.
+struct Target {
+    kind: Arc<KindInfo>,
+    namespace: Option<String>,
+    name: Option<String>,
+    status: bool,
+}
+
+pub(super) async fn core(
+    State(host): State<Arc<Host>>,
+    method: Method,
+    Path(rest): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(host, method, "", "v1", &rest, query, headers, body).await
+}
+
+pub(super) async fn grouped(
+    State(host): State<Arc<Host>>,
+    method: Method,
+    Path((group, version, rest)): Path<(String, String, String)>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(host, method, &group, &version, &rest, query, headers, body).await
+}
+
+fn resolve(host: &Host, group: &str, version: &str, rest: &str) -> Result<Target, Response> {
+    let segments: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+    let (namespace, rest) = match segments.as_slice() {
+        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some((*ns).to_owned()), rest),
+        other => (None, other),
+    };
+    let (plural, name, status) = match rest {
+        [plural] => (*plural, None, false),
+        [plural, name] => (*plural, Some((*name).to_owned()), false),
+        [plural, name, "status"] => (*plural, Some((*name).to_owned()), true),
+        _ => {
+            return Err(not_found(&format!(
+                "the server could not find the requested resource: {rest:?}"
+            )));
+        }
+    };
+    let kind = host
+        .api()
+        .kinds()
+        .by_plural(group, plural)
+        .filter(|k| k.version == version)
+        .ok_or_else(|| {
+            let gv = if group.is_empty() {
+                version.to_owned()
+            } else {
+                format!("{group}/{version}")
+            };
+            not_found(&format!(
+                "the server doesn't have a resource type {plural:?} in {gv}"
+            ))
+        })?;
+    if namespace.is_some() && !kind.namespaced {
+        return Err(not_found(&format!(
+            "{} is cluster-scoped and has no namespaced path",
+            kind.plural
+        )));
+    }
+    if status && !kind.status_subresource {
+        return Err(not_found(&format!(
+            "{} has no status sub-resource",
+            kind.plural
+        )));
+    }
+    Ok(Target {
+        kind,
+        namespace,
+        name,
+        status,
+    })
+}
+
+fn not_found(message: &str) -> Response {
+    error_response(StatusCode::NOT_FOUND, "NotFound", message)
+}
+
+fn parse_body(body: &Bytes) -> Result<Value, Response> {
+    serde_json::from_slice(body).map_err(|e| {
+        error_response(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            &format!("request body is not valid JSON: {e}"),
+        )
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn handle(
+    host: Arc<Host>,
+    method: Method,
+    group: &str,
+    version: &str,
+    rest: &str,
+    query: HashMap<String, String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let target = match resolve(&host, group, version, rest) {
+        Ok(t) => t,
+        Err(response) => return response,
+    };
+    let result = match (&method, &target.name) {
+        (&Method::GET, None) => list(&host, &target, &query).await,
+        (&Method::GET, Some(name)) => host
+            .api()
+            .get(&target.kind, target.namespace.as_deref(), name)
+            .await
+            .map(|o| (StatusCode::OK, o)),
+        (&Method::POST, None) => match parse_body(&body) {
+            Ok(object) => create(&host, &target, object).await,
+            Err(r) => return r,
+        },
+        (&Method::PUT, Some(name)) => match parse_body(&body) {
+            Ok(object) => update(&host, &target, name, object).await,
+            Err(r) => return r,
+        },
+        (&Method::PATCH, Some(name)) => {
+            let content_type = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            if !content_type.starts_with("application/merge-patch+json") {
+                return error_response(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "UnsupportedMediaType",
+                    &format!(
+                        "patch content type {content_type:?} is not supported; use application/merge-patch+json"
+                    ),
+                );
+            }
+            match parse_body(&body) {
+                Ok(patch) => host
+                    .api()
+                    .merge_patch(
+                        &target.kind,
+                        target.namespace.as_deref(),
+                        name,
+                        &patch,
+                        target.status,
+                    )
+                    .await
+                    .map(|o| (StatusCode::OK, o)),
+                Err(r) => return r,
+            }
+        }
+        (&Method::DELETE, Some(name)) => {
+            let options = if body.is_empty() {
+                Ok(Value::Null)
+            } else {
+                parse_body(&body)
+            };
+            match options {
+                Ok(options) => delete(&host, &target, name, &options, &query).await,
+                Err(r) => return r,
+            }
+        }
+        _ => {
+            return error_response(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "MethodNotAllowed",
+                &format!("{method} is not supported on this path"),
+            );
+        }
+    };
+    match result {
+        Ok((code, body)) => (code, Json(body)).into_response(),
+        Err(err) => ApiError(err).into_response(),
+    }
+}
+
+async fn list(
+    host: &Host,
+    target: &Target,
+    query: &HashMap<String, String>,
+) -> Result<(StatusCode, Value), Error> {
+    let limit = match query.get("limit") {
+        Some(l) => l
+            .parse::<usize>()
+            .map_err(|_| Error::BadRequest(format!("limit {l:?} is not a number")))?,
+        None => 0,
+    };
+    let options = ListOptions {
+        namespace: target.namespace.clone(),
+        label_selector: query.get("labelSelector").cloned(),
+        field_selector: query.get("fieldSelector").cloned(),
+        limit,
+        continue_token: query.get("continue").filter(|c| !c.is_empty()).cloned(),
+    };
+    let list = host.api().list(&target.kind, &options).await?;
+    Ok((StatusCode::OK, list.to_json(&target.kind)))
+}
+
+/// Put the path's namespace into the body, refusing a contradicting one.
+fn place(target: &Target, object: &mut Value) -> Result<(), Error> {
+    if !object.is_object() {
+        return Err(Error::BadRequest(
+            "the request body must be a JSON object".into(),
+        ));
+    }
+    if let Some(ns) = &target.namespace {
+        match meta::namespace(object) {
+            Some(body_ns) if body_ns != ns => {
+                return Err(Error::BadRequest(format!(
+                    "the namespace of the provided object ({body_ns}) does not match the namespace sent on the request ({ns})"
+                )));
+            }
+            _ => {
+                meta::metadata_mut(object).insert("namespace".into(), Value::String(ns.clone()));
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn create(
+    host: &Host,
+    target: &Target,
+    mut object: Value,
+) -> Result<(StatusCode, Value), Error> {
+    place(target, &mut object)?;
+    host.api()
+        .create(&target.kind, object)
+        .await
+        .map(|o| (StatusCode::CREATED, o))
+}
+
+async fn update(
+    host: &Host,
+    target: &Target,
+    name: &str,
+    mut object: Value,
+) -> Result<(StatusCode, Value), Error> {
+    place(target, &mut object)?;
+    if meta::name(&object) != name {
+        return Err(Error::BadRequest(format!(
+            "the name of the object ({:?}) does not match the name on the URL ({name:?})",
+            meta::name(&object)
+        )));
+    }
+    let result = if target.status {
+        host.api().update_status(&target.kind, object).await
+    } else {
+        host.api().update(&target.kind, object).await
+    };
+    result.map(|o| (StatusCode::OK, o))
+}
+
+async fn delete(
+    host: &Host,
+    target: &Target,
+    name: &str,
+    options: &Value,
+    query: &HashMap<String, String>,
+) -> Result<(StatusCode, Value), Error> {
+    let options = DeleteOptions {
+        resource_version: options["preconditions"]["resourceVersion"]
+            .as_str()
+            .map(str::to_owned),
+        uid: options["preconditions"]["uid"].as_str().map(str::to_owned),
+    };
+    let _ = query;
+    let object = host
+        .api()
+        .delete(&target.kind, target.namespace.as_deref(), name, &options)
+        .await?;
+    // 200 with the object when deletion completed or is pending on finalizers,
+    // as the Kubernetes API does for custom resources.
+    Ok((StatusCode::OK, object))
+}

@@ -1,0 +1,75 @@
+//! The single mapping from API errors to Kubernetes `Status` bodies and HTTP
+//! codes.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::api::Error;
+
+/// A `Status` failure body.
+pub fn status_body(code: u16, reason: &str, message: &str, details: Value) -> Value {
+    let mut body = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    });
+    if !details.is_null() {
+        body["details"] = details;
+    }
+    body
+}
+
+/// An API error as an HTTP response.
+pub struct ApiError(pub Error);
+
+impl From<Error> for ApiError {
+    fn from(err: Error) -> Self {
+        Self(err)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let err = self.0;
+        let code = err.code();
+        let details = match &err {
+            Error::NotFound { kind, name }
+            | Error::AlreadyExists { kind, name }
+            | Error::Conflict { kind, name, .. } => {
+                json!({"name": name, "kind": kind})
+            }
+            Error::Invalid { kind, name, causes } => json!({
+                "name": name,
+                "kind": kind,
+                "causes": causes.iter().map(|c| json!({
+                    "reason": "FieldValueInvalid", "message": c.message, "field": c.field,
+                })).collect::<Vec<_>>(),
+            }),
+            _ => Value::Null,
+        };
+        if code >= 500 {
+            tracing::error!(error = %err, "request failed");
+        }
+        let body = status_body(code, err.reason(), &err.to_string(), details);
+        (
+            StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            Json(body),
+        )
+            .into_response()
+    }
+}
+
+/// A plain `Status` error response.
+pub fn error_response(code: StatusCode, reason: &str, message: &str) -> Response {
+    (
+        code,
+        Json(status_body(code.as_u16(), reason, message, Value::Null)),
+    )
+        .into_response()
+}

@@ -1,0 +1,50 @@
+//! `store::Error`: what a backend operation can fail with.
+
+use super::Revision;
+
+/// A backend failure. Conflicts are normal under optimistic concurrency.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A write's [`Condition`](super::Condition) did not hold.
+    #[error("conflict on {key}: expected revision {expected:?}, found {actual:?}")]
+    Conflict {
+        /// The key written.
+        key: String,
+        /// The modification revision the writer expected (`None`: absent).
+        expected: Option<Revision>,
+        /// The modification revision found (`None`: absent).
+        actual: Option<Revision>,
+    },
+    /// A delete of a key that does not exist.
+    #[error("key {key} not found")]
+    NotFound {
+        /// The key.
+        key: String,
+    },
+    /// A read or watch at a revision that compaction has removed.
+    #[error("revision {requested} is compacted (oldest available is {compacted} + 1)")]
+    Compacted {
+        /// The revision asked for.
+        requested: Revision,
+        /// The compaction point.
+        compacted: Revision,
+    },
+    /// A read at a revision that does not exist yet.
+    #[error("revision {requested} is in the future (current is {current})")]
+    FutureRevision {
+        /// The revision asked for.
+        requested: Revision,
+        /// The current revision.
+        current: Revision,
+    },
+    /// The stored data is damaged.
+    #[error("store is corrupt: {0}")]
+    Corrupt(String),
+    /// An I/O failure.
+    #[error("store I/O: {0}")]
+    Io(#[from] std::io::Error),
+    /// The backend cannot serve requests (closed, unreachable).
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+}

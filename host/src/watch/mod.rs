@@ -1,0 +1,286 @@
+//! The watch hub: one cache of recent changes per store, decoded once and
+//! fanned out to every subscriber (informers, HTTP watchers) as shared
+//! `Arc<Event>`s, never copied per subscriber.
+//!
+//! # Contract
+//!
+//! - The hub follows the backend's own watch, so it sees every write from
+//!   any host sharing the backend.
+//! - A subscription starts after a revision and yields every later change
+//!   under its key prefix, in revision order, with no gap and no duplicate.
+//! - History is bounded. Subscribing before the oldest retained change fails
+//!   with [`Error::TooOldResourceVersion`] (HTTP 410 on the API); the caller
+//!   relists.
+//! - Like tokio's broadcast channel, a subscriber that falls more than the
+//!   channel's capacity behind is cut off with the same error. Writers never
+//!   wait for subscribers, and memory stays bounded.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::broadcast;
+
+use crate::object::{Object, codec};
+use crate::store::{self, Backend, EventKind, Revision};
+
+/// Default number of changes kept for late subscribers.
+pub const DEFAULT_HISTORY: usize = 10_000;
+
+/// What happened to an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum EventType {
+    /// Created.
+    Added,
+    /// Changed.
+    Modified,
+    /// Removed; the object is its last state.
+    Deleted,
+}
+
+/// One change to one object, shared by all subscribers.
+#[derive(Debug)]
+pub struct Event {
+    /// The store revision of the change.
+    pub revision: Revision,
+    /// Added, modified or deleted.
+    pub kind: EventType,
+    /// The store key of the object.
+    pub key: String,
+    /// The object after the change (before it, for a delete), with
+    /// `metadata.resourceVersion` set to `revision`.
+    pub object: Arc<Object>,
+}
+
+/// A subscription failure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The requested start is older than the retained history, or the
+    /// subscriber fell too far behind.
+    #[error("too old resource version: {requested} (oldest available {oldest})")]
+    TooOldResourceVersion {
+        /// The revision the subscriber needed next.
+        requested: Revision,
+        /// The oldest revision the hub can still deliver after.
+        oldest: Revision,
+    },
+    /// The hub stopped.
+    #[error("watch hub closed")]
+    Closed,
+}
+
+/// The fan-out point for one store.
+#[derive(Clone)]
+pub struct WatchHub {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    sender: broadcast::Sender<Arc<Event>>,
+    capacity: usize,
+}
+
+struct State {
+    /// Retained events; every change after `oldest` up to `last` is here.
+    history: VecDeque<Arc<Event>>,
+    oldest: Revision,
+    last: Revision,
+}
+
+impl WatchHub {
+    /// Start a hub following `backend` from its current revision, keeping
+    /// `capacity` events of history (also the lag allowed per subscriber).
+    pub async fn start(backend: Arc<dyn Backend>, capacity: usize) -> store::Result<Self> {
+        let start = backend.current_revision().await?;
+        let stream = backend.watch(start).await?;
+        let (sender, _) = broadcast::channel(capacity.max(1));
+        let hub = Self {
+            inner: Arc::new(Inner {
+                state: Mutex::new(State {
+                    history: VecDeque::with_capacity(capacity.min(1024)),
+                    oldest: start,
+                    last: start,
+                }),
+                sender,
+                capacity: capacity.max(1),
+            }),
+        };
+        let follower = Arc::downgrade(&hub.inner);
+        tokio::spawn(follow(follower, backend, stream));
+        Ok(hub)
+    }
+
+    /// The revision of the last change the hub has seen.
+    pub fn last_revision(&self) -> Revision {
+        self.lock().last
+    }
+
+    /// Wait until the hub has seen `revision` (used after a write so that a
+    /// watcher started now includes it).
+    pub async fn wait_for(&self, revision: Revision) {
+        let mut rx = self.inner.sender.subscribe();
+        while self.last_revision() < revision {
+            match rx.recv().await {
+                Ok(e) if e.revision >= revision => return,
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    }
+
+    /// Subscribe to changes under `prefix` after revision `after`.
+    pub fn subscribe(&self, prefix: &str, after: Revision) -> Result<Subscription, Error> {
+        let state = self.lock();
+        if after < state.oldest {
+            return Err(Error::TooOldResourceVersion {
+                requested: after,
+                oldest: state.oldest,
+            });
+        }
+        let skip = state.history.partition_point(|e| e.revision <= after);
+        let backlog = state
+            .history
+            .iter()
+            .skip(skip)
+            .filter(|e| e.key.starts_with(prefix))
+            .cloned()
+            .collect();
+        let receiver = self.inner.sender.subscribe();
+        let last_seen = after.max(state.last);
+        Ok(Subscription {
+            prefix: prefix.to_owned(),
+            backlog,
+            receiver,
+            after,
+            last_seen,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Inner {
+    fn publish(&self, event: Event) {
+        let event = Arc::new(event);
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if state.history.len() == self.capacity
+            && let Some(old) = state.history.pop_front()
+        {
+            state.oldest = old.revision;
+        }
+        state.last = event.revision;
+        state.history.push_back(event.clone());
+        // Sent under the lock so that `subscribe` sees history and channel
+        // consistently: an event is either in the backlog or in the channel.
+        let _ = self.sender.send(event);
+    }
+
+    fn reset(&self, revision: Revision) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.history.clear();
+        state.oldest = revision;
+        state.last = revision;
+    }
+}
+
+async fn follow(
+    hub: std::sync::Weak<Inner>,
+    backend: Arc<dyn Backend>,
+    mut stream: store::WatchStream,
+) {
+    loop {
+        let item = stream.recv().await;
+        let Some(inner) = hub.upgrade() else { return };
+        match item {
+            Some(Ok(change)) => {
+                let kind = match (change.kind, change.created) {
+                    (EventKind::Put, true) => EventType::Added,
+                    (EventKind::Put, false) => EventType::Modified,
+                    (EventKind::Delete, _) => EventType::Deleted,
+                };
+                let revision = change.revision();
+                match codec::decode(&change.kv.value, revision) {
+                    Ok(object) => inner.publish(Event {
+                        revision,
+                        kind,
+                        key: change.kv.key,
+                        object: Arc::new(object),
+                    }),
+                    Err(err) => {
+                        tracing::error!(key = %change.kv.key, %err, "undecodable object in store; skipped by watchers");
+                    }
+                }
+            }
+            Some(Err(_)) | None => {
+                // The backend's watch broke (compaction, restart). Resume from
+                // now; subscribers behind this point must relist.
+                if let Some(Err(err)) = &item {
+                    tracing::warn!(%err, "store watch broken; resuming, watchers will relist");
+                }
+                let resumed = async {
+                    let rev = backend.current_revision().await?;
+                    Ok::<_, store::Error>((rev, backend.watch(rev).await?))
+                }
+                .await;
+                match resumed {
+                    Ok((rev, s)) => {
+                        inner.reset(rev);
+                        stream = s;
+                    }
+                    Err(err) => {
+                        tracing::error!(%err, "cannot resume store watch; retrying");
+                        drop(inner);
+                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A stream of changes under one prefix; see the module docs.
+pub struct Subscription {
+    prefix: String,
+    backlog: VecDeque<Arc<Event>>,
+    receiver: broadcast::Receiver<Arc<Event>>,
+    after: Revision,
+    last_seen: Revision,
+}
+
+impl Subscription {
+    /// The next change, or why there is none.
+    pub async fn next(&mut self) -> Result<Arc<Event>, Error> {
+        if let Some(event) = self.backlog.pop_front() {
+            self.after = event.revision;
+            return Ok(event);
+        }
+        loop {
+            match self.receiver.recv().await {
+                Ok(event) => {
+                    self.last_seen = event.revision;
+                    if event.revision <= self.after || !event.key.starts_with(&self.prefix) {
+                        continue;
+                    }
+                    self.after = event.revision;
+                    return Ok(event);
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    return Err(Error::TooOldResourceVersion {
+                        requested: self.after,
+                        oldest: self.last_seen,
+                    });
+                }
+                Err(broadcast::error::RecvError::Closed) => return Err(Error::Closed),
+            }
+        }
+    }
+
+    /// The revision of the last change delivered (or the starting point).
+    pub fn revision(&self) -> Revision {
+        self.after
+    }
+}

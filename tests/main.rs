@@ -1,0 +1,10 @@
+//! Integration tests of Setpoint: a real host with real plugins compiled to
+//! WebAssembly, driven through the library, the HTTP API and the binary.
+#![allow(missing_docs)]
+
+mod support;
+
+/// The `setpoint` binary: serve, apply, get, delete, and bad input.
+mod cli;
+/// The walking skeleton: ReplicaSet and podsim choreography end to end.
+mod skeleton;
