@@ -1,7 +1,6 @@
 //! The test harness: build the plugins once per run, start real hosts, poll
 //! for convergence with a failure message that shows the last state seen.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
@@ -64,7 +63,6 @@ pub fn plugins_dir(names: &[&str]) -> tempfile::TempDir {
 pub struct TestHost {
     pub host: Arc<Host>,
     pub url: String,
-    pub addr: SocketAddr,
     _plugins: tempfile::TempDir,
     server: tokio::task::JoinHandle<()>,
 }
@@ -103,7 +101,6 @@ impl TestHost {
         Self {
             host,
             url: format!("http://{addr}"),
-            addr,
             _plugins: dir,
             server,
         }

@@ -15,8 +15,11 @@ pub const CRD_GROUP: &str = "apiextensions.k8s.io";
 /// Registered kinds; cheap to clone, shared by every user of one store.
 #[derive(Clone, Default)]
 pub struct KindRegistry {
-    kinds: Arc<RwLock<HashMap<(String, String), Arc<KindInfo>>>>,
+    kinds: Arc<RwLock<KindsByPlural>>,
 }
+
+/// Kinds keyed by (group, plural).
+type KindsByPlural = HashMap<(String, String), Arc<KindInfo>>;
 
 impl KindRegistry {
     /// A registry with the built-in kinds: `CustomResourceDefinition` and core `Event`.

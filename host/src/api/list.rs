@@ -97,7 +97,7 @@ fn encode_continue(revision: Revision, after: &str) -> String {
 
 fn decode_continue(token: &str) -> Result<(Revision, String)> {
     let bad = || Error::BadRequest(format!("invalid continue token {token:?}"));
-    if token.len() % 2 != 0 {
+    if !token.len().is_multiple_of(2) {
         return Err(bad());
     }
     let bytes = (0..token.len())

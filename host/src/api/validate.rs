@@ -144,7 +144,7 @@ fn check_metadata_shapes(kind: &KindInfo, object: &Object) -> Result<()> {
         };
         for (i, r) in refs.iter().enumerate() {
             for field in ["apiVersion", "kind", "name", "uid"] {
-                if !r[field].as_str().is_some_and(|s| !s.is_empty()) {
+                if r[field].as_str().is_none_or(str::is_empty) {
                     return Err(Error::invalid(
                         &kind.kind,
                         name,

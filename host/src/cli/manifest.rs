@@ -92,13 +92,13 @@ fn check(manifest: &Manifest) -> anyhow::Result<()> {
         );
     }
     for field in ["apiVersion", "kind"] {
-        if !object[field].as_str().is_some_and(|s| !s.is_empty()) {
+        if object[field].as_str().is_none_or(str::is_empty) {
             bail!("{}: missing required field {field:?}", manifest.origin());
         }
     }
-    if !object["metadata"]["name"]
+    if object["metadata"]["name"]
         .as_str()
-        .is_some_and(|s| !s.is_empty())
+        .is_none_or(str::is_empty)
     {
         bail!(
             "{}: {} has no metadata.name",

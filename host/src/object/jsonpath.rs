@@ -79,7 +79,7 @@ fn index<'a>(value: &'a Value, selector: &str) -> Vec<&'a Value> {
             .filter(|item| {
                 select(item, field).first().is_some_and(|v| {
                     v.as_str()
-                        .map_or_else(|| v.to_string() == expected, |s| s == expected)
+                        .map_or_else(|| **v == *expected, |s| s == expected)
                 })
             })
             .collect();

@@ -46,7 +46,7 @@ pub(super) async fn grouped(
     handle(host, method, &group, &version, &rest, query, headers, body).await
 }
 
-fn resolve(host: &Host, group: &str, version: &str, rest: &str) -> Result<Target, Response> {
+fn resolve(host: &Host, group: &str, version: &str, rest: &str) -> Result<Target, Box<Response>> {
     let segments: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
     let (namespace, rest) = match segments.as_slice() {
         ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some((*ns).to_owned()), rest),
@@ -97,17 +97,17 @@ fn resolve(host: &Host, group: &str, version: &str, rest: &str) -> Result<Target
     })
 }
 
-fn not_found(message: &str) -> Response {
-    error_response(StatusCode::NOT_FOUND, "NotFound", message)
+fn not_found(message: &str) -> Box<Response> {
+    Box::new(error_response(StatusCode::NOT_FOUND, "NotFound", message))
 }
 
-fn parse_body(body: &Bytes) -> Result<Value, Response> {
+fn parse_body(body: &Bytes) -> Result<Value, Box<Response>> {
     serde_json::from_slice(body).map_err(|e| {
-        error_response(
+        Box::new(error_response(
             StatusCode::BAD_REQUEST,
             "BadRequest",
             &format!("request body is not valid JSON: {e}"),
-        )
+        ))
     })
 }
 
@@ -124,7 +124,7 @@ async fn handle(
 ) -> Response {
     let target = match resolve(&host, group, version, rest) {
         Ok(t) => t,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let result = match (&method, &target.name) {
         (&Method::GET, None) => list(&host, &target, &query).await,
@@ -135,11 +135,11 @@ async fn handle(
             .map(|o| (StatusCode::OK, o)),
         (&Method::POST, None) => match parse_body(&body) {
             Ok(object) => create(&host, &target, object).await,
-            Err(r) => return r,
+            Err(r) => return *r,
         },
         (&Method::PUT, Some(name)) => match parse_body(&body) {
             Ok(object) => update(&host, &target, name, object).await,
-            Err(r) => return r,
+            Err(r) => return *r,
         },
         (&Method::PATCH, Some(name)) => {
             let content_type = headers
@@ -167,7 +167,7 @@ async fn handle(
                     )
                     .await
                     .map(|o| (StatusCode::OK, o)),
-                Err(r) => return r,
+                Err(r) => return *r,
             }
         }
         (&Method::DELETE, Some(name)) => {
@@ -177,8 +177,8 @@ async fn handle(
                 parse_body(&body)
             };
             match options {
-                Ok(options) => delete(&host, &target, name, &options, &query).await,
-                Err(r) => return r,
+                Ok(options) => delete(&host, &target, name, &options).await,
+                Err(r) => return *r,
             }
         }
         _ => {
@@ -277,7 +277,6 @@ async fn delete(
     target: &Target,
     name: &str,
     options: &Value,
-    query: &HashMap<String, String>,
 ) -> Result<(StatusCode, Value), Error> {
     let options = DeleteOptions {
         resource_version: options["preconditions"]["resourceVersion"]
@@ -285,7 +284,6 @@ async fn delete(
             .map(str::to_owned),
         uid: options["preconditions"]["uid"].as_str().map(str::to_owned),
     };
-    let _ = query;
     let object = host
         .api()
         .delete(&target.kind, target.namespace.as_deref(), name, &options)
