@@ -14,15 +14,30 @@ use super::reconciler::{Manifest, Response};
 use crate::api::{self, Api, DeleteOptions};
 use crate::object::{KindInfo, Object, meta, patch};
 
+/// Store revisions written, with the kind written to.
+pub(super) type Writes = Vec<(Arc<KindInfo>, i64)>;
+
 /// Everything the applier needs about the controller.
 pub(super) struct Applier<'a> {
     pub api: &'a Api,
     pub manifest: &'a Manifest,
     pub owned_kinds: &'a [Arc<KindInfo>],
-    pub kind: &'a KindInfo,
+    pub kind: &'a Arc<KindInfo>,
+    /// Store revisions this applier wrote, per kind: the next reconcile of
+    /// the same key waits until the informers have seen them.
+    pub written: std::sync::Mutex<Writes>,
 }
 
 impl Applier<'_> {
+    fn wrote(&self, kind: &Arc<KindInfo>, object: &Object) {
+        if let Some(rv) = meta::resource_version(object).and_then(|rv| rv.parse().ok()) {
+            self.written
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((kind.clone(), rv));
+        }
+    }
+
     /// Apply `response` for `parent`, given the children the reconciler saw.
     pub async fn apply(
         &self,
@@ -163,7 +178,8 @@ impl Applier<'_> {
                 .delete(kind, meta::namespace(stale), meta::name(stale), &options)
                 .await
             {
-                Ok(_) | Err(api::Error::NotFound { .. }) => {}
+                Ok(deleted) => self.wrote(kind, &deleted),
+                Err(api::Error::NotFound { .. }) => {}
                 Err(api::Error::Conflict { .. }) => {} // already replaced by a newer object
                 Err(err) => return Err(err.into()),
             }
@@ -174,11 +190,14 @@ impl Applier<'_> {
     async fn create_child(
         &self,
         parent: &Object,
-        kind: &KindInfo,
+        kind: &Arc<KindInfo>,
         child: Object,
     ) -> Result<(), Error> {
         match self.api.create(kind, child.clone()).await {
-            Ok(_) => Ok(()),
+            Ok(created) => {
+                self.wrote(kind, &created);
+                Ok(())
+            }
             Err(api::Error::AlreadyExists { .. }) => {
                 // The cache had not seen it yet, or someone else owns it.
                 let live = self
@@ -202,7 +221,7 @@ impl Applier<'_> {
 
     async fn update_child_if_changed(
         &self,
-        kind: &KindInfo,
+        kind: &Arc<KindInfo>,
         current: &Arc<Object>,
         desired: &Object,
     ) -> Result<(), Error> {
@@ -233,7 +252,11 @@ impl Applier<'_> {
             return Ok(());
         }
         match self.api.update(kind, next).await {
-            Ok(_) | Err(api::Error::NotFound { .. }) => Ok(()),
+            Ok(updated) => {
+                self.wrote(kind, &updated);
+                Ok(())
+            }
+            Err(api::Error::NotFound { .. }) => Ok(()),
             Err(err) => Err(err.into()),
         }
     }
@@ -257,7 +280,9 @@ impl Applier<'_> {
         } else {
             self.api.update(self.kind, next).await
         };
-        result.map(|_| ()).map_err(Error::from)
+        let updated = result?;
+        self.wrote(self.kind, &updated);
+        Ok(())
     }
 
     /// Add the plugin's finalizer to `object`; returns whether it wrote.
@@ -273,7 +298,8 @@ impl Applier<'_> {
         if let Some(list) = list.as_array_mut() {
             list.push(json!(finalizer));
         }
-        self.api.update(self.kind, next).await?;
+        let updated = self.api.update(self.kind, next).await?;
+        self.wrote(self.kind, &updated);
         Ok(true)
     }
 

@@ -22,6 +22,7 @@ pub mod events;
 pub mod history;
 mod reconciler;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -86,6 +87,9 @@ struct Shared {
     informers: Informers,
     queue: WorkQueue<ObjectKey>,
     history: History,
+    /// Revisions each key's last reconcile wrote, per kind; see
+    /// [`wait_for_own_writes`].
+    pending_writes: std::sync::Mutex<HashMap<ObjectKey, apply::Writes>>,
 }
 
 impl Controller {
@@ -151,6 +155,7 @@ impl Controller {
             informers,
             queue,
             history: History::default(),
+            pending_writes: Default::default(),
         });
         let workers = (0..config.workers.max(1))
             .map(|_| tokio::spawn(worker(shared.clone())))
@@ -247,11 +252,13 @@ async fn reconcile_key(
         return Ok(None);
     };
     let manifest = shared.reconciler.manifest();
+    wait_for_own_writes(shared, key).await;
     let applier = apply::Applier {
         api: &shared.api,
         manifest,
         owned_kinds: &shared.owned_kinds,
         kind: &shared.kind,
+        written: Default::default(),
     };
     let mut finalizing = false;
     if let Some(finalizer) = &manifest.finalizer {
@@ -266,6 +273,7 @@ async fn reconcile_key(
             .map_err(transient)?
         {
             // The write requeues the key through the informer.
+            remember_writes(shared, key, &applier);
             return Ok(Some(None));
         }
     } else if meta::deletion_timestamp(&object).is_some() {
@@ -299,6 +307,7 @@ async fn reconcile_key(
     let response = response?;
 
     let result = applier.apply(&object, &request.owned, &response).await;
+    remember_writes(shared, key, &applier);
     match result {
         Ok(()) => {}
         Err(Error::Refused(msg)) => {
@@ -327,6 +336,44 @@ async fn reconcile_key(
             .map_err(transient)?;
     }
     Ok(Some(response.requeue_after))
+}
+
+/// How long a reconcile waits for the caches to show its key's last writes.
+const OWN_WRITES_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn remember_writes(shared: &Shared, key: &ObjectKey, applier: &apply::Applier<'_>) {
+    let written = std::mem::take(&mut *applier.written.lock().unwrap_or_else(|p| p.into_inner()));
+    if !written.is_empty() {
+        shared
+            .pending_writes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone(), written);
+    }
+}
+
+/// Read your own writes: before reconciling a key again, wait until the
+/// informers have seen what its last reconcile wrote, so a reconciler is
+/// never handed a cache that predates its own changes (which would make it
+/// create children again or write status from an old version).
+async fn wait_for_own_writes(shared: &Shared, key: &ObjectKey) {
+    let pending = shared
+        .pending_writes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(key);
+    for (kind, revision) in pending.into_iter().flatten() {
+        let informer = std::iter::once(&shared.informer)
+            .chain(&shared.owned_informers)
+            .find(|i| i.kind().group == kind.group && i.kind().plural == kind.plural);
+        if let Some(informer) = informer
+            && !informer
+                .wait_for_revision(revision, OWN_WRITES_TIMEOUT)
+                .await
+        {
+            tracing::warn!(object = %key, kind = %kind.kind, revision, "cache did not catch up with our own write in time");
+        }
+    }
 }
 
 fn transient(err: Error) -> ReconcileError {

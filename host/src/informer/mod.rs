@@ -58,6 +58,8 @@ struct Inner {
     cache: RwLock<Cache>,
     handlers: Mutex<Vec<Handler>>,
     synced: watch::Sender<bool>,
+    /// The revision the cache reflects, for read-your-writes waits.
+    revision: watch::Sender<i64>,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
@@ -73,11 +75,13 @@ impl Informer {
     /// Start an informer for `kind`.
     pub fn start(api: Api, kind: Arc<KindInfo>) -> Self {
         let (synced, _) = watch::channel(false);
+        let (revision, _) = watch::channel(0);
         let inner = Arc::new(Inner {
             kind,
             cache: RwLock::new(Cache::default()),
             handlers: Mutex::new(Vec::new()),
             synced,
+            revision,
             task: Mutex::new(None),
         });
         let task = tokio::spawn(run(Arc::downgrade(&inner), api));
@@ -110,6 +114,16 @@ impl Informer {
     pub async fn wait_synced(&self) {
         let mut rx = self.inner.synced.subscribe();
         let _ = rx.wait_for(|synced| *synced).await;
+    }
+
+    /// Wait until the cache reflects store revision `revision` (or newer),
+    /// giving up after `timeout`; returns whether it got there. Used after a
+    /// write so that the next reconcile reads its own writes.
+    pub async fn wait_for_revision(&self, revision: i64, timeout: std::time::Duration) -> bool {
+        let mut rx = self.inner.revision.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|r| *r >= revision))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     /// One cached object.
@@ -145,6 +159,7 @@ impl Inner {
     fn apply(&self, changes: impl FnOnce(&mut Cache) -> Vec<Change>) {
         let mut cache = self.cache.write().unwrap_or_else(|p| p.into_inner());
         let changes = changes(&mut cache);
+        self.revision.send_replace(cache.revision());
         // Handlers run under the write lock so that `add_handler`'s replay and
         // later changes are ordered; handlers must be quick (they enqueue keys).
         let handlers = self
