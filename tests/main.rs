@@ -8,3 +8,5 @@ mod support;
 mod cli;
 /// The walking skeleton: ReplicaSet and podsim choreography end to end.
 mod skeleton;
+/// Watch streams over HTTP and the watch hub.
+mod watch;

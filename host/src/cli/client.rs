@@ -221,6 +221,48 @@ impl Client {
         }
     }
 
+    /// Follow a watch stream, calling `on_event` with each event
+    /// (`{"type": …, "object": …}`); returns when the server ends it.
+    pub async fn watch(
+        &self,
+        resource: &Resource,
+        namespace: Option<&str>,
+        mut on_event: impl FnMut(Value),
+    ) -> anyhow::Result<()> {
+        let request = self
+            .http
+            .get(self.url(resource, namespace, None))
+            .query(&[("watch", "true")]);
+        let mut response = request.send().await.map_err(|e| {
+            anyhow!(
+                "cannot reach the Setpoint API at {} ({e}); is `setpoint serve` running?",
+                self.base
+            )
+        })?;
+        if !response.status().is_success() {
+            let status = response.status();
+            let body: Value = response.json().await.unwrap_or(Value::Null);
+            return Err(Self::fail(status, &body));
+        }
+        let mut buffer = Vec::new();
+        while let Some(chunk) = response.chunk().await.context("reading the watch stream")? {
+            buffer.extend_from_slice(&chunk);
+            while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buffer.drain(..=end).collect();
+                let event: Value =
+                    serde_json::from_slice(&line).context("the watch stream sent invalid JSON")?;
+                if event["type"] == "ERROR" {
+                    return Err(anyhow!(
+                        "watch ended: {}",
+                        event["object"]["message"].as_str().unwrap_or("error")
+                    ));
+                }
+                on_event(event);
+            }
+        }
+        Ok(())
+    }
+
     /// Delete an object.
     pub async fn delete(
         &self,

@@ -83,6 +83,23 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Follow changes to objects of a kind, one line per event, until interrupted.
+    Watch {
+        /// The kind.
+        kind: String,
+        /// The namespace.
+        #[arg(short = 'n', long, default_value = "default")]
+        namespace: String,
+        /// Watch across all namespaces.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
+        /// Print each event's object as JSON instead of a summary line.
+        #[arg(long)]
+        json: bool,
+        /// Where the host is.
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// Delete an object.
     Delete {
         /// The kind.
@@ -143,6 +160,27 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
             };
             print!("{text}");
+            Ok(ExitCode::SUCCESS)
+        }),
+        Command::Watch {
+            kind,
+            namespace,
+            all_namespaces,
+            json,
+            server,
+        } => block_on(async move {
+            let client = Client::new(&server.server)?;
+            let resource = client.resolve(&kind).await?;
+            let namespace = (!all_namespaces).then_some(namespace.as_str());
+            client
+                .watch(&resource, namespace, |event| {
+                    if json {
+                        println!("{event}");
+                    } else {
+                        println!("{}", output::event_line(&event));
+                    }
+                })
+                .await?;
             Ok(ExitCode::SUCCESS)
         }),
         Command::Delete {

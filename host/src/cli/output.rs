@@ -50,6 +50,26 @@ pub fn render_list(
     }
 }
 
+/// One watch event as a line: type, kind/name, and the phase or ready
+/// count when the object has one.
+pub fn event_line(event: &Value) -> String {
+    let object = &event["object"];
+    let mut line = format!(
+        "{:<9} {}/{}",
+        event["type"].as_str().unwrap_or(""),
+        object["kind"].as_str().unwrap_or("").to_lowercase(),
+        object["metadata"]["name"].as_str().unwrap_or("")
+    );
+    let status = &object["status"];
+    if let Some(phase) = status["phase"].as_str() {
+        line.push_str(&format!("  {phase}"));
+    }
+    if let Some(ready) = status["readyReplicas"].as_i64() {
+        line.push_str(&format!("  ready={ready}"));
+    }
+    line
+}
+
 /// A column of a table: its header and a JSONPath into the object, as in a
 /// CustomResourceDefinition's `additionalPrinterColumns`.
 #[derive(Debug, Clone, PartialEq, Eq)]

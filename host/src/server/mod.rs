@@ -6,6 +6,7 @@
 mod discovery;
 mod objects;
 mod status;
+mod watch;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

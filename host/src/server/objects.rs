@@ -127,6 +127,15 @@ async fn handle(
         Err(response) => return *response,
     };
     let result = match (&method, &target.name) {
+        (&Method::GET, None) if super::watch::is_watch(&query) => {
+            return super::watch::watch(
+                &host,
+                target.kind.clone(),
+                target.namespace.clone(),
+                &query,
+            )
+            .await;
+        }
         (&Method::GET, None) => list(&host, &target, &query).await,
         (&Method::GET, Some(name)) => host
             .api()

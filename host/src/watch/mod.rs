@@ -23,8 +23,10 @@ use tokio::sync::broadcast;
 use crate::object::{Object, codec};
 use crate::store::{self, Backend, EventKind, Revision};
 
-/// Default number of changes kept for late subscribers.
-pub const DEFAULT_HISTORY: usize = 10_000;
+/// Default number of changes kept for late subscribers, which is also how
+/// far a subscriber may fall behind before it is cut off. A power of two,
+/// because the broadcast channel rounds its capacity up to one.
+pub const DEFAULT_HISTORY: usize = 8192;
 
 /// What happened to an object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -95,7 +97,8 @@ impl WatchHub {
     pub async fn start(backend: Arc<dyn Backend>, capacity: usize) -> store::Result<Self> {
         let start = backend.current_revision().await?;
         let stream = backend.watch(start).await?;
-        let (sender, _) = broadcast::channel(capacity.max(1));
+        let capacity = capacity.max(1).next_power_of_two();
+        let (sender, _) = broadcast::channel(capacity);
         let hub = Self {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
@@ -104,12 +107,18 @@ impl WatchHub {
                     last: start,
                 }),
                 sender,
-                capacity: capacity.max(1),
+                capacity,
             }),
         };
         let follower = Arc::downgrade(&hub.inner);
         tokio::spawn(follow(follower, backend, stream));
         Ok(hub)
+    }
+
+    /// How many changes a subscriber may fall behind before it is cut off
+    /// (and how many the history keeps).
+    pub fn max_lag(&self) -> usize {
+        self.inner.capacity
     }
 
     /// The revision of the last change the hub has seen.
@@ -282,5 +291,23 @@ impl Subscription {
     /// The revision of the last change delivered (or the starting point).
     pub fn revision(&self) -> Revision {
         self.after
+    }
+
+    /// The revision this subscriber has seen every change up to — the
+    /// revision a bookmark may carry. It moves past `revision()` when the
+    /// hub has seen changes under other prefixes and this subscriber has
+    /// nothing left to read.
+    pub fn progress(&self, hub: &WatchHub) -> Revision {
+        if !self.backlog.is_empty() {
+            return self.after;
+        }
+        // Publishing sends under the state lock, so under it the channel
+        // length and the hub's last revision are consistent.
+        let state = hub.lock();
+        if self.receiver.is_empty() {
+            self.after.max(state.last)
+        } else {
+            self.after
+        }
     }
 }

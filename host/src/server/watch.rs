@@ -1,0 +1,229 @@
+//! Watch streams (`?watch=true`): newline-delimited JSON events
+//! (`ADDED`, `MODIFIED`, `DELETED`, `BOOKMARK`, `ERROR`) the way client-go's
+//! watcher reads them.
+//!
+//! - Without `resourceVersion` (or with `0`), or with `sendInitialEvents=true`,
+//!   the stream starts with a synthetic `ADDED` per existing object, taken
+//!   from one list at one revision, then follows every change after it.
+//! - With `resourceVersion=N` it follows every change after `N`; if `N` is
+//!   older than the watch cache keeps, the stream is one `ERROR` event
+//!   carrying a 410 `Expired` Status, and the client relists.
+//! - With `allowWatchBookmarks=true`, a `BOOKMARK` carrying the latest
+//!   revision the stream has fully seen is sent when it has been quiet for a
+//!   while, so a client on a quiet kind can resume without relisting. With
+//!   `sendInitialEvents=true` a bookmark annotated
+//!   `k8s.io/initial-events-end: "true"` marks the end of the initial events.
+//! - Label and field selectors filter events by the object's state at each
+//!   event.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::status::{ApiError, status_body};
+use crate::Host;
+use crate::api::{Api, Error, ListOptions};
+use crate::object::selector::LabelSelector;
+use crate::object::{KindInfo, meta};
+use crate::watch::{self, EventType};
+
+/// How long a stream may be quiet before a bookmark is sent.
+pub const BOOKMARK_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Events buffered per stream before the writer waits for the client.
+const STREAM_BUFFER: usize = 256;
+
+fn truthy(query: &HashMap<String, String>, key: &str) -> bool {
+    matches!(query.get(key).map(String::as_str), Some("true" | "1"))
+}
+
+/// Whether the query asks for a watch.
+pub(super) fn is_watch(query: &HashMap<String, String>) -> bool {
+    truthy(query, "watch")
+}
+
+struct Filter {
+    labels: LabelSelector,
+    name: Option<String>,
+}
+
+impl Filter {
+    fn matches(&self, object: &Value) -> bool {
+        self.labels.matches(meta::labels(object))
+            && self.name.as_deref().is_none_or(|n| meta::name(object) == n)
+    }
+}
+
+fn event_line(kind: &str, object: &Value) -> Bytes {
+    let mut line =
+        serde_json::to_vec(&json!({"type": kind, "object": object})).expect("JSON serialises");
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+fn bookmark(kind: &KindInfo, revision: i64, initial_end: bool) -> Bytes {
+    let mut metadata = json!({"resourceVersion": revision.to_string()});
+    if initial_end {
+        metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    event_line(
+        "BOOKMARK",
+        &json!({"apiVersion": kind.api_version(), "kind": kind.kind, "metadata": metadata}),
+    )
+}
+
+/// Start a watch stream for `kind` in `namespace` (or all).
+pub(super) async fn watch(
+    host: &Host,
+    kind: std::sync::Arc<KindInfo>,
+    namespace: Option<String>,
+    query: &HashMap<String, String>,
+) -> Response {
+    let labels = match query
+        .get("labelSelector")
+        .map(|s| LabelSelector::parse(s))
+        .transpose()
+    {
+        Ok(l) => l.unwrap_or_default(),
+        Err(e) => return ApiError(Error::BadRequest(e.to_string())).into_response(),
+    };
+    let name = match query.get("fieldSelector").map(String::as_str) {
+        None | Some("") => None,
+        Some(f) => match f
+            .strip_prefix("metadata.name=")
+            .or_else(|| f.strip_prefix("metadata.name=="))
+        {
+            Some(n) if !n.contains(',') => Some(n.to_owned()),
+            _ => {
+                return ApiError(Error::BadRequest(format!(
+                    "watch supports only the field selector metadata.name=NAME, not {f:?}"
+                )))
+                .into_response();
+            }
+        },
+    };
+    let filter = Filter { labels, name };
+    let rv = query
+        .get("resourceVersion")
+        .filter(|v| !v.is_empty() && v.as_str() != "0");
+    let initial = rv.is_none() || truthy(query, "sendInitialEvents");
+    let bookmarks = truthy(query, "allowWatchBookmarks");
+    let timeout = query
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let api = host.api().clone();
+    let prefix = Api::prefix(&kind, namespace.as_deref());
+
+    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(STREAM_BUFFER);
+    // Initial list (if asked for) and the starting revision.
+    let mut initial_items = Vec::new();
+    let start = match rv {
+        Some(rv) => match rv.parse::<i64>() {
+            Ok(rv) => rv,
+            Err(_) => {
+                return ApiError(Error::BadRequest(format!("invalid resourceVersion {rv:?}")))
+                    .into_response();
+            }
+        },
+        None => 0,
+    };
+    let start = if initial && rv.is_none() {
+        let options = ListOptions {
+            namespace: namespace.clone(),
+            ..Default::default()
+        };
+        match api.list(&kind, &options).await {
+            Ok(list) => {
+                initial_items = list.items;
+                list.resource_version
+            }
+            Err(e) => return ApiError(e).into_response(),
+        }
+    } else {
+        start
+    };
+    let subscription = api.hub().subscribe(&prefix, start);
+    tokio::spawn(async move {
+        let mut subscription = match subscription {
+            Ok(s) => s,
+            Err(err) => {
+                let _ = tx.send(Ok(expired(&err))).await;
+                return;
+            }
+        };
+        for item in initial_items.iter().filter(|o| filter.matches(o)) {
+            if tx.send(Ok(event_line("ADDED", item))).await.is_err() {
+                return;
+            }
+        }
+        if initial && bookmarks {
+            let _ = tx.send(Ok(bookmark(&kind, start, true))).await;
+        }
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        loop {
+            let quiet = tokio::time::sleep(BOOKMARK_INTERVAL);
+            let ended = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                next = subscription.next() => match next {
+                    Ok(event) => {
+                        if !filter.matches(&event.object) {
+                            continue;
+                        }
+                        let kind = match event.kind {
+                            EventType::Added => "ADDED",
+                            EventType::Modified => "MODIFIED",
+                            EventType::Deleted => "DELETED",
+                        };
+                        if tx.send(Ok(event_line(kind, &event.object))).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(err) => {
+                        let _ = tx.send(Ok(expired(&err))).await;
+                        return;
+                    }
+                },
+                () = quiet, if bookmarks => {
+                    let revision = subscription.progress(api.hub());
+                    if tx.send(Ok(bookmark(&kind, revision, false))).await.is_err() {
+                        return;
+                    }
+                }
+                () = ended => return,
+                () = tx.closed() => return,
+            }
+        }
+    });
+    let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
+}
+
+/// The `ERROR` event for a broken watch: 410 Expired for a too-old
+/// revision, 500 otherwise.
+fn expired(err: &watch::Error) -> Bytes {
+    let (code, reason) = match err {
+        watch::Error::TooOldResourceVersion { .. } => (410, "Expired"),
+        _ => (500, "InternalError"),
+    };
+    event_line(
+        "ERROR",
+        &status_body(code, reason, &err.to_string(), Value::Null),
+    )
+}
