@@ -89,7 +89,12 @@ impl HostBuilder {
             .unwrap_or_else(|| Arc::new(MemoryBackend::new()));
         let api = Api::open(backend).await?;
         let runtime = Runtime::new(self.runtime)?;
+        let background = vec![
+            api.start_garbage_collector(),
+            api.start_compactor(COMPACTION_INTERVAL, COMPACTION_KEEP_REVISIONS),
+        ];
         let host = Host {
+            background: std::sync::Mutex::new(background),
             informers: Informers::new(api.clone()),
             api,
             runtime,
@@ -112,7 +117,15 @@ pub struct Host {
     controller_config: controller::Config,
     controllers: Mutex<BTreeMap<String, Controller>>,
     plugins: Mutex<Vec<PluginStatus>>,
+    /// The garbage collector and the compactor.
+    background: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
+
+/// How often old revisions are compacted (as Kubernetes does).
+pub const COMPACTION_INTERVAL: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// How many revisions of history compaction keeps.
+pub const COMPACTION_KEEP_REVISIONS: i64 = 10_000;
 
 impl Host {
     /// Start building a host.
@@ -278,6 +291,10 @@ impl Host {
         let controllers = std::mem::take(&mut *self.controllers.lock().await);
         for (_, controller) in controllers {
             controller.shutdown().await;
+        }
+        for task in std::mem::take(&mut *self.background.lock().unwrap_or_else(|p| p.into_inner()))
+        {
+            task.abort();
         }
         self.informers.clear();
     }

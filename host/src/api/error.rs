@@ -2,15 +2,42 @@
 //! client needs (kind, name, field path). Maps one-to-one to an HTTP
 //! `Status` in `server`.
 
+use crate::object::field::FieldError;
+use crate::object::patch::PatchError;
 use crate::store;
+
+pub use crate::object::field::ErrorType as CauseType;
 
 /// One invalid field.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Cause {
     /// The field path, e.g. `metadata.name` or `spec.replicas`.
     pub field: String,
-    /// What is wrong with it.
+    /// What is wrong with it, e.g. `Required value` or
+    /// `Invalid value: 5: spec.replicas in body should be less than or equal to 3`.
     pub message: String,
+    /// The Kubernetes `StatusCause.reason` (`FieldValueInvalid`, …).
+    pub reason: CauseType,
+}
+
+impl From<&FieldError> for Cause {
+    fn from(err: &FieldError) -> Self {
+        Cause {
+            field: err.field.to_string(),
+            message: err.body(),
+            reason: err.error_type,
+        }
+    }
+}
+
+/// A field that another manager owns with a different value, refusing an
+/// apply without `force`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FieldConflict {
+    /// The manager that owns the field.
+    pub manager: String,
+    /// The field, as `.spec.replicas`.
+    pub field: String,
 }
 
 /// An object operation failure.
@@ -53,6 +80,27 @@ pub enum Error {
         /// Every invalid field.
         causes: Vec<Cause>,
     },
+    /// A JSON patch could not be applied to the object (a path that does not
+    /// exist, a failed `test`). Kubernetes answers 422 for these.
+    #[error("{kind} {name:?}: the JSON patch cannot be applied: {source}")]
+    PatchFailed {
+        /// The kind.
+        kind: String,
+        /// The object's name.
+        name: String,
+        /// The operation that failed and why.
+        source: Box<PatchError>,
+    },
+    /// Server-side apply would change fields another manager owns.
+    #[error("Apply failed with {} conflict{}: {}", conflicts.len(), if conflicts.len() == 1 { "" } else { "s" }, conflicts.iter().map(|c| format!("conflict with {:?}: {}", c.manager, c.field)).collect::<Vec<_>>().join(", "))]
+    ApplyConflict {
+        /// The kind.
+        kind: String,
+        /// The object's name.
+        name: String,
+        /// Every conflicting field with its owner.
+        conflicts: Vec<FieldConflict>,
+    },
     /// The kind is not registered.
     #[error("unknown kind {0}: no CustomResourceDefinition registers it")]
     UnknownKind(String),
@@ -89,7 +137,17 @@ impl Error {
             causes: vec![Cause {
                 field: field.to_owned(),
                 message: message.into(),
+                reason: CauseType::Invalid,
             }],
+        }
+    }
+
+    /// An `Invalid` error listing field errors (from schema validation).
+    pub fn invalid_fields(kind: &str, name: &str, errors: &[FieldError]) -> Self {
+        Error::Invalid {
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+            causes: errors.iter().map(Cause::from).collect(),
         }
     }
 
@@ -97,8 +155,10 @@ impl Error {
     pub fn code(&self) -> u16 {
         match self {
             Error::NotFound { .. } | Error::UnknownKind(_) => 404,
-            Error::AlreadyExists { .. } | Error::Conflict { .. } => 409,
-            Error::Invalid { .. } => 422,
+            Error::AlreadyExists { .. } | Error::Conflict { .. } | Error::ApplyConflict { .. } => {
+                409
+            }
+            Error::Invalid { .. } | Error::PatchFailed { .. } => 422,
             Error::BadRequest(_) => 400,
             Error::TooLarge { .. } => 413,
             Error::Gone { .. } => 410,
@@ -112,12 +172,148 @@ impl Error {
         match self {
             Error::NotFound { .. } | Error::UnknownKind(_) => "NotFound",
             Error::AlreadyExists { .. } => "AlreadyExists",
-            Error::Conflict { .. } => "Conflict",
-            Error::Invalid { .. } => "Invalid",
+            Error::Conflict { .. } | Error::ApplyConflict { .. } => "Conflict",
+            Error::Invalid { .. } | Error::PatchFailed { .. } => "Invalid",
             Error::BadRequest(_) => "BadRequest",
             Error::TooLarge { .. } => "RequestEntityTooLarge",
             Error::Gone { .. } | Error::Store(store::Error::Compacted { .. }) => "Expired",
             Error::Store(_) => "InternalError",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::field::FieldPath;
+
+    #[test]
+    fn each_error_maps_to_the_kubernetes_code_and_reason() {
+        let cases: Vec<(Error, u16, &str)> = vec![
+            (
+                Error::NotFound {
+                    kind: "k".into(),
+                    name: "n".into(),
+                },
+                404,
+                "NotFound",
+            ),
+            (Error::UnknownKind("x".into()), 404, "NotFound"),
+            (
+                Error::AlreadyExists {
+                    kind: "k".into(),
+                    name: "n".into(),
+                },
+                409,
+                "AlreadyExists",
+            ),
+            (
+                Error::Conflict {
+                    kind: "k".into(),
+                    name: "n".into(),
+                    message: "m".into(),
+                },
+                409,
+                "Conflict",
+            ),
+            (
+                Error::ApplyConflict {
+                    kind: "k".into(),
+                    name: "n".into(),
+                    conflicts: vec![FieldConflict {
+                        manager: "m".into(),
+                        field: ".spec.x".into(),
+                    }],
+                },
+                409,
+                "Conflict",
+            ),
+            (Error::invalid("K", "n", "spec.x", "bad"), 422, "Invalid"),
+            (
+                Error::PatchFailed {
+                    kind: "k".into(),
+                    name: "n".into(),
+                    source: Box::new(PatchError::NotAList),
+                },
+                422,
+                "Invalid",
+            ),
+            (Error::BadRequest("b".into()), 400, "BadRequest"),
+            (
+                Error::TooLarge { size: 2, limit: 1 },
+                413,
+                "RequestEntityTooLarge",
+            ),
+            (
+                Error::Gone {
+                    requested: 1,
+                    oldest: 2,
+                },
+                410,
+                "Expired",
+            ),
+            (
+                Error::Store(store::Error::Compacted {
+                    requested: 1,
+                    compacted: 2,
+                }),
+                410,
+                "Expired",
+            ),
+            (
+                Error::Store(store::Error::Unavailable("x".into())),
+                500,
+                "InternalError",
+            ),
+        ];
+        for (err, code, reason) in cases {
+            assert_eq!((err.code(), err.reason()), (code, reason), "{err}");
+        }
+    }
+
+    #[test]
+    fn apply_conflicts_name_every_field_and_its_manager() {
+        let err = Error::ApplyConflict {
+            kind: "widgets".into(),
+            name: "w".into(),
+            conflicts: vec![
+                FieldConflict {
+                    manager: "alice".into(),
+                    field: ".spec.replicas".into(),
+                },
+                FieldConflict {
+                    manager: "bob".into(),
+                    field: ".spec.image".into(),
+                },
+            ],
+        };
+        assert_eq!(
+            err.to_string(),
+            "Apply failed with 2 conflicts: conflict with \"alice\": .spec.replicas, conflict with \"bob\": .spec.image"
+        );
+    }
+
+    #[test]
+    fn field_errors_become_causes_with_their_reason() {
+        let err = Error::invalid_fields(
+            "Widget",
+            "w",
+            &[FieldError::required(FieldPath::new("spec.image"), "")],
+        );
+        let Error::Invalid { causes, .. } = &err else {
+            panic!()
+        };
+        assert_eq!(
+            causes[0],
+            Cause {
+                field: "spec.image".into(),
+                message: "Required value".into(),
+                reason: CauseType::Required,
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "Widget \"w\" is invalid: spec.image: Required value"
+        );
     }
 }

@@ -1,13 +1,17 @@
 //! The kind registry: built-in kinds plus those registered by
-//! `CustomResourceDefinition` objects, looked up by kind or by plural.
+//! `CustomResourceDefinition` objects, looked up by kind or by plural, each
+//! with its schema compiled once. What a definition must contain is
+//! checked in `api::crd`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use serde_json::Value;
 
-use super::Error;
+use super::{Error, crd};
 use crate::object::KindInfo;
+use crate::object::field::FieldPath;
+use crate::object::schema::Schema;
 
 /// The group of `CustomResourceDefinition`.
 pub const CRD_GROUP: &str = "apiextensions.k8s.io";
@@ -19,7 +23,31 @@ pub struct KindRegistry {
 }
 
 /// Kinds keyed by (group, plural).
-type KindsByPlural = HashMap<(String, String), Arc<KindInfo>>;
+type KindsByPlural = HashMap<(String, String), Entry>;
+
+/// A registered kind and its compiled schema (or why it does not compile).
+#[derive(Clone)]
+struct Entry {
+    info: Arc<KindInfo>,
+    schema: CompiledSchema,
+}
+
+type CompiledSchema = Result<Option<Arc<Schema>>, String>;
+
+fn compile(info: &KindInfo) -> CompiledSchema {
+    let Some(schema) = &info.schema else {
+        return Ok(None);
+    };
+    Schema::compile(schema, &FieldPath::new("openAPIV3Schema"))
+        .map(|s| Some(Arc::new(s)))
+        .map_err(|errors| {
+            errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+}
 
 impl KindRegistry {
     /// A registry with the built-in kinds: `CustomResourceDefinition` and core `Event`.
@@ -54,13 +82,40 @@ impl KindRegistry {
         registry
     }
 
-    /// Add or replace a kind.
+    /// Add or replace a kind, compiling its schema. A schema that does not
+    /// compile is kept as an error: writes of the kind are then refused.
     pub fn insert(&self, info: KindInfo) {
         let key = (info.group.clone(), info.plural.clone());
+        let schema = compile(&info);
+        if let Err(err) = &schema {
+            tracing::warn!(kind = %info.kind, %err, "kind registered with an invalid schema; its writes will be refused");
+        }
         self.kinds
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(key, Arc::new(info));
+            .insert(
+                key,
+                Entry {
+                    info: Arc::new(info),
+                    schema,
+                },
+            );
+    }
+
+    /// The compiled schema writes of `kind` are checked against: the
+    /// registered one for the kind's group, plural and version, else the
+    /// kind's own (compiled now). `None` when the kind has no schema.
+    pub fn schema_for(&self, kind: &KindInfo) -> Result<Option<Arc<Schema>>, Error> {
+        let registered = self
+            .kinds
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(kind.group.clone(), kind.plural.clone()))
+            .filter(|e| e.info.version == kind.version)
+            .map(|e| e.schema.clone());
+        registered.unwrap_or_else(|| compile(kind)).map_err(|err| {
+            Error::BadRequest(format!("the schema of {} is invalid: {err}", kind.kind))
+        })
     }
 
     /// Remove a kind by group and plural.
@@ -77,7 +132,7 @@ impl KindRegistry {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .get(&(group.to_owned(), plural.to_owned()))
-            .cloned()
+            .map(|e| e.info.clone())
     }
 
     /// Look a kind up by `apiVersion` and `kind` (manifest form).
@@ -87,6 +142,7 @@ impl KindRegistry {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .values()
+            .map(|e| &e.info)
             .find(|k| k.group == gvk.group && k.version == gvk.version && k.kind == gvk.kind)
             .cloned()
     }
@@ -104,67 +160,41 @@ impl KindRegistry {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .values()
-            .cloned()
+            .map(|e| e.info.clone())
             .collect();
         all.sort_by(|a, b| (&a.group, &a.kind).cmp(&(&b.group, &b.kind)));
         all
     }
 }
 
-/// Read the kind a `CustomResourceDefinition` registers, checking the fields
-/// the host relies on. Errors name the field path.
+/// Read the kind a `CustomResourceDefinition` registers, after checking
+/// the definition (every problem is reported, with its field path).
 pub fn kind_from_crd(crd: &Value) -> Result<KindInfo, Error> {
     let name = crd["metadata"]["name"].as_str().unwrap_or("");
-    let invalid =
-        |field: &str, msg: &str| Error::invalid("CustomResourceDefinition", name, field, msg);
-    let spec = &crd["spec"];
-    let group = spec["group"]
-        .as_str()
-        .filter(|g| !g.is_empty())
-        .ok_or_else(|| invalid("spec.group", "required"))?;
-    let names = &spec["names"];
-    let kind = names["kind"]
-        .as_str()
-        .filter(|k| !k.is_empty())
-        .ok_or_else(|| invalid("spec.names.kind", "required"))?;
-    let plural = names["plural"]
-        .as_str()
-        .filter(|p| !p.is_empty())
-        .ok_or_else(|| invalid("spec.names.plural", "required"))?;
-    if name != format!("{plural}.{group}") {
-        return Err(invalid(
-            "metadata.name",
-            &format!("must be spec.names.plural+\".\"+spec.group: {plural}.{group}"),
+    let problems = crd::check(crd);
+    if !problems.is_empty() {
+        return Err(Error::invalid_fields(
+            "CustomResourceDefinition",
+            name,
+            &problems,
         ));
     }
-    let scope = spec["scope"].as_str().unwrap_or("Namespaced");
-    let namespaced = match scope {
-        "Namespaced" => true,
-        "Cluster" => false,
-        other => {
-            return Err(invalid(
-                "spec.scope",
-                &format!("must be Namespaced or Cluster, not {other:?}"),
-            ));
-        }
-    };
-    let versions = spec["versions"]
+    let spec = &crd["spec"];
+    let group = spec["group"].as_str().unwrap_or_default();
+    let names = &spec["names"];
+    let kind = names["kind"].as_str().unwrap_or_default();
+    let plural = names["plural"].as_str().unwrap_or_default();
+    let namespaced = spec["scope"].as_str() != Some("Cluster");
+    // Checked above: exactly one version is stored; that is the one served.
+    let version = spec["versions"]
         .as_array()
-        .filter(|v| !v.is_empty())
-        .ok_or_else(|| invalid("spec.versions", "at least one version is required"))?;
-    let version = versions
-        .iter()
-        .find(|v| v["storage"].as_bool() == Some(true))
-        .or_else(|| {
+        .and_then(|versions| {
             versions
                 .iter()
-                .find(|v| v["served"].as_bool() != Some(false))
+                .find(|v| v["storage"].as_bool() == Some(true))
         })
-        .unwrap_or(&versions[0]);
-    let version_name = version["name"]
-        .as_str()
-        .filter(|v| !v.is_empty())
-        .ok_or_else(|| invalid("spec.versions[0].name", "required"))?;
+        .unwrap_or(&Value::Null);
+    let version_name = version["name"].as_str().unwrap_or_default();
     Ok(KindInfo {
         group: group.to_owned(),
         version: version_name.to_owned(),
@@ -207,7 +237,8 @@ mod tests {
             "group": "example.dev", "scope": "Namespaced",
             "names": {"kind": "Widget", "plural": "widgets", "shortNames": ["wd"]},
             "versions": [{"name": "v1", "served": true, "storage": true,
-                          "subresources": {"status": {}}}]}});
+                          "subresources": {"status": {}},
+                          "schema": {"openAPIV3Schema": {"type": "object"}}}]}});
         let info = kind_from_crd(&crd).unwrap();
         assert_eq!(
             (
@@ -235,6 +266,55 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("spec.names.plural")
+        );
+    }
+
+    fn kind_with_schema(schema: Option<Value>) -> KindInfo {
+        KindInfo {
+            group: "example.dev".into(),
+            version: "v1".into(),
+            kind: "Widget".into(),
+            plural: "widgets".into(),
+            singular: "widget".into(),
+            short_names: vec![],
+            list_kind: "WidgetList".into(),
+            namespaced: true,
+            status_subresource: false,
+            schema,
+            printer_columns: vec![],
+        }
+    }
+
+    #[test]
+    fn writes_are_checked_against_the_registered_schema_of_the_kind() {
+        let registry = KindRegistry::with_builtins();
+        let schema = json!({"type": "object", "properties": {"spec": {"type": "string"}}});
+        registry.insert(kind_with_schema(Some(schema)));
+        let caller_view = kind_with_schema(None);
+        let compiled = registry.schema_for(&caller_view).unwrap().unwrap();
+        let mut bad = json!({"spec": 1});
+        assert!(compiled.admit(&mut bad).is_err());
+
+        let unregistered = KindInfo {
+            plural: "others".into(),
+            ..kind_with_schema(Some(json!({"type": "object"})))
+        };
+        assert!(registry.schema_for(&unregistered).unwrap().is_some());
+        let events = registry.by_plural("", "events").unwrap();
+        assert!(registry.schema_for(&events).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_kind_whose_schema_does_not_compile_refuses_writes() {
+        let registry = KindRegistry::default();
+        registry.insert(kind_with_schema(Some(json!({"type": "string"}))));
+        let err = registry.schema_for(&kind_with_schema(None)).unwrap_err();
+        assert!(matches!(err, Error::BadRequest(_)));
+        assert!(err.to_string().contains("openAPIV3Schema.type"), "{err}");
+        assert_eq!(
+            registry.all().len(),
+            1,
+            "still registered, so the error is visible"
         );
     }
 }

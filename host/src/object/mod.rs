@@ -1,5 +1,6 @@
 //! The object model: Kubernetes-style objects as JSON, their kinds, keys,
-//! metadata accessors and label selectors. Pure data, no IO.
+//! metadata accessors, label selectors, patches, field ownership and
+//! schemas. Pure data, no IO: the rules that need the store are in `api`.
 //!
 //! Objects stay `serde_json::Value` throughout the host: plugins, the HTTP
 //! API and the store all speak JSON, and a typed copy per layer would cost a
@@ -7,11 +8,15 @@
 //! metadata the host itself needs.
 
 pub mod codec;
+pub mod field;
 pub mod jsonpath;
 mod key;
 mod kind;
+pub mod managed;
 pub mod meta;
 pub mod patch;
+pub mod pointer;
+pub mod schema;
 pub mod selector;
 pub mod time;
 

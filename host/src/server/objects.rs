@@ -13,7 +13,8 @@ use serde_json::Value;
 
 use super::status::{ApiError, error_response};
 use crate::Host;
-use crate::api::{DeleteOptions, Error, ListOptions};
+use crate::api::{DeleteOptions, Error, ListOptions, Propagation};
+use crate::object::patch::JsonPatch;
 use crate::object::{KindInfo, meta};
 
 /// What a path names.
@@ -155,28 +156,10 @@ async fn handle(
                 .get(header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("");
-            if !content_type.starts_with("application/merge-patch+json") {
-                return error_response(
-                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                    "UnsupportedMediaType",
-                    &format!(
-                        "patch content type {content_type:?} is not supported; use application/merge-patch+json"
-                    ),
-                );
-            }
-            match parse_body(&body) {
-                Ok(patch) => host
-                    .api()
-                    .merge_patch(
-                        &target.kind,
-                        target.namespace.as_deref(),
-                        name,
-                        &patch,
-                        target.status,
-                    )
-                    .await
-                    .map(|o| (StatusCode::OK, o)),
-                Err(r) => return *r,
+            match patch(&host, &target, name, content_type, &query, &body).await {
+                Ok(result) => Ok(result),
+                Err(PatchFailure::Response(r)) => return *r,
+                Err(PatchFailure::Api(e)) => Err(e),
             }
         }
         (&Method::DELETE, Some(name)) => {
@@ -287,7 +270,16 @@ async fn delete(
     name: &str,
     options: &Value,
 ) -> Result<(StatusCode, Value), Error> {
+    let propagation = match options["propagationPolicy"].as_str() {
+        None => None,
+        Some(p) => Some(Propagation::parse(p).ok_or_else(|| {
+            Error::BadRequest(format!(
+                "propagationPolicy {p:?} is not one of Background, Foreground, Orphan"
+            ))
+        })?),
+    };
     let options = DeleteOptions {
+        propagation_policy: propagation,
         resource_version: options["preconditions"]["resourceVersion"]
             .as_str()
             .map(str::to_owned),
@@ -300,4 +292,109 @@ async fn delete(
     // 200 with the object when deletion completed or is pending on finalizers,
     // as the Kubernetes API does for custom resources.
     Ok((StatusCode::OK, object))
+}
+
+enum PatchFailure {
+    Response(Box<Response>),
+    Api(Error),
+}
+
+impl From<Error> for PatchFailure {
+    fn from(err: Error) -> Self {
+        PatchFailure::Api(err)
+    }
+}
+
+/// PATCH by content type: JSON merge patch, JSON patch (RFC 6902), or
+/// server-side apply (`fieldManager` required, `force` optional).
+async fn patch(
+    host: &Host,
+    target: &Target,
+    name: &str,
+    content_type: &str,
+    query: &HashMap<String, String>,
+    body: &Bytes,
+) -> Result<(StatusCode, Value), PatchFailure> {
+    let api = host.api();
+    let namespace = target.namespace.as_deref();
+    let media = content_type.split(';').next().unwrap_or("").trim();
+    match media {
+        "application/merge-patch+json" => {
+            let doc = parse_body(body).map_err(PatchFailure::Response)?;
+            Ok((
+                StatusCode::OK,
+                api.merge_patch(&target.kind, namespace, name, &doc, target.status)
+                    .await?,
+            ))
+        }
+        "application/json-patch+json" => {
+            let doc = parse_body(body).map_err(PatchFailure::Response)?;
+            let ops = JsonPatch::from_value(&doc)
+                .map_err(|e| Error::BadRequest(format!("invalid JSON patch: {e}")))?;
+            Ok((
+                StatusCode::OK,
+                api.json_patch(&target.kind, namespace, name, &ops, target.status)
+                    .await?,
+            ))
+        }
+        "application/apply-patch+yaml" | "application/apply-patch+json" => {
+            if target.status {
+                return Err(Error::BadRequest(
+                    "apply to the status sub-resource is not supported".into(),
+                )
+                .into());
+            }
+            let manager = query
+                .get("fieldManager")
+                .filter(|m| !m.is_empty())
+                .ok_or_else(|| {
+                    Error::BadRequest("fieldManager is required for apply patch".into())
+                })?;
+            let force = matches!(query.get("force").map(String::as_str), Some("true" | "1"));
+            let mut object = parse_yaml_or_json(body).map_err(PatchFailure::Response)?;
+            place(target, &mut object)?;
+            if meta::name(&object) != name {
+                return Err(Error::BadRequest(format!(
+                    "the name of the object ({:?}) does not match the name on the URL ({name:?})",
+                    meta::name(&object)
+                ))
+                .into());
+            }
+            let existed = api.get(&target.kind, namespace, name).await.is_ok();
+            let applied = api.apply(&target.kind, object, manager, force).await?;
+            Ok((
+                if existed {
+                    StatusCode::OK
+                } else {
+                    StatusCode::CREATED
+                },
+                applied,
+            ))
+        }
+        other => Err(PatchFailure::Response(Box::new(error_response(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            &format!(
+                "the body of the request was in an unknown format ({other:?}); accepted: application/merge-patch+json, application/json-patch+json, application/apply-patch+yaml"
+            ),
+        )))),
+    }
+}
+
+/// An apply body: YAML (of which JSON is a subset).
+fn parse_yaml_or_json(body: &Bytes) -> Result<Value, Box<Response>> {
+    let text = std::str::from_utf8(body).map_err(|_| {
+        Box::new(error_response(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "request body is not UTF-8",
+        ))
+    })?;
+    serde_yaml_ng::from_str(text).map_err(|e| {
+        Box::new(error_response(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            &format!("request body is not valid YAML or JSON: {e}"),
+        ))
+    })
 }

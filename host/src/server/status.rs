@@ -48,7 +48,20 @@ impl IntoResponse for ApiError {
                 "name": name,
                 "kind": kind,
                 "causes": causes.iter().map(|c| json!({
-                    "reason": "FieldValueInvalid", "message": c.message, "field": c.field,
+                    "reason": c.reason.cause_type(), "message": c.message, "field": c.field,
+                })).collect::<Vec<_>>(),
+            }),
+            Error::ApplyConflict {
+                kind,
+                name,
+                conflicts,
+            } => json!({
+                "name": name,
+                "kind": kind,
+                "causes": conflicts.iter().map(|c| json!({
+                    "reason": "FieldManagerConflict",
+                    "message": format!("conflict with {:?}", c.manager),
+                    "field": c.field,
                 })).collect::<Vec<_>>(),
             }),
             _ => Value::Null,

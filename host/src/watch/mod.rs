@@ -139,6 +139,21 @@ impl WatchHub {
         }
     }
 
+    /// The store was compacted at `revision`: forget the history at and
+    /// before it, so that subscribing after an earlier revision fails with
+    /// [`Error::TooOldResourceVersion`], as reading the store there does.
+    pub fn compacted(&self, revision: Revision) {
+        let mut state = self.lock();
+        while state
+            .history
+            .front()
+            .is_some_and(|e| e.revision <= revision)
+        {
+            state.history.pop_front();
+        }
+        state.oldest = state.oldest.max(revision.min(state.last));
+    }
+
     /// Subscribe to changes under `prefix` after revision `after`.
     pub fn subscribe(&self, prefix: &str, after: Revision) -> Result<Subscription, Error> {
         let state = self.lock();

@@ -1,6 +1,13 @@
-//! JSON merge patch (RFC 7386).
+//! Patch documents: JSON merge patch (RFC 7386, here) and JSON patch
+//! (RFC 6902, `json`). Owns how a patch changes a JSON document; which
+//! object is patched, and the conflict and retry rules around it, are
+//! `api`'s.
+
+mod json;
 
 use serde_json::Value;
+
+pub use json::{JsonPatch, PatchError, PatchOperation, json_equal};
 
 /// Apply `patch` to `target` as a JSON merge patch: objects merge key by key,
 /// `null` deletes a key, anything else replaces.

@@ -1,0 +1,497 @@
+//! The garbage collector: a background task that deletes dependents whose
+//! owners are gone, and completes `Foreground` and `Orphan` deletions
+//! (see `api::delete` for the request side). Owns the decisions; the owner
+//! index it decides from is `graph`'s.
+//!
+//! # Expected Flow
+//!
+//! 1. On start (and after any break in the watch) the collector lists every
+//!    object under `/registry/` at one revision, builds the owner index and
+//!    subscribes to the watch hub from that revision, so it misses nothing.
+//! 2. It queues, from that list, every dependent with an owner uid that is
+//!    not a live object or is being deleted in the foreground, and every
+//!    owner with a pending `foregroundDeletion` or `orphan` finalizer: work
+//!    left over from before a restart is picked up.
+//! 3. Each change updates the index and queues what it affects: a deleted
+//!    object queues its dependents; an object entering foreground or orphan
+//!    deletion queues itself; a dependent that changes or goes queues its
+//!    foreground-deleting owners.
+//! 4. A queued dependent is read live. Its owners are classified: *solid*
+//!    (exists, not being deleted in the foreground), *waiting* (being
+//!    deleted in the foreground) or *dangling* (no live object with that
+//!    uid; absence is verified with a live read, so a uid that never
+//!    existed is dangling too). With a solid owner left, references to
+//!    dangling and waiting owners are removed; otherwise the dependent is
+//!    deleted (in the foreground when a waiting owner needs its own
+//!    dependents gone first, else in the background).
+//! 5. A queued owner in orphan deletion has the reference to it removed
+//!    from every dependent, then loses its `orphan` finalizer. An owner in
+//!    foreground deletion queues its dependents and loses its
+//!    `foregroundDeletion` finalizer once no dependent with
+//!    `blockOwnerDeletion: true` remains.
+//!
+//! # Guarantees
+//!
+//! - Every write is conditional on the revision read (and the uid): a
+//!   dependent that changed since is re-read and decided again.
+//! - Nothing is deleted because of a stale index: "the owner is gone" is
+//!   always confirmed against the store.
+//! - Failed work is retried with backoff; a restart redoes what is left.
+//!
+//! # Caveats
+//!
+//! - A dependent created moments before its owner's foreground or orphan
+//!   deletion completes, and not yet seen by the collector, is not waited
+//!   for (foreground) or not orphaned (and is then collected as dangling).
+//! - The index holds every object's uid, key and owner references in memory.
+
+mod graph;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use self::graph::{Graph, OwnerRef};
+use super::{
+    Api, DeleteOptions, Error, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, Propagation, Result,
+};
+use crate::object::{KindInfo, Object, meta};
+use crate::store::{Range, Revision};
+use crate::watch::{self, EventType, Subscription};
+
+/// The key prefix of every object.
+const ROOT: &str = "/registry/";
+/// Objects per page of the initial list.
+const PAGE: usize = 500;
+/// Events handled in a row before a queued item gets its turn.
+const EVENTS_PER_ITEM: usize = 64;
+const MIN_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+impl Api {
+    /// Start the garbage collector (see the `gc` module docs) as a task that
+    /// runs until the handle is aborted or the watch hub stops. One per
+    /// store is enough; two are safe but do the work twice.
+    pub fn start_garbage_collector(&self) -> JoinHandle<()> {
+        tokio::spawn(run(self.clone()))
+    }
+}
+
+async fn run(api: Api) {
+    let mut backoff = MIN_BACKOFF;
+    loop {
+        let mut collector = Collector::new(api.clone());
+        let subscription = match collector.load().await {
+            Ok(subscription) => subscription,
+            Err(err) => {
+                tracing::warn!(%err, "garbage collector cannot list the store; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                continue;
+            }
+        };
+        backoff = MIN_BACKOFF;
+        if collector.follow(subscription).await == Stop::Closed {
+            return;
+        }
+        tracing::info!("garbage collector fell behind the watch; relisting");
+    }
+}
+
+/// Why [`Collector::follow`] returned.
+#[derive(Debug, PartialEq, Eq)]
+enum Stop {
+    /// The watch hub stopped: so does the collector.
+    Closed,
+    /// The watch broke: list again.
+    Relist,
+}
+
+/// A unit of work, by uid.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Item {
+    /// Decide about a dependent whose owners may be gone or going.
+    Dependent(String),
+    /// Progress an owner's foreground or orphan deletion.
+    Owner(String),
+}
+
+/// How an owner stands, from one dependent's point of view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OwnerState {
+    Solid,
+    Waiting,
+    Dangling,
+}
+
+struct Collector {
+    api: Api,
+    graph: Graph,
+    queue: VecDeque<Item>,
+    queued: HashSet<Item>,
+    delayed: Vec<(Instant, Item)>,
+    failures: HashMap<Item, u32>,
+}
+
+impl Collector {
+    fn new(api: Api) -> Self {
+        Self {
+            api,
+            graph: Graph::default(),
+            queue: VecDeque::new(),
+            queued: HashSet::new(),
+            delayed: Vec::new(),
+            failures: HashMap::new(),
+        }
+    }
+
+    /// List everything at one revision, queue leftover work and subscribe
+    /// from that revision. The error is only logged.
+    async fn load(&mut self) -> std::result::Result<Subscription, String> {
+        let mut revision: Option<Revision> = None;
+        let mut start_after = None;
+        loop {
+            let page = self
+                .api
+                .backend
+                .range(Range {
+                    prefix: ROOT.into(),
+                    start_after: start_after.take(),
+                    limit: PAGE,
+                    revision,
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            revision = Some(page.revision);
+            for kv in &page.kvs {
+                match Api::decode(kv) {
+                    Ok(object) => {
+                        self.graph.upsert(&kv.key, &object);
+                    }
+                    Err(err) => {
+                        tracing::warn!(%err, "garbage collector skips an undecodable object")
+                    }
+                }
+            }
+            match page.kvs.last() {
+                Some(last) if page.more => start_after = Some(last.key.clone()),
+                _ => break,
+            }
+        }
+        let mut work = Vec::new();
+        for (uid, node) in self.graph.nodes() {
+            if node.foreground || node.orphan {
+                work.push(Item::Owner(uid.clone()));
+            }
+            if node.owners.iter().any(|o| self.needs_attention(o)) {
+                work.push(Item::Dependent(uid.clone()));
+            }
+        }
+        work.into_iter().for_each(|item| self.enqueue(item));
+        let revision = revision.unwrap_or_default();
+        self.api
+            .hub
+            .subscribe(ROOT, revision)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Whether a dependent with this owner reference needs a decision.
+    fn needs_attention(&self, owner: &OwnerRef) -> bool {
+        self.graph.node(&owner.uid).is_none_or(|n| n.foreground)
+    }
+
+    fn enqueue(&mut self, item: Item) {
+        if self.queued.insert(item.clone()) {
+            self.queue.push_back(item);
+        }
+    }
+
+    /// Handle changes and queued work until the watch breaks or stops.
+    async fn follow(&mut self, mut subscription: Subscription) -> Stop {
+        let mut events_in_a_row = 0;
+        loop {
+            let due = self.delayed.iter().map(|(at, _)| *at).min();
+            let work_turn = !self.queue.is_empty() && events_in_a_row >= EVENTS_PER_ITEM;
+            tokio::select! {
+                biased;
+                () = std::future::ready(()), if work_turn => {
+                    events_in_a_row = 0;
+                    self.work_one().await;
+                }
+                event = subscription.next() => match event {
+                    Ok(event) => {
+                        events_in_a_row += 1;
+                        self.on_event(event.kind, &event.key, &event.object);
+                    }
+                    Err(watch::Error::Closed) => return Stop::Closed,
+                    Err(_) => return Stop::Relist,
+                },
+                () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
+                    self.promote_due();
+                }
+                () = std::future::ready(()), if !self.queue.is_empty() => {
+                    events_in_a_row = 0;
+                    self.work_one().await;
+                }
+            }
+        }
+    }
+
+    fn promote_due(&mut self) {
+        let now = Instant::now();
+        let (due, later): (Vec<_>, Vec<_>) = self.delayed.drain(..).partition(|(at, _)| *at <= now);
+        self.delayed = later;
+        for (_, item) in due {
+            self.enqueue(item);
+        }
+    }
+
+    fn on_event(&mut self, kind: EventType, key: &str, object: &Object) {
+        let uid = meta::uid(object).to_owned();
+        if uid.is_empty() {
+            return;
+        }
+        if kind == EventType::Deleted {
+            let gone = self.graph.remove(&uid);
+            for dependent in self.graph.dependents_of(&uid) {
+                self.enqueue(Item::Dependent(dependent));
+            }
+            if let Some(gone) = gone {
+                self.requeue_foreground_owners(&gone.owners);
+            }
+            return;
+        }
+        let previous = self.graph.upsert(key, object);
+        let Some(node) = self.graph.node(&uid).cloned() else {
+            return;
+        };
+        if node.foreground || node.orphan {
+            self.enqueue(Item::Owner(uid.clone()));
+        }
+        if let Some(previous) = previous {
+            self.requeue_foreground_owners(&previous.owners);
+        }
+        self.requeue_foreground_owners(&node.owners);
+        if node.owners.iter().any(|o| self.needs_attention(o)) {
+            self.enqueue(Item::Dependent(uid));
+        }
+    }
+
+    fn requeue_foreground_owners(&mut self, owners: &[OwnerRef]) {
+        for owner in owners {
+            if self.graph.node(&owner.uid).is_some_and(|n| n.foreground) {
+                self.enqueue(Item::Owner(owner.uid.clone()));
+            }
+        }
+    }
+
+    async fn work_one(&mut self) {
+        let Some(item) = self.queue.pop_front() else {
+            return;
+        };
+        self.queued.remove(&item);
+        let result = match &item {
+            Item::Dependent(uid) => self.process_dependent(uid).await,
+            Item::Owner(uid) => self.process_owner(uid).await,
+        };
+        match result {
+            Ok(()) | Err(Error::NotFound { .. }) => {
+                self.failures.remove(&item);
+            }
+            Err(err) => {
+                let failures = self.failures.entry(item.clone()).or_insert(0);
+                *failures += 1;
+                let delay = MIN_BACKOFF
+                    .saturating_mul(1 << (*failures - 1).min(10))
+                    .min(MAX_BACKOFF);
+                if !matches!(err, Error::Conflict { .. }) {
+                    tracing::warn!(%err, ?item, ?delay, "garbage collection failed; retrying");
+                }
+                self.delayed.push((Instant::now() + delay, item));
+            }
+        }
+    }
+
+    /// Read the object the index knows as `uid`, if it still exists.
+    async fn live(&self, uid: &str) -> Result<Option<(Object, std::sync::Arc<KindInfo>)>> {
+        let Some(node) = self.graph.node(uid) else {
+            return Ok(None);
+        };
+        let Some(kv) = self.api.backend.get(&node.key).await? else {
+            return Ok(None);
+        };
+        let object = Api::decode(&kv)?;
+        if meta::uid(&object) != uid {
+            return Ok(None);
+        }
+        let Some(kind) = self
+            .api
+            .kinds
+            .by_kind(meta::api_version(&object), meta::kind(&object))
+        else {
+            return Ok(None);
+        };
+        Ok(Some((object, kind)))
+    }
+
+    async fn process_dependent(&mut self, uid: &str) -> Result<()> {
+        let Some((object, kind)) = self.live(uid).await? else {
+            return Ok(());
+        };
+        if meta::deletion_timestamp(&object).is_some() {
+            return Ok(());
+        }
+        let mut solid = false;
+        let mut waiting = false;
+        let mut stale = HashSet::new();
+        for reference in meta::owner_references(&object) {
+            match self.owner_state(reference, &object).await? {
+                OwnerState::Solid => solid = true,
+                OwnerState::Waiting => {
+                    waiting = true;
+                    stale.insert(ref_uid(reference).to_owned());
+                }
+                OwnerState::Dangling => {
+                    stale.insert(ref_uid(reference).to_owned());
+                }
+            }
+        }
+        if stale.is_empty() {
+            return Ok(());
+        }
+        if solid {
+            return remove_owner_references(&self.api, &kind, object, &stale).await;
+        }
+        let propagation = if waiting && self.graph.has_dependents(uid) {
+            Propagation::Foreground
+        } else {
+            Propagation::Background
+        };
+        let options = DeleteOptions {
+            resource_version: meta::resource_version(&object).map(str::to_owned),
+            uid: Some(uid.to_owned()),
+            propagation_policy: Some(propagation),
+        };
+        tracing::debug!(kind = %kind.kind, name = meta::name(&object), ?propagation, "collecting a dependent");
+        self.api
+            .delete(
+                &kind,
+                meta::namespace(&object),
+                meta::name(&object),
+                &options,
+            )
+            .await
+            .map(drop)
+    }
+
+    /// Classify an owner; absence is confirmed with a live read.
+    async fn owner_state(&self, reference: &Value, dependent: &Object) -> Result<OwnerState> {
+        let uid = ref_uid(reference);
+        if let Some(node) = self.graph.node(uid) {
+            return Ok(if node.foreground {
+                OwnerState::Waiting
+            } else {
+                OwnerState::Solid
+            });
+        }
+        let field = |name: &str| reference.get(name).and_then(Value::as_str).unwrap_or("");
+        let Some(kind) = self.api.kinds.by_kind(field("apiVersion"), field("kind")) else {
+            return Ok(OwnerState::Dangling);
+        };
+        let namespace = match (kind.namespaced, meta::namespace(dependent)) {
+            (true, None) => return Ok(OwnerState::Dangling),
+            (true, ns) => ns,
+            (false, _) => None,
+        };
+        match self.api.get(&kind, namespace, field("name")).await {
+            Ok(owner) if meta::uid(&owner) == uid => {
+                let foreground = meta::deletion_timestamp(&owner).is_some()
+                    && meta::finalizers(&owner).contains(&FOREGROUND_FINALIZER);
+                Ok(if foreground {
+                    OwnerState::Waiting
+                } else {
+                    OwnerState::Solid
+                })
+            }
+            Ok(_) | Err(Error::NotFound { .. }) => Ok(OwnerState::Dangling),
+            Err(err) => Err(err),
+        }
+    }
+
+    async fn process_owner(&mut self, uid: &str) -> Result<()> {
+        let Some((owner, kind)) = self.live(uid).await? else {
+            return Ok(());
+        };
+        if meta::deletion_timestamp(&owner).is_none() {
+            return Ok(());
+        }
+        let finalizers = meta::finalizers(&owner);
+        if finalizers.contains(&ORPHAN_FINALIZER) {
+            let only_owner: HashSet<String> = [uid.to_owned()].into();
+            for dependent in self.graph.dependents_of(uid) {
+                if let Some((object, dep_kind)) = self.live(&dependent).await? {
+                    remove_owner_references(&self.api, &dep_kind, object, &only_owner).await?;
+                }
+            }
+            return remove_finalizer(&self.api, &kind, owner, ORPHAN_FINALIZER).await;
+        }
+        if finalizers.contains(&FOREGROUND_FINALIZER) {
+            for dependent in self.graph.dependents_of(uid) {
+                self.enqueue(Item::Dependent(dependent));
+            }
+            if self.graph.blocking_dependents(uid) == 0 {
+                return remove_finalizer(&self.api, &kind, owner, FOREGROUND_FINALIZER).await;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn ref_uid(reference: &Value) -> &str {
+    reference.get("uid").and_then(Value::as_str).unwrap_or("")
+}
+
+/// Drop the owner references to `uids` from `object` (conditional on its
+/// resource version).
+async fn remove_owner_references(
+    api: &Api,
+    kind: &KindInfo,
+    mut object: Object,
+    uids: &HashSet<String>,
+) -> Result<()> {
+    let before = meta::owner_references(&object).len();
+    let kept: Vec<Value> = meta::owner_references(&object)
+        .iter()
+        .filter(|r| !uids.contains(ref_uid(r)))
+        .cloned()
+        .collect();
+    if kept.len() == before {
+        return Ok(());
+    }
+    let m = meta::metadata_mut(&mut object);
+    if kept.is_empty() {
+        m.remove("ownerReferences");
+    } else {
+        m.insert("ownerReferences".into(), Value::Array(kept));
+    }
+    api.update(kind, object).await.map(drop)
+}
+
+/// Remove one finalizer from `object` (conditional on its resource version).
+async fn remove_finalizer(
+    api: &Api,
+    kind: &KindInfo,
+    mut object: Object,
+    finalizer: &str,
+) -> Result<()> {
+    let kept: Vec<Value> = meta::finalizers(&object)
+        .into_iter()
+        .filter(|f| *f != finalizer)
+        .map(Value::from)
+        .collect();
+    meta::metadata_mut(&mut object).insert("finalizers".into(), Value::Array(kept));
+    api.update(kind, object).await.map(drop)
+}

@@ -1,0 +1,319 @@
+//! Garbage collection through owner references, for each propagation
+//! policy, across kinds, and across a restart of the collector.
+
+use serde_json::json;
+
+use super::*;
+use crate::api::{DeleteOptions, Propagation};
+
+fn policy(propagation: Propagation) -> DeleteOptions {
+    DeleteOptions {
+        propagation_policy: Some(propagation),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn background_deletion_collects_dependents_recursively() {
+    let api = api().await;
+    let kind = widgets(&api).await;
+    let gc = api.start_garbage_collector();
+    let owner = api.create(&kind, widget("owner")).await.unwrap();
+    let child = api
+        .create(&kind, owned_by(widget("child"), &owner, false))
+        .await
+        .unwrap();
+    api.create(&kind, owned_by(widget("grandchild"), &child, true))
+        .await
+        .unwrap();
+    api.create(&kind, widget("bystander")).await.unwrap();
+
+    let deleted = api
+        .delete(&kind, Some("default"), "owner", &DeleteOptions::default())
+        .await
+        .unwrap();
+    assert!(meta::deletion_timestamp(&deleted).is_none(), "gone at once");
+    assert!(!exists(&api, &kind, "owner").await);
+    eventually(&api, "child and grandchild are collected", || async {
+        !exists(&api, &kind, "child").await && !exists(&api, &kind, "grandchild").await
+    })
+    .await;
+    assert!(exists(&api, &kind, "bystander").await);
+    gc.abort();
+}
+
+#[tokio::test]
+async fn foreground_deletion_waits_for_blocking_dependents_only() {
+    let api = api().await;
+    let kind = widgets(&api).await;
+    let gc = api.start_garbage_collector();
+    let owner = api.create(&kind, widget("owner")).await.unwrap();
+    let mut blocking = owned_by(widget("blocking"), &owner, true);
+    blocking["metadata"]["finalizers"] = json!(["test.dev/hold"]);
+    api.create(&kind, blocking).await.unwrap();
+    api.create(&kind, owned_by(widget("loose"), &owner, false))
+        .await
+        .unwrap();
+
+    let pending = api
+        .delete(
+            &kind,
+            Some("default"),
+            "owner",
+            &policy(Propagation::Foreground),
+        )
+        .await
+        .unwrap();
+    assert!(meta::deletion_timestamp(&pending).is_some());
+    assert_eq!(meta::finalizers(&pending), ["foregroundDeletion"]);
+
+    eventually(&api, "dependents are deleted first", || async {
+        let blocking = api.get(&kind, Some("default"), "blocking").await.unwrap();
+        meta::deletion_timestamp(&blocking).is_some() && !exists(&api, &kind, "loose").await
+    })
+    .await;
+    assert!(
+        exists(&api, &kind, "owner").await,
+        "the owner waits for its blocking dependent"
+    );
+
+    api.merge_patch(
+        &kind,
+        Some("default"),
+        "blocking",
+        &json!({"metadata": {"finalizers": null}}),
+        false,
+    )
+    .await
+    .unwrap();
+    eventually(
+        &api,
+        "the owner goes after its blocking dependent",
+        || async { !exists(&api, &kind, "blocking").await && !exists(&api, &kind, "owner").await },
+    )
+    .await;
+    gc.abort();
+}
+
+#[tokio::test]
+async fn foreground_deletion_cascades_through_a_chain_of_blocking_dependents() {
+    let api = api().await;
+    let kind = widgets(&api).await;
+    let gc = api.start_garbage_collector();
+    let top = api.create(&kind, widget("top")).await.unwrap();
+    let middle = api
+        .create(&kind, owned_by(widget("middle"), &top, true))
+        .await
+        .unwrap();
+    let mut bottom = owned_by(widget("bottom"), &middle, true);
+    bottom["metadata"]["finalizers"] = json!(["test.dev/hold"]);
+    api.create(&kind, bottom).await.unwrap();
+
+    api.delete(
+        &kind,
+        Some("default"),
+        "top",
+        &policy(Propagation::Foreground),
+    )
+    .await
+    .unwrap();
+    eventually(&api, "the middle waits in the foreground too", || async {
+        let middle = api.get(&kind, Some("default"), "middle").await.unwrap();
+        meta::finalizers(&middle).contains(&"foregroundDeletion")
+    })
+    .await;
+    assert!(exists(&api, &kind, "top").await);
+    api.merge_patch(
+        &kind,
+        Some("default"),
+        "bottom",
+        &json!({"metadata": {"finalizers": null}}),
+        false,
+    )
+    .await
+    .unwrap();
+    eventually(&api, "the whole chain is gone", || async {
+        !exists(&api, &kind, "top").await && !exists(&api, &kind, "middle").await
+    })
+    .await;
+    gc.abort();
+}
+
+#[tokio::test]
+async fn orphan_deletion_keeps_dependents_and_drops_their_references() {
+    let api = api().await;
+    let kind = widgets(&api).await;
+    let gc = api.start_garbage_collector();
+    let owner = api.create(&kind, widget("owner")).await.unwrap();
+    let other = api.create(&kind, widget("other")).await.unwrap();
+    api.create(&kind, owned_by(widget("one"), &owner, true))
+        .await
+        .unwrap();
+    api.create(
+        &kind,
+        owned_by(owned_by(widget("two"), &owner, false), &other, false),
+    )
+    .await
+    .unwrap();
+
+    api.delete(
+        &kind,
+        Some("default"),
+        "owner",
+        &policy(Propagation::Orphan),
+    )
+    .await
+    .unwrap();
+    eventually(&api, "the orphaning owner goes", || async {
+        !exists(&api, &kind, "owner").await
+    })
+    .await;
+    let one = api.get(&kind, Some("default"), "one").await.unwrap();
+    assert!(meta::owner_references(&one).is_empty());
+    let two = api.get(&kind, Some("default"), "two").await.unwrap();
+    let owners: Vec<&str> = meta::owner_uids(&two).collect();
+    assert_eq!(owners, [meta::uid(&other)]);
+    gc.abort();
+}
+
+#[tokio::test]
+async fn a_dependent_with_a_living_owner_loses_only_the_dead_reference() {
+    let api = api().await;
+    let kind = widgets(&api).await;
+    let gadget_kind = gadgets(&api).await;
+    let gc = api.start_garbage_collector();
+    let widget_owner = api.create(&kind, widget("w-owner")).await.unwrap();
+    let gadget_owner = api.create(&gadget_kind, gadget("g-owner")).await.unwrap();
+    api.create(
+        &kind,
+        owned_by(
+            owned_by(widget("shared"), &widget_owner, true),
+            &gadget_owner,
+            true,
+        ),
+    )
+    .await
+    .unwrap();
+    api.delete(&kind, Some("default"), "w-owner", &DeleteOptions::default())
+        .await
+        .unwrap();
+    eventually(&api, "the dead reference is removed", || async {
+        let shared = api.get(&kind, Some("default"), "shared").await.unwrap();
+        meta::owner_references(&shared).len() == 1
+    })
+    .await;
+    let shared = api.get(&kind, Some("default"), "shared").await.unwrap();
+    assert_eq!(
+        meta::owner_uids(&shared).collect::<Vec<_>>(),
+        [meta::uid(&gadget_owner)]
+    );
+
+    api.delete(&gadget_kind, None, "g-owner", &DeleteOptions::default())
+        .await
+        .unwrap();
+    eventually(
+        &api,
+        "a cluster-scoped owner's namespaced dependent goes",
+        || async { !exists(&api, &kind, "shared").await },
+    )
+    .await;
+    gc.abort();
+}
+
+#[tokio::test]
+async fn a_dependent_of_an_owner_that_never_existed_is_collected() {
+    let api = api().await;
+    let kind = widgets(&api).await;
+    let gc = api.start_garbage_collector();
+    let phantom = json!({"apiVersion": "test.setpoint.dev/v1", "kind": "Widget",
+        "metadata": {"name": "phantom", "uid": "00000000-0000-0000-0000-000000000000"}});
+    let mut unknown_kind = phantom.clone();
+    unknown_kind["kind"] = json!("NoSuchKind");
+    unknown_kind["metadata"]["uid"] = json!("11111111-1111-1111-1111-111111111111");
+    api.create(&kind, owned_by(widget("stray"), &phantom, false))
+        .await
+        .unwrap();
+    api.create(&kind, owned_by(widget("stray-2"), &unknown_kind, false))
+        .await
+        .unwrap();
+    eventually(
+        &api,
+        "dependents of absent owners are collected",
+        || async { !exists(&api, &kind, "stray").await && !exists(&api, &kind, "stray-2").await },
+    )
+    .await;
+    gc.abort();
+}
+
+#[tokio::test]
+async fn a_restarted_collector_finishes_what_was_left_undone() {
+    let api = api().await;
+    let kind = widgets(&api).await;
+    let first = api.start_garbage_collector();
+    let early = api.create(&kind, widget("early")).await.unwrap();
+    api.create(&kind, owned_by(widget("early-child"), &early, false))
+        .await
+        .unwrap();
+    api.delete(&kind, Some("default"), "early", &DeleteOptions::default())
+        .await
+        .unwrap();
+    eventually(&api, "the first collector works", || async {
+        !exists(&api, &kind, "early-child").await
+    })
+    .await;
+    first.abort();
+    let _ = first.await;
+
+    // While no collector runs, deletions leave work behind.
+    let gone_owner = api.create(&kind, widget("gone-owner")).await.unwrap();
+    api.create(&kind, owned_by(widget("left-behind"), &gone_owner, false))
+        .await
+        .unwrap();
+    api.delete(
+        &kind,
+        Some("default"),
+        "gone-owner",
+        &DeleteOptions::default(),
+    )
+    .await
+    .unwrap();
+    let waiting = api.create(&kind, widget("waiting")).await.unwrap();
+    api.create(&kind, owned_by(widget("waited-for"), &waiting, true))
+        .await
+        .unwrap();
+    api.delete(
+        &kind,
+        Some("default"),
+        "waiting",
+        &policy(Propagation::Foreground),
+    )
+    .await
+    .unwrap();
+    let orphaning = api.create(&kind, widget("orphaning")).await.unwrap();
+    api.create(&kind, owned_by(widget("orphan"), &orphaning, true))
+        .await
+        .unwrap();
+    api.delete(
+        &kind,
+        Some("default"),
+        "orphaning",
+        &policy(Propagation::Orphan),
+    )
+    .await
+    .unwrap();
+    assert!(exists(&api, &kind, "left-behind").await);
+    assert!(exists(&api, &kind, "waiting").await);
+    assert!(exists(&api, &kind, "orphaning").await);
+
+    let second = api.start_garbage_collector();
+    eventually(&api, "leftover work is done after a restart", || async {
+        !exists(&api, &kind, "left-behind").await
+            && !exists(&api, &kind, "waiting").await
+            && !exists(&api, &kind, "waited-for").await
+            && !exists(&api, &kind, "orphaning").await
+    })
+    .await;
+    let orphan = api.get(&kind, Some("default"), "orphan").await.unwrap();
+    assert!(meta::owner_references(&orphan).is_empty());
+    second.abort();
+}

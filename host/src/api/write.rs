@@ -1,0 +1,341 @@
+//! Create, update and status update, and the rules every write shares
+//! (`write_over`): immutable metadata, schema admission, generation on spec
+//! change, finalizers during deletion, no-op suppression and the size
+//! limit. Patches and apply are built on these (`patch`, `apply`); deletion
+//! is `delete`'s.
+
+use std::collections::HashSet;
+
+use serde_json::{Map, Value, json};
+
+use super::{Api, Error, Result, crd, kinds, validate};
+use crate::object::{KindInfo, Object, meta, time};
+use crate::store::{self, Condition, KeyValue};
+
+/// Metadata a write can never change: kept from the stored object.
+const IMMUTABLE_METADATA: [&str; 7] = [
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "namespace",
+    "name",
+    "generation",
+];
+
+impl Api {
+    /// Create an object. The host sets `uid`, `creationTimestamp`,
+    /// `generation` and `resourceVersion`; a namespaced object without a
+    /// namespace goes to `default`. Objects of kinds with a schema are
+    /// pruned, defaulted and validated first.
+    pub async fn create(&self, kind: &KindInfo, mut object: Object) -> Result<Object> {
+        validate::for_create(kind, &mut object)?;
+        let name = meta::name(&object).to_owned();
+        let namespace = meta::namespace(&object).map(str::to_owned);
+        {
+            let m = meta::metadata_mut(&mut object);
+            m.insert(
+                "uid".into(),
+                Value::String(uuid::Uuid::new_v4().to_string()),
+            );
+            m.insert(
+                "creationTimestamp".into(),
+                Value::String(time::now_rfc3339()),
+            );
+            m.insert("generation".into(), json!(1));
+            for field in [
+                "resourceVersion",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+            ] {
+                m.remove(field);
+            }
+            if m.get("managedFields")
+                .and_then(Value::as_array)
+                .is_some_and(Vec::is_empty)
+            {
+                m.remove("managedFields");
+            }
+        }
+        if self.is_crd(kind) {
+            let info = kinds::kind_from_crd(&object)?;
+            object["status"] = crd_status(&info);
+            let bytes = self.encode_checked(&object)?;
+            let kv = self
+                .put_new(kind, namespace.as_deref(), &name, bytes)
+                .await?;
+            self.kinds.insert(info);
+            return Self::decode(&kv);
+        }
+        if kind.status_subresource {
+            // As in Kubernetes: status is set through its sub-resource only.
+            if let Some(map) = object.as_object_mut() {
+                map.remove("status");
+            }
+        }
+        self.admit(kind, &mut object)?;
+        let bytes = self.encode_checked(&object)?;
+        let kv = self
+            .put_new(kind, namespace.as_deref(), &name, bytes)
+            .await?;
+        Self::decode(&kv)
+    }
+
+    async fn put_new(
+        &self,
+        kind: &KindInfo,
+        namespace: Option<&str>,
+        name: &str,
+        bytes: Vec<u8>,
+    ) -> Result<KeyValue> {
+        let key = Self::key(kind, namespace, name);
+        match self.backend.put(&key, bytes, Condition::Absent).await {
+            Ok(kv) => Ok(kv),
+            Err(store::Error::Conflict { .. }) => Err(Error::AlreadyExists {
+                kind: kind.plural.clone(),
+                name: name.to_owned(),
+            }),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Prune, default and validate against the kind's schema, if it has one.
+    pub(super) fn admit(&self, kind: &KindInfo, object: &mut Object) -> Result<()> {
+        let Some(schema) = self.kinds.schema_for(kind)? else {
+            return Ok(());
+        };
+        schema
+            .admit(object)
+            .map_err(|errors| Error::invalid_fields(&kind.kind, meta::name(object), &errors))
+    }
+
+    /// Replace an object's spec and metadata. A `resourceVersion` in the
+    /// object is a precondition; without one the update applies to whatever
+    /// is stored. Status is kept as stored when the kind has a status
+    /// sub-resource; `metadata.managedFields` is kept when the object has
+    /// none. An update that changes nothing writes nothing.
+    pub async fn update(&self, kind: &KindInfo, object: Object) -> Result<Object> {
+        let name = meta::name(&object).to_owned();
+        let namespace = meta::namespace(&object).map(str::to_owned);
+        let expected = validate::parse_resource_version(kind, &object)?;
+        loop {
+            let current_kv = self.get_kv(kind, namespace.as_deref(), &name).await?;
+            check_precondition(kind, &name, expected, &current_kv)?;
+            let current = Self::decode(&current_kv)?;
+            let mut next = object.clone();
+            validate::for_update(kind, &current, &mut next)?;
+            if kind.status_subresource {
+                copy_member(&current, &mut next, "status");
+            }
+            if !meta::metadata_mut(&mut next).contains_key("managedFields")
+                && let Some(managed) = current["metadata"].get("managedFields")
+            {
+                meta::metadata_mut(&mut next).insert("managedFields".into(), managed.clone());
+            }
+            match self.write_over(kind, &current_kv, &current, next).await {
+                Err(Error::Conflict { .. }) if expected.is_none() => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// Write only `.status` of an object; spec and metadata stay as stored.
+    /// A `resourceVersion` in the object is a precondition.
+    pub async fn update_status(&self, kind: &KindInfo, object: Object) -> Result<Object> {
+        let name = meta::name(&object).to_owned();
+        let namespace = meta::namespace(&object).map(str::to_owned);
+        let expected = validate::parse_resource_version(kind, &object)?;
+        loop {
+            let current_kv = self.get_kv(kind, namespace.as_deref(), &name).await?;
+            check_precondition(kind, &name, expected, &current_kv)?;
+            let current = Self::decode(&current_kv)?;
+            let mut next = current.clone();
+            copy_member(&object, &mut next, "status");
+            match self.write_over(kind, &current_kv, &current, next).await {
+                Err(Error::Conflict { .. }) if expected.is_none() => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// Compare-and-swap `next` over `current`, applying the rules every write
+    /// shares: immutable metadata, finalizers, schema, generation on spec
+    /// change, no-op suppression, the size limit.
+    pub(super) async fn write_over(
+        &self,
+        kind: &KindInfo,
+        current_kv: &KeyValue,
+        current: &Object,
+        mut next: Object,
+    ) -> Result<Object> {
+        let name = meta::name(current).to_owned();
+        {
+            let cur_meta = current["metadata"].as_object().cloned().unwrap_or_default();
+            let m = meta::metadata_mut(&mut next);
+            for field in IMMUTABLE_METADATA {
+                match cur_meta.get(field) {
+                    Some(v) => m.insert(field.into(), v.clone()),
+                    None => m.remove(field),
+                };
+            }
+            m.remove("resourceVersion");
+            if m.get("managedFields")
+                .and_then(Value::as_array)
+                .is_some_and(Vec::is_empty)
+            {
+                m.remove("managedFields");
+            }
+        }
+        if meta::deletion_timestamp(current).is_some() {
+            let before: HashSet<&str> = meta::finalizers(current).into_iter().collect();
+            if let Some(added) = meta::finalizers(&next)
+                .into_iter()
+                .find(|f| !before.contains(f))
+            {
+                return Err(Error::invalid(
+                    &kind.kind,
+                    &name,
+                    "metadata.finalizers",
+                    format!(
+                        "no new finalizers can be added while the object is being deleted: {added}"
+                    ),
+                ));
+            }
+            if meta::finalizers(&next).is_empty() {
+                // The last finalizer is gone: deletion completes now.
+                return self.remove_stored(kind, current_kv, next).await;
+            }
+        }
+        if self.is_crd(kind) {
+            let problems = crd::check_update(current, &next);
+            if !problems.is_empty() {
+                return Err(Error::invalid_fields(&kind.kind, &name, &problems));
+            }
+        } else {
+            self.admit(kind, &mut next)?;
+        }
+        if spec_changed(current, &next) {
+            meta::metadata_mut(&mut next)
+                .insert("generation".into(), json!(meta::generation(current) + 1));
+        }
+        let mut current_cmp = current.clone();
+        meta::metadata_mut(&mut current_cmp).remove("resourceVersion");
+        if current_cmp == next {
+            return Ok(current.clone());
+        }
+        let info = if self.is_crd(kind) {
+            Some(kinds::kind_from_crd(&next)?)
+        } else {
+            None
+        };
+        let bytes = self.encode_checked(&next)?;
+        let kv = self
+            .backend
+            .put(
+                &current_kv.key,
+                bytes,
+                Condition::ModRevision(current_kv.mod_revision),
+            )
+            .await
+            .map_err(|e| Self::conflict(kind, &name, e))?;
+        if let Some(info) = info {
+            self.kinds.insert(info);
+        }
+        Self::decode(&kv)
+    }
+
+    /// Delete the stored key if it is still at `current_kv`'s revision;
+    /// returns `last` with the deletion's resource version.
+    pub(super) async fn remove_stored(
+        &self,
+        kind: &KindInfo,
+        current_kv: &KeyValue,
+        mut last: Object,
+    ) -> Result<Object> {
+        let name = meta::name(&last).to_owned();
+        let deleted = self
+            .backend
+            .delete(
+                &current_kv.key,
+                Condition::ModRevision(current_kv.mod_revision),
+            )
+            .await
+            .map_err(|e| match e {
+                store::Error::NotFound { .. } => Self::not_found(kind, &name),
+                other => Self::conflict(kind, &name, other),
+            })?;
+        meta::metadata_mut(&mut last).insert(
+            "resourceVersion".into(),
+            Value::String(deleted.revision.to_string()),
+        );
+        if self.is_crd(kind)
+            && let Ok(info) = kinds::kind_from_crd(&last)
+        {
+            self.kinds.remove(&info.group, &info.plural);
+        }
+        Ok(last)
+    }
+}
+
+/// A stale `resourceVersion` precondition is a conflict.
+fn check_precondition(
+    kind: &KindInfo,
+    name: &str,
+    expected: Option<i64>,
+    current_kv: &KeyValue,
+) -> Result<()> {
+    match expected {
+        Some(rv) if rv != current_kv.mod_revision => Err(Api::conflict(
+            kind,
+            name,
+            store::Error::Conflict {
+                key: current_kv.key.clone(),
+                expected: Some(rv),
+                actual: Some(current_kv.mod_revision),
+            },
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Make `to[member]` what `from[member]` is, absent included.
+fn copy_member(from: &Object, to: &mut Object, member: &str) {
+    match from.get(member) {
+        Some(value) => to[member] = value.clone(),
+        None => {
+            if let Some(map) = to.as_object_mut() {
+                map.remove(member);
+            }
+        }
+    }
+}
+
+/// Whether anything outside `metadata` and `status` differs.
+fn spec_changed(current: &Object, next: &Object) -> bool {
+    let outside = |o: &Object| -> Map<String, Value> {
+        o.as_object()
+            .map(|m| {
+                m.iter()
+                    .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "status"))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    outside(current) != outside(next)
+}
+
+fn crd_status(info: &KindInfo) -> Value {
+    let now = time::now_rfc3339();
+    json!({
+        "acceptedNames": {"kind": info.kind, "plural": info.plural, "singular": info.singular,
+                          "shortNames": info.short_names, "listKind": info.list_kind},
+        "storedVersions": [info.version],
+        "conditions": [
+            {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
+             "message": "no conflicts found", "lastTransitionTime": now},
+            {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
+             "message": "the initial names have been accepted", "lastTransitionTime": now},
+        ]
+    })
+}

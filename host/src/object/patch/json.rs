@@ -1,0 +1,481 @@
+//! JSON patch (RFC 6902): the operations, their wire form, and applying
+//! them all-or-nothing with errors that name the operation and its path.
+//! Pointer syntax and lookup are `object::pointer`'s.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::object::pointer::{Pointer, PointerError};
+
+/// One JSON patch operation, in its wire form (`{"op": "add", "path": …}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub enum PatchOperation {
+    /// Add (or replace) a member, or insert into a list (`-` appends).
+    Add {
+        /// Where.
+        path: String,
+        /// What.
+        value: Value,
+    },
+    /// Remove an existing value.
+    Remove {
+        /// Where.
+        path: String,
+    },
+    /// Replace an existing value.
+    Replace {
+        /// Where.
+        path: String,
+        /// The new value.
+        value: Value,
+    },
+    /// Remove the value at `from` and add it at `path`.
+    Move {
+        /// Where the value is taken from.
+        from: String,
+        /// Where it goes.
+        path: String,
+    },
+    /// Add a copy of the value at `from` at `path`.
+    Copy {
+        /// Where the value is copied from.
+        from: String,
+        /// Where the copy goes.
+        path: String,
+    },
+    /// Fail the whole patch unless the value at `path` equals `value`.
+    Test {
+        /// Where.
+        path: String,
+        /// The expected value.
+        value: Value,
+    },
+}
+
+impl PatchOperation {
+    /// The operation's name (`add`, `remove`, …).
+    pub fn name(&self) -> &'static str {
+        match self {
+            PatchOperation::Add { .. } => "add",
+            PatchOperation::Remove { .. } => "remove",
+            PatchOperation::Replace { .. } => "replace",
+            PatchOperation::Move { .. } => "move",
+            PatchOperation::Copy { .. } => "copy",
+            PatchOperation::Test { .. } => "test",
+        }
+    }
+
+    /// The target path.
+    pub fn path(&self) -> &str {
+        match self {
+            PatchOperation::Add { path, .. }
+            | PatchOperation::Remove { path }
+            | PatchOperation::Replace { path, .. }
+            | PatchOperation::Move { path, .. }
+            | PatchOperation::Copy { path, .. }
+            | PatchOperation::Test { path, .. } => path,
+        }
+    }
+
+    /// Whether the operation writes to `pointer` (test only reads).
+    pub fn writes(&self, pointer: &str) -> bool {
+        !matches!(self, PatchOperation::Test { .. }) && self.path() == pointer
+    }
+}
+
+/// A JSON patch: operations applied in order, all or nothing.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::patch::JsonPatch;
+/// let patch = JsonPatch::from_value(&json!([
+///     {"op": "test", "path": "/spec/replicas", "value": 1},
+///     {"op": "replace", "path": "/spec/replicas", "value": 3},
+///     {"op": "add", "path": "/metadata/labels/tier~1role", "value": "web"},
+/// ])).unwrap();
+/// let mut doc = json!({"metadata": {"labels": {}}, "spec": {"replicas": 1}});
+/// patch.apply(&mut doc).unwrap();
+/// assert_eq!(doc, json!({"metadata": {"labels": {"tier/role": "web"}}, "spec": {"replicas": 3}}));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JsonPatch(pub Vec<PatchOperation>);
+
+/// A JSON patch that is malformed or cannot be applied. Names the operation
+/// (by index) and the path.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PatchError {
+    /// The patch document is not a list of operations.
+    #[error("a JSON patch must be a list of operations")]
+    NotAList,
+    /// One operation is malformed (unknown op, missing field).
+    #[error("operation {index}: {message}")]
+    Malformed {
+        /// The operation's position in the patch.
+        index: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// An operation could not be applied (missing path, bad index).
+    #[error("operation {index} ({op} {path}): {source}")]
+    Failed {
+        /// The operation's position in the patch.
+        index: usize,
+        /// The operation's name.
+        op: &'static str,
+        /// Its target path.
+        path: String,
+        /// Why.
+        source: PointerError,
+    },
+    /// A `move` into its own child.
+    #[error("operation {index} (move {path}): cannot move {from} into one of its children")]
+    MoveIntoChild {
+        /// The operation's position in the patch.
+        index: usize,
+        /// The source.
+        from: String,
+        /// The target.
+        path: String,
+    },
+    /// A `test` found a different value.
+    #[error("operation {index} (test {path}): test failed: expected {expected}, found {actual}")]
+    TestFailed {
+        /// The operation's position in the patch.
+        index: usize,
+        /// The tested path.
+        path: String,
+        /// The value the patch expected.
+        expected: Value,
+        /// The value found (`null` when absent).
+        actual: Value,
+    },
+}
+
+impl PatchError {
+    /// Whether the patch document itself is malformed (a bad request) rather
+    /// than not applicable to this object.
+    pub fn is_malformed(&self) -> bool {
+        matches!(self, PatchError::NotAList | PatchError::Malformed { .. })
+    }
+}
+
+impl JsonPatch {
+    /// Parse a patch document, naming the first malformed operation.
+    pub fn from_value(doc: &Value) -> Result<Self, PatchError> {
+        let ops = doc.as_array().ok_or(PatchError::NotAList)?;
+        ops.iter()
+            .enumerate()
+            .map(|(index, op)| {
+                PatchOperation::deserialize(op).map_err(|e| PatchError::Malformed {
+                    index,
+                    message: e.to_string(),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(JsonPatch)
+    }
+
+    /// Apply every operation in order. On error the document is unchanged.
+    pub fn apply(&self, doc: &mut Value) -> Result<(), PatchError> {
+        let mut work = doc.clone();
+        for (index, op) in self.0.iter().enumerate() {
+            apply_one(&mut work, index, op)?;
+        }
+        *doc = work;
+        Ok(())
+    }
+
+    /// Whether any operation writes `pointer` (e.g. `/metadata/resourceVersion`).
+    pub fn writes(&self, pointer: &str) -> bool {
+        self.0.iter().any(|op| op.writes(pointer))
+    }
+}
+
+fn apply_one(doc: &mut Value, index: usize, op: &PatchOperation) -> Result<(), PatchError> {
+    let fail = |path: &str, source: PointerError| PatchError::Failed {
+        index,
+        op: op.name(),
+        path: path.to_owned(),
+        source,
+    };
+    let parse = |path: &str| Pointer::parse(path).map_err(|e| fail(path, e));
+    match op {
+        PatchOperation::Add { path, value } => parse(path)?
+            .add(doc, value.clone())
+            .map_err(|e| fail(path, e)),
+        PatchOperation::Remove { path } => parse(path)?
+            .remove(doc)
+            .map(drop)
+            .map_err(|e| fail(path, e)),
+        PatchOperation::Replace { path, value } => {
+            let target = parse(path)?.get_mut(doc).map_err(|e| fail(path, e))?;
+            *target = value.clone();
+            Ok(())
+        }
+        PatchOperation::Move { from, path } => {
+            let (source, target) = (parse(from)?, parse(path)?);
+            if target.is_inside(&source) {
+                return Err(PatchError::MoveIntoChild {
+                    index,
+                    from: from.clone(),
+                    path: path.clone(),
+                });
+            }
+            if source == target {
+                return source.get(doc).map(drop).map_err(|e| fail(from, e));
+            }
+            let value = source.remove(doc).map_err(|e| fail(from, e))?;
+            target.add(doc, value).map_err(|e| fail(path, e))
+        }
+        PatchOperation::Copy { from, path } => {
+            let value = parse(from)?.get(doc).map_err(|e| fail(from, e))?.clone();
+            parse(path)?.add(doc, value).map_err(|e| fail(path, e))
+        }
+        PatchOperation::Test { path, value } => {
+            let actual = parse(path)?.get(doc).ok();
+            if actual.is_some_and(|actual| json_equal(actual, value)) {
+                Ok(())
+            } else {
+                Err(PatchError::TestFailed {
+                    index,
+                    path: path.clone(),
+                    expected: value.clone(),
+                    actual: actual.cloned().unwrap_or(Value::Null),
+                })
+            }
+        }
+    }
+}
+
+/// JSON equality as RFC 6902 `test` defines it: numbers compare by value
+/// (`1` equals `1.0`), objects ignore member order.
+pub fn json_equal(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => match (x.as_i64(), y.as_i64()) {
+            (Some(x), Some(y)) => x == y,
+            _ => match (x.as_u64(), y.as_u64()) {
+                (Some(x), Some(y)) => x == y,
+                _ => x.as_f64() == y.as_f64(),
+            },
+        },
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| json_equal(a, b))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| json_equal(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn run(doc: Value, ops: Value) -> Result<Value, PatchError> {
+        let mut doc = doc;
+        JsonPatch::from_value(&ops)?.apply(&mut doc)?;
+        Ok(doc)
+    }
+
+    #[test]
+    fn every_operation_follows_rfc6902() {
+        let doc = json!({"a": {"b": 1}, "list": ["x", "y"]});
+        assert_eq!(
+            run(
+                doc.clone(),
+                json!([{"op": "add", "path": "/a/c", "value": 2}])
+            )
+            .unwrap(),
+            json!({"a": {"b": 1, "c": 2}, "list": ["x", "y"]})
+        );
+        assert_eq!(
+            run(
+                doc.clone(),
+                json!([{"op": "add", "path": "/list/-", "value": "z"}])
+            )
+            .unwrap()["list"],
+            json!(["x", "y", "z"])
+        );
+        assert_eq!(
+            run(
+                doc.clone(),
+                json!([{"op": "add", "path": "/list/0", "value": "w"}])
+            )
+            .unwrap()["list"],
+            json!(["w", "x", "y"])
+        );
+        assert_eq!(
+            run(doc.clone(), json!([{"op": "remove", "path": "/a/b"}])).unwrap(),
+            json!({"a": {}, "list": ["x", "y"]})
+        );
+        assert_eq!(
+            run(
+                doc.clone(),
+                json!([{"op": "replace", "path": "/list/1", "value": "q"}])
+            )
+            .unwrap()["list"],
+            json!(["x", "q"])
+        );
+        assert_eq!(
+            run(
+                doc.clone(),
+                json!([{"op": "move", "from": "/a/b", "path": "/moved"}])
+            )
+            .unwrap(),
+            json!({"a": {}, "list": ["x", "y"], "moved": 1})
+        );
+        assert_eq!(
+            run(
+                doc.clone(),
+                json!([{"op": "copy", "from": "/list", "path": "/a/copy"}])
+            )
+            .unwrap()["a"],
+            json!({"b": 1, "copy": ["x", "y"]})
+        );
+        assert_eq!(
+            run(
+                doc.clone(),
+                json!([{"op": "test", "path": "/a/b", "value": 1.0}])
+            )
+            .unwrap(),
+            doc
+        );
+        assert_eq!(
+            run(
+                doc,
+                json!([{"op": "replace", "path": "", "value": {"new": true}}])
+            )
+            .unwrap(),
+            json!({"new": true})
+        );
+    }
+
+    #[test]
+    fn pointer_escapes_name_keys_with_slashes_and_tildes() {
+        let doc = json!({"labels": {"app.kubernetes.io/name": "a", "x~y": "b"}});
+        let out = run(
+            doc,
+            json!([
+                {"op": "replace", "path": "/labels/app.kubernetes.io~1name", "value": "c"},
+                {"op": "remove", "path": "/labels/x~0y"},
+            ]),
+        )
+        .unwrap();
+        assert_eq!(out, json!({"labels": {"app.kubernetes.io/name": "c"}}));
+    }
+
+    #[test]
+    fn a_failing_operation_names_its_index_and_path_and_changes_nothing() {
+        let mut doc = json!({"a": 1});
+        let patch = JsonPatch::from_value(&json!([
+            {"op": "replace", "path": "/a", "value": 2},
+            {"op": "remove", "path": "/missing"},
+        ]))
+        .unwrap();
+        let err = patch.apply(&mut doc).unwrap_err();
+        assert!(
+            matches!(&err, PatchError::Failed { index: 1, op: "remove", path, .. } if path == "/missing")
+        );
+        assert!(err.to_string().contains("operation 1 (remove /missing)"));
+        assert_eq!(doc, json!({"a": 1}), "all or nothing");
+        assert!(!err.is_malformed());
+    }
+
+    #[test]
+    fn a_failed_test_reports_expected_and_actual_values() {
+        let err = run(
+            json!({"spec": {"replicas": 2}}),
+            json!([{"op": "test", "path": "/spec/replicas", "value": 3}]),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            PatchError::TestFailed {
+                index: 0,
+                path: "/spec/replicas".into(),
+                expected: json!(3),
+                actual: json!(2),
+            }
+        );
+        assert!(
+            run(
+                json!({}),
+                json!([{"op": "test", "path": "/x", "value": null}])
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn malformed_documents_are_told_apart_from_failed_operations() {
+        for bad in [
+            json!({"op": "add"}),
+            json!([{"op": "frobnicate", "path": "/a"}]),
+            json!([{"op": "add", "path": "/a"}]),
+            json!([{"op": "move", "path": "/a"}]),
+        ] {
+            let err = JsonPatch::from_value(&bad).unwrap_err();
+            assert!(err.is_malformed(), "{bad}: {err}");
+        }
+        let err =
+            JsonPatch::from_value(&json!([{"op": "add", "path": "/a", "value": 1}, {"op": "x"}]))
+                .unwrap_err();
+        assert!(err.to_string().starts_with("operation 1:"), "{err}");
+    }
+
+    #[test]
+    fn move_into_a_child_and_appending_outside_add_are_refused() {
+        let doc = json!({"a": {"b": {}}, "l": [1]});
+        assert!(matches!(
+            run(
+                doc.clone(),
+                json!([{"op": "move", "from": "/a", "path": "/a/b/c"}])
+            ),
+            Err(PatchError::MoveIntoChild { .. })
+        ));
+        assert!(
+            run(
+                doc.clone(),
+                json!([{"op": "replace", "path": "/l/-", "value": 2}])
+            )
+            .is_err()
+        );
+        assert!(
+            run(
+                doc.clone(),
+                json!([{"op": "add", "path": "/l/01", "value": 2}])
+            )
+            .is_err()
+        );
+        assert!(run(doc, json!([{"op": "add", "path": "no-slash", "value": 2}])).is_err());
+    }
+
+    #[test]
+    fn json_equality_ignores_number_representation_and_member_order() {
+        assert!(json_equal(&json!(1), &json!(1.0)));
+        assert!(json_equal(
+            &json!({"a": 1, "b": [2]}),
+            &json!({"b": [2.0], "a": 1})
+        ));
+        assert!(!json_equal(&json!([1, 2]), &json!([2, 1])));
+        assert!(!json_equal(&json!("1"), &json!(1)));
+    }
+
+    #[test]
+    fn patches_serialise_in_the_wire_form() {
+        let patch = JsonPatch(vec![PatchOperation::Remove { path: "/a".into() }]);
+        assert_eq!(
+            serde_json::to_value(&patch).unwrap(),
+            json!([{"op": "remove", "path": "/a"}])
+        );
+        assert!(patch.writes("/a"));
+        assert!(!patch.writes("/b"));
+    }
+}
