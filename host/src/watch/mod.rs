@@ -92,12 +92,20 @@ struct State {
 }
 
 impl WatchHub {
-    /// Start a hub following `backend` from its current revision, keeping
-    /// `capacity` events of history (also the lag allowed per subscriber).
+    /// Start a hub following `backend`, keeping `capacity` (rounded up to a
+    /// power of two) events of history, also the lag allowed per subscriber.
+    /// The history starts filled with the store's last `capacity` changes.
     pub async fn start(backend: Arc<dyn Backend>, capacity: usize) -> store::Result<Self> {
-        let start = backend.current_revision().await?;
-        let stream = backend.watch(start).await?;
         let capacity = capacity.max(1).next_power_of_two();
+        // Start from the last `capacity` changes the store still has, so that
+        // a client resuming a watch after a restart of the host finds them.
+        let current = backend.current_revision().await?;
+        let wanted = current.saturating_sub(capacity as Revision).max(0);
+        let (start, stream) = match backend.watch(wanted).await {
+            Ok(stream) => (wanted, stream),
+            Err(store::Error::Compacted { compacted, .. }) => (compacted, backend.watch(compacted).await?),
+            Err(err) => return Err(err),
+        };
         let (sender, _) = broadcast::channel(capacity);
         let hub = Self {
             inner: Arc::new(Inner {
