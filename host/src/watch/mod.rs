@@ -103,7 +103,9 @@ impl WatchHub {
         let wanted = current.saturating_sub(capacity as Revision).max(0);
         let (start, stream) = match backend.watch(wanted).await {
             Ok(stream) => (wanted, stream),
-            Err(store::Error::Compacted { compacted, .. }) => (compacted, backend.watch(compacted).await?),
+            Err(store::Error::Compacted { compacted, .. }) => {
+                (compacted, backend.watch(compacted).await?)
+            }
             Err(err) => return Err(err),
         };
         let (sender, _) = broadcast::channel(capacity);
