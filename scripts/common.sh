@@ -19,3 +19,17 @@ build_plugins() {
   for p in "$@"; do args+=(-p "$p"); done
   cargo build --profile plugin --target wasm32-wasip2 --target-dir "$WASM_TARGET_DIR" "${args[@]}"
 }
+
+# ensure_apt PACKAGE... : install Debian packages that are missing.
+ensure_apt() {
+  local missing=()
+  for p in "$@"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  echo "==> installing ${missing[*]} (apt-get)"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+}

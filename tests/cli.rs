@@ -27,7 +27,7 @@ impl Drop for Server {
 fn serve(plugins: &[&str]) -> Server {
     let dir = plugins_dir(plugins);
     let mut child = Command::new(setpoint_bin())
-        .args(["serve", "--addr", "127.0.0.1:0", "--plugins"])
+        .args(["serve", "--in-memory", "--addr", "127.0.0.1:0", "--plugins"])
         .arg(dir.path())
         .stderr(Stdio::piped())
         .spawn()
@@ -232,7 +232,14 @@ async fn bad_manifests_are_refused_with_a_clear_error_and_write_nothing() {
 #[test]
 fn serve_refuses_to_listen_beyond_loopback() {
     let out = Command::new(setpoint_bin())
-        .args(["serve", "--addr", "0.0.0.0:0", "--plugins", "/nonexistent"])
+        .args([
+            "serve",
+            "--in-memory",
+            "--addr",
+            "0.0.0.0:0",
+            "--plugins",
+            "/nonexistent",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());

@@ -6,6 +6,8 @@ mod support;
 
 /// The `setpoint` binary: serve, apply, get, delete, and bad input.
 mod cli;
+/// Durability of the embedded store: kill -9 and restart, damaged data.
+mod crash;
 /// The walking skeleton: ReplicaSet and podsim choreography end to end.
 mod skeleton;
 /// Watch streams over HTTP and the watch hub.

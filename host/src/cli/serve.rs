@@ -18,6 +18,12 @@ pub struct ServeArgs {
     /// Directory of `*.wasm` reconcile plugins.
     #[arg(long, default_value = "plugins")]
     pub plugins: PathBuf,
+    /// Data directory of the durable embedded store.
+    #[arg(long, default_value = ".setpoint/data", conflicts_with = "in_memory")]
+    pub data: PathBuf,
+    /// Keep everything in memory instead (nothing survives a restart).
+    #[arg(long)]
+    pub in_memory: bool,
     /// Reconcile workers per plugin.
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
@@ -42,7 +48,18 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot listen on {}", args.addr))?;
         let addr = listener.local_addr()?;
         let controller = crate::controller::Config { workers: args.workers, ..Default::default() };
+        let (backend, store_description): (Arc<dyn crate::store::Backend>, String) = if args.in_memory {
+            (Arc::new(crate::store::MemoryBackend::new()), "in-memory store".into())
+        } else {
+            let dir = args.data.clone();
+            // Opening checks the whole file: keep it off the async threads.
+            let store = tokio::task::spawn_blocking(move || crate::store::EmbeddedBackend::open(&dir))
+                .await?
+                .with_context(|| format!("cannot open the data directory {}", args.data.display()))?;
+            (Arc::new(store), format!("embedded store in {}", args.data.display()))
+        };
         let host = Host::builder()
+            .backend(backend)
             .plugins_dir(&args.plugins)
             .controller(controller)
             .build()
@@ -57,7 +74,7 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }
         }
         let host = Arc::new(host);
-        eprintln!("Setpoint API listening on http://{addr} (in-memory store; plugins from {})", args.plugins.display());
+        eprintln!("Setpoint API listening on http://{addr} ({store_description}; plugins from {})", args.plugins.display());
         eprintln!("Try: setpoint --server http://{addr} get replicasets");
         let shutdown = async {
             let _ = tokio::signal::ctrl_c().await;

@@ -17,6 +17,9 @@
 //! - A write is acknowledged only once it is as durable as the backend
 //!   promises (the memory backend promises nothing across restarts).
 
+#[cfg(test)]
+mod conformance;
+pub mod embedded;
 mod error;
 pub mod memory;
 
@@ -25,6 +28,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
+pub use embedded::EmbeddedBackend;
 pub use error::Error;
 pub use memory::MemoryBackend;
 

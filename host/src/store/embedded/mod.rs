@@ -1,0 +1,411 @@
+//! The embedded durable backend (the default): a [`Backend`] on the redb
+//! database in one data directory, with exactly the memory backend's
+//! semantics, every acknowledged write fsync'd, and concurrent writes group
+//! committed.
+//!
+//! # Layout
+//!
+//! A data directory holds `store.redb` (the database) and `LOCK` (held with
+//! an exclusive file lock while the store is open, so that a second process
+//! gets "data directory … is in use by another process"). The database has
+//! four tables:
+//!
+//! | table | key → value | holds |
+//! |---|---|---|
+//! | `revisions` | revision → create revision (i64 LE) ‖ key length (u32 LE) ‖ key ‖ value | every change since compaction, plus each live key's newest version at or below the compaction point; create revision 0 and no value mark a deletion |
+//! | `index` | (key, revision) → () | the revisions of each key, oldest first: reads at a past revision, the previous value of a deletion, compaction |
+//! | `current` | key → (create revision, mod revision) | live keys only: current reads and write conditions |
+//! | `meta` | name → i64 | `format` (1), `revision`, `compacted` (the compaction point), `cleaned` (how far compaction has physically removed entries) |
+//!
+//! Values are stored once, in `revisions`, which only ever grows at its end:
+//! whatever keys are written, a batch's values land on a few adjacent pages,
+//! watch replay is a sequential scan, and compaction deletes mostly
+//! contiguous runs. `index` and `current` hold small entries. Keys of
+//! `index` are `(str, i64)` tuples compared field by field, so any key
+//! string (even one containing NUL) sorts by its bytes and prefix scans are
+//! exact.
+//!
+//! # Writes
+//!
+//! One writer thread (`commit.rs`) owns all writes and group-commits them: one
+//! redb transaction and one fsync per batch of queued requests, revisions
+//! assigned in order, a failed condition consuming no revision. A write is
+//! answered only after its transaction is durable (redb
+//! `Durability::Immediate`, one-phase commit with checksums). A lone writer
+//! is committed at once; when the previous batch had several writers, the
+//! next one waits (while requests keep arriving, at most 1 ms) for them to
+//! come back, so that concurrent writers share one fsync.
+//!
+//! Reads run on tokio's blocking pool, each in one redb read transaction (a
+//! snapshot). Watches replay from `revisions` on disk, then follow live
+//! commits through a bounded in-memory tail shared by all watchers
+//! (`watch.rs`).
+//!
+//! `compact` makes the compaction point durable at once; the entries it
+//! frees are then removed in chunks of about 4 ms between write batches, and
+//! `compact` returns when they are gone (a cleanup cut short by a close
+//! resumes at the next open).
+//!
+//! # Damaged files
+//!
+//! redb repairs files on open: after a crash it rebuilds its allocator state
+//! and, if the latest commit fails its checksums, rolls back to the previous
+//! one; a file damaged otherwise may even panic a plain open. None of that is
+//! allowed to touch user data silently, so an existing file is first checked
+//! without writing to it (`open.rs`): redb's full integrity check runs through
+//! a copy-on-write view of the file (`overlay.rs`), and the schema and
+//! counters are read back. An empty, truncated or garbage file, a failing
+//! checksum in a cleanly closed file, or a missing table is reported as
+//! [`Error::Corrupt`] naming the file, and the file is left byte-for-byte
+//! untouched. Only after a crash may the latest commit be rolled back, if it
+//! fails its checksums as a commit torn by a power loss does (its fsync never
+//! completed, so it was never acknowledged); that is logged. The price of
+//! one fsync per commit (redb's one-phase commit) is that damage to exactly
+//! the pages of the last commit of a crashed file looks the same and loses
+//! that commit; two-phase commit would tell them apart at a second fsync per
+//! commit. A new store is created under a temporary name and renamed into
+//! place once initialised, so `store.redb` is never legitimately empty.
+//!
+//! The check reads every live page on each open: about 0.2 s for 100,000
+//! keys of 1 KiB on the development VM.
+
+mod commit;
+mod open;
+mod overlay;
+mod read;
+mod schema;
+mod watch;
+
+#[cfg(test)]
+mod tests;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redb::{Database, ReadTransaction, ReadableDatabase, WriteTransaction};
+use tokio::sync::{Semaphore, oneshot, watch as revision_watch};
+
+use self::commit::{Queued, Request, Writer};
+use self::schema::Context;
+use self::watch::Recent;
+use super::{
+    Backend, Condition, Deleted, Error, KeyValue, Range, RangeResult, Result, Revision, WatchStream,
+};
+
+/// How many write requests may queue for the writer before callers wait.
+const QUEUE: usize = 4096;
+
+/// The embedded, durable, multi-version key-value store.
+///
+/// Cloning gives another handle on the same store. The store closes when
+/// every handle is dropped (in the background) or at [`EmbeddedBackend::close`].
+///
+/// ```
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// use setpoint::store::{Backend, Condition, EmbeddedBackend};
+/// let dir = tempfile::tempdir().unwrap();
+/// let store = EmbeddedBackend::open(dir.path()).unwrap();
+/// let kv = store.put("/a", b"1".to_vec(), Condition::Absent).await.unwrap();
+/// assert_eq!(kv.mod_revision, 1);
+/// store.close().await.unwrap();
+/// # });
+/// ```
+#[derive(Clone)]
+pub struct EmbeddedBackend {
+    shared: Arc<Shared>,
+    /// The writer's queue; a slot of `slots` is taken per queued request.
+    requests: std::sync::mpsc::Sender<Queued>,
+    slots: Arc<Semaphore>,
+}
+
+impl std::fmt::Debug for EmbeddedBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedBackend")
+            .field("file", &self.shared.file)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the writer, the readers and the watchers share.
+struct Shared {
+    /// The database file, named in errors.
+    file: PathBuf,
+    /// `None` once closed.
+    db: RwLock<Option<Database>>,
+    /// The directory lock, released at close.
+    lock: Mutex<Option<File>>,
+    /// The last committed revision; watchers wait on it.
+    revision_tx: revision_watch::Sender<Revision>,
+    /// The compaction point, as committed.
+    compacted: AtomicI64,
+    /// The newest events, for live watchers.
+    recent: Mutex<Recent>,
+    closed: AtomicBool,
+    stats: Stats,
+}
+
+/// The writer's running totals.
+#[derive(Default)]
+struct Stats {
+    commits: AtomicU64,
+    writes: AtomicU64,
+    apply_nanos: AtomicU64,
+    commit_nanos: AtomicU64,
+    gather_nanos: AtomicU64,
+}
+
+/// Running totals of the embedded store's writer, for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EmbeddedStats {
+    /// Write transactions committed, each with one fsync.
+    pub commits: u64,
+    /// Puts and deletes committed (revisions assigned).
+    pub writes: u64,
+    /// Time spent writing batches into their transactions.
+    pub apply_time: Duration,
+    /// Time spent committing (the fsync included).
+    pub commit_time: Duration,
+    /// Time spent waiting for concurrent writers to join a batch.
+    pub gather_time: Duration,
+}
+
+impl Shared {
+    fn recent(&self) -> MutexGuard<'_, Recent> {
+        // Pushes and reads leave the tail consistent even if a holder panicked.
+        self.recent.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn closed_error(&self) -> Error {
+        Error::Unavailable(format!("{}: store is closed", self.file.display()))
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    fn begin_read(&self) -> Result<ReadTransaction> {
+        let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
+        let db = db.as_ref().ok_or_else(|| self.closed_error())?;
+        db.begin_read().ctx(&self.file)
+    }
+
+    fn begin_write(&self) -> Result<WriteTransaction> {
+        let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
+        let db = db.as_ref().ok_or_else(|| self.closed_error())?;
+        db.begin_write().ctx(&self.file)
+    }
+
+    /// Closes the database (a clean shutdown), releases the directory lock
+    /// and wakes the watchers so that they end.
+    fn close(&self) {
+        let db = self
+            .db
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(db) = db
+            && let Err(e) = db.close()
+        {
+            tracing::warn!(file = %self.file.display(), error = %e, "closing the store failed");
+        }
+        self.lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        self.closed.store(true, Ordering::Release);
+        self.revision_tx.send_modify(|_| {});
+    }
+}
+
+impl EmbeddedBackend {
+    /// Opens the store in `dir`, creating the directory and an empty store if
+    /// absent. Fails with [`Error::Unavailable`] if another process (or
+    /// another open store in this one) uses the directory, and with
+    /// [`Error::Corrupt`] (or [`Error::Io`]) naming the file if it is
+    /// damaged; a damaged file is never modified.
+    ///
+    /// This blocks while it checks the whole file; call it from
+    /// `spawn_blocking` in async code that must not stall.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let opened = open::open(dir)?;
+        let counters = opened.counters;
+        let (revision_tx, _) = revision_watch::channel(counters.revision);
+        let shared = Arc::new(Shared {
+            file: opened.file,
+            db: RwLock::new(Some(opened.db)),
+            lock: Mutex::new(Some(opened.lock)),
+            revision_tx,
+            compacted: AtomicI64::new(counters.compacted),
+            recent: Mutex::new(Recent::new(counters.revision)),
+            closed: AtomicBool::new(false),
+            stats: Stats::default(),
+        });
+        let (requests, receiver) = std::sync::mpsc::channel();
+        let writer = Writer::new(shared.clone(), receiver, counters);
+        let on_panic = shared.clone();
+        std::thread::Builder::new()
+            .name("setpoint-store-writer".into())
+            .spawn(move || {
+                // A panic (a bug) must still close the store, so that callers
+                // and watchers see it closed instead of waiting forever.
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| writer.run())).is_err()
+                {
+                    tracing::error!(file = %on_panic.file.display(), "store writer panicked");
+                    on_panic.close();
+                }
+            })
+            .map_err(|e| open::io_context(e, "starting the store writer thread".into()))?;
+        tracing::debug!(file = %shared.file.display(), revision = counters.revision, "store opened");
+        Ok(Self {
+            shared,
+            requests,
+            slots: Arc::new(Semaphore::new(QUEUE)),
+        })
+    }
+
+    /// The database file.
+    pub fn file(&self) -> &Path {
+        &self.shared.file
+    }
+
+    /// The writer's running totals (commits, writes, time spent).
+    pub fn stats(&self) -> EmbeddedStats {
+        let stats = &self.shared.stats;
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        EmbeddedStats {
+            commits: load(&stats.commits),
+            writes: load(&stats.writes),
+            apply_time: Duration::from_nanos(load(&stats.apply_nanos)),
+            commit_time: Duration::from_nanos(load(&stats.commit_nanos)),
+            gather_time: Duration::from_nanos(load(&stats.gather_nanos)),
+        }
+    }
+
+    /// Finishes the writes already queued, closes the database cleanly and
+    /// releases the directory; every handle then fails with
+    /// [`Error::Unavailable`] and watches end. Returns once the directory can
+    /// be opened again.
+    pub async fn close(&self) -> Result<()> {
+        let (reply, done) = oneshot::channel();
+        if self.send(Request::Close { reply }).await.is_ok() {
+            let _ = done.await;
+        }
+        // The writer may have been stopping already: wait until it is done.
+        let mut revisions = self.shared.revision_tx.subscribe();
+        while !self.shared.is_closed() {
+            if revisions.changed().await.is_err() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues a request for the writer, waiting for a free slot.
+    async fn send(&self, request: Request) -> Result<()> {
+        let slot = self
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| self.shared.closed_error())?;
+        self.requests
+            .send(Queued {
+                request,
+                _slot: slot,
+            })
+            .map_err(|_| self.shared.closed_error())
+    }
+
+    /// Sends a request to the writer and waits for its answer.
+    async fn request<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T>>) -> Request,
+    ) -> Result<T> {
+        let (reply, answer) = oneshot::channel();
+        self.send(make(reply)).await?;
+        answer.await.map_err(|_| self.shared.closed_error())?
+    }
+
+    /// Runs a read on the blocking pool.
+    async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Shared, ReadTransaction) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || {
+            let txn = shared.begin_read()?;
+            f(&shared, txn)
+        })
+        .await
+        .map_err(|e| Error::Unavailable(format!("store read task failed: {e}")))?
+    }
+}
+
+#[async_trait]
+impl Backend for EmbeddedBackend {
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+        let key = key.to_owned();
+        self.read(move |shared, txn| read::get(&txn, &shared.file, &key))
+            .await
+    }
+
+    async fn range(&self, range: Range) -> Result<RangeResult> {
+        self.read(move |shared, txn| read::range(&txn, &shared.file, &range))
+            .await
+    }
+
+    async fn put(&self, key: &str, value: Vec<u8>, condition: Condition) -> Result<KeyValue> {
+        let key = key.to_owned();
+        // Copied into shared memory here, on the caller's task, not on the
+        // writer thread.
+        let value: Arc<[u8]> = value.into();
+        self.request(|reply| Request::Put {
+            key,
+            value,
+            condition,
+            reply,
+        })
+        .await
+    }
+
+    async fn delete(&self, key: &str, condition: Condition) -> Result<Deleted> {
+        let key = key.to_owned();
+        self.request(|reply| Request::Delete {
+            key,
+            condition,
+            reply,
+        })
+        .await
+    }
+
+    async fn current_revision(&self) -> Result<Revision> {
+        if self.shared.is_closed() {
+            return Err(self.shared.closed_error());
+        }
+        Ok(*self.shared.revision_tx.borrow())
+    }
+
+    async fn compact(&self, revision: Revision) -> Result<()> {
+        self.request(|reply| Request::Compact { revision, reply })
+            .await
+    }
+
+    async fn watch(&self, after: Revision) -> Result<WatchStream> {
+        if self.shared.is_closed() {
+            return Err(self.shared.closed_error());
+        }
+        let compacted = self.shared.compacted.load(Ordering::Acquire);
+        if after < compacted {
+            return Err(Error::Compacted {
+                requested: after,
+                compacted,
+            });
+        }
+        Ok(watch::spawn(self.shared.clone(), after))
+    }
+}

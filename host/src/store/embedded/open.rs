@@ -1,0 +1,297 @@
+//! Opening a data directory: the directory lock, creating a new database
+//! atomically, checking an existing one without writing to it, then opening
+//! it for real and reading the counters back.
+
+use std::fs::{self, File, TryLockError};
+use std::io;
+use std::panic::{self, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use redb::{Builder, Database, ReadableDatabase, RepairSession};
+
+use super::overlay::Overlay;
+use super::schema::{
+    CURRENT, Context, DB_FILE, DB_TMP_FILE, FORMAT_VERSION, INDEX, LOCK_FILE, META, META_CLEANED,
+    META_COMPACTED, META_FORMAT, META_REVISION, REVISIONS, db_error, read_meta,
+};
+use crate::store::{Error, Result, Revision};
+
+/// An open database with its directory lock and recovered counters.
+pub(super) struct Opened {
+    pub db: Database,
+    pub lock: File,
+    pub file: PathBuf,
+    pub counters: Counters,
+}
+
+/// The persistent counters of the `meta` table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Counters {
+    pub revision: Revision,
+    pub compacted: Revision,
+    pub cleaned: Revision,
+}
+
+/// redb calls the repair callback with this progress just before rolling the
+/// file back to its previous commit because the latest one does not verify.
+const ROLLBACK_PROGRESS: f64 = 0.3;
+
+/// redb's page cache for the open store (its default is 1 GiB).
+const CACHE_BYTES: usize = 256 << 20;
+
+/// redb's page cache while checking a file: pages are read once.
+const CHECK_CACHE_BYTES: usize = 32 << 20;
+
+/// A builder for the write-free check.
+fn check_builder() -> Builder {
+    let mut builder = Builder::new();
+    builder.set_cache_size(CHECK_CACHE_BYTES);
+    builder
+}
+
+/// Locks `dir`, creates or checks its database and opens it.
+pub(super) fn open(dir: &Path) -> Result<Opened> {
+    fs::create_dir_all(dir)
+        .map_err(|e| io_context(e, format!("creating data directory {}", dir.display())))?;
+    let lock = lock_directory(dir)?;
+    let file = dir.join(DB_FILE);
+    match fs::symlink_metadata(&file) {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => create(dir, &file)?,
+        Err(e) => return Err(io_context(e, format!("reading {}", file.display()))),
+    }
+    let crashed = check(&file)?;
+    let mut builder = Builder::new();
+    builder.set_cache_size(CACHE_BYTES);
+    if crashed {
+        // Crash recovery: redb rebuilds its allocator state and may roll back
+        // a last commit the crash left incomplete (never acknowledged), as
+        // the check above already did, and logged, in memory.
+        builder.set_repair_callback(|_| {});
+    } else {
+        builder.set_repair_callback(|session: &mut RepairSession| session.abort());
+    }
+    let db = builder.open(&file).ctx(&file)?;
+    let counters = read_counters(&db, &file)?;
+    Ok(Opened {
+        db,
+        lock,
+        file,
+        counters,
+    })
+}
+
+/// Takes the directory's lock file, or says who holds it.
+fn lock_directory(dir: &Path) -> Result<File> {
+    let path = dir.join(LOCK_FILE);
+    let lock = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| io_context(e, format!("opening {}", path.display())))?;
+    match lock.try_lock() {
+        Ok(()) => Ok(lock),
+        Err(TryLockError::WouldBlock) => Err(Error::Unavailable(format!(
+            "data directory {} is in use by another process (or another store in this process)",
+            dir.display()
+        ))),
+        Err(TryLockError::Error(e)) => Err(io_context(e, format!("locking {}", path.display()))),
+    }
+}
+
+/// Creates an initialised database under a temporary name and renames it into
+/// place, so that `store.redb` is never a half-created file.
+fn create(dir: &Path, file: &Path) -> Result<()> {
+    let tmp = dir.join(DB_TMP_FILE);
+    // A leftover from a creation that crashed never held acknowledged data.
+    match fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_context(e, format!("removing {}", tmp.display()))),
+    }
+    let db = Database::create(&tmp).ctx(&tmp)?;
+    let txn = db.begin_write().ctx(&tmp)?;
+    {
+        txn.open_table(REVISIONS).ctx(&tmp)?;
+        txn.open_table(INDEX).ctx(&tmp)?;
+        txn.open_table(CURRENT).ctx(&tmp)?;
+        let mut meta = txn.open_table(META).ctx(&tmp)?;
+        for (name, value) in [
+            (META_FORMAT, FORMAT_VERSION),
+            (META_REVISION, 0),
+            (META_COMPACTED, 0),
+            (META_CLEANED, 0),
+        ] {
+            meta.insert(name, value).ctx(&tmp)?;
+        }
+    }
+    txn.commit().ctx(&tmp)?;
+    db.close().ctx(&tmp)?;
+    File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| io_context(e, format!("syncing {}", tmp.display())))?;
+    fs::rename(&tmp, file).map_err(|e| {
+        io_context(
+            e,
+            format!("renaming {} to {}", tmp.display(), file.display()),
+        )
+    })?;
+    sync_dir(dir)
+}
+
+/// Makes a rename in `dir` durable.
+fn sync_dir(dir: &Path) -> Result<()> {
+    #[cfg(unix)]
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io_context(e, format!("syncing directory {}", dir.display())))?;
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
+}
+
+/// Checks an existing database without writing to it: every page of the
+/// committed trees is verified (redb's integrity check, run over an
+/// [`Overlay`] so that its repair writes stay in memory) and the schema is
+/// read back. Returns whether the file was left by a crash (not closed).
+///
+/// A rollback of the latest commit is allowed only after a crash: a commit
+/// that does not verify in a cleanly closed file was damaged afterwards, and
+/// silently dropping it could lose acknowledged writes.
+fn check(file: &Path) -> Result<bool> {
+    let len = fs::metadata(file)
+        .map_err(|e| io_context(e, format!("reading {}", file.display())))?
+        .len();
+    if len == 0 {
+        return Err(Error::Corrupt(format!(
+            "{} is empty (0 bytes) but should hold the store's database; a new store is never \
+             left empty (it is created under a temporary name), so the file was truncated or \
+             replaced. It was left untouched: restore it from a backup, or move it away to \
+             start an empty store",
+            file.display()
+        )));
+    }
+    let damaged = |what: String| {
+        Error::Corrupt(format!(
+            "{} is damaged: {what}. It was left untouched: restore it from a backup, or move it \
+             away to start an empty store",
+            file.display()
+        ))
+    };
+    let overlay = || -> Result<Overlay> {
+        File::open(file)
+            .and_then(Overlay::new)
+            .map_err(|e| io_context(e, format!("opening {}", file.display())))
+    };
+    // A cleanly closed file opens read-only; one left by a crash needs the
+    // recovery that only a writable open performs.
+    let crashed = match guard(
+        || Ok(check_builder().open_read_only_with_backend(overlay()?)),
+        file,
+    )? {
+        Ok(db) => {
+            drop(db);
+            false
+        }
+        Err(redb::DatabaseError::RepairAborted) => true,
+        Err(e) => return Err(describe(file, e, &damaged)),
+    };
+    let rolled_back = Arc::new(AtomicBool::new(false));
+    let mut builder = check_builder();
+    builder.set_check_integrity_on_open(true);
+    let flag = rolled_back.clone();
+    builder.set_repair_callback(move |session: &mut RepairSession| {
+        if session.progress() == ROLLBACK_PROGRESS {
+            flag.store(true, Ordering::Relaxed);
+            if !crashed {
+                session.abort();
+            }
+        }
+    });
+    let db = guard(|| Ok(builder.create_with_backend(overlay()?)), file)?.map_err(|e| match e {
+        redb::DatabaseError::RepairAborted => damaged(
+            "its latest commit fails its checksums although the file was closed cleanly".into(),
+        ),
+        e => describe(file, e, &damaged),
+    })?;
+    if rolled_back.load(Ordering::Relaxed) {
+        tracing::warn!(
+            file = %file.display(),
+            "the last commit before the crash was incomplete and is rolled back; it was never \
+             acknowledged"
+        );
+    }
+    guard(|| read_counters(&db, file).map(Ok), file)?.map_err(|e: Error| damaged(e.to_string()))?;
+    Ok(crashed)
+}
+
+/// Runs `f`, turning a panic inside redb into an error.
+fn guard<T>(f: impl FnOnce() -> Result<T>, file: &Path) -> Result<T> {
+    panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        Err(Error::Corrupt(format!(
+            "{} is damaged: the database engine failed reading it ({what}). It was left \
+             untouched",
+            file.display()
+        )))
+    })
+}
+
+/// Explains an open failure found by [`check`].
+fn describe(file: &Path, err: redb::DatabaseError, damaged: &dyn Fn(String) -> Error) -> Error {
+    match err {
+        redb::DatabaseError::Storage(redb::StorageError::Io(e))
+            if e.kind() == io::ErrorKind::InvalidData
+                || e.kind() == io::ErrorKind::UnexpectedEof =>
+        {
+            damaged(e.to_string())
+        }
+        redb::DatabaseError::Storage(redb::StorageError::Corrupted(msg)) => damaged(format!(
+            "the database engine's integrity check failed: {msg}"
+        )),
+        e => db_error(file, e),
+    }
+}
+
+/// Reads and validates the `meta` counters.
+fn read_counters(db: &impl ReadableDatabase, file: &Path) -> Result<Counters> {
+    let txn = db.begin_read().ctx(file)?;
+    txn.open_table(REVISIONS).ctx(file)?;
+    txn.open_table(INDEX).ctx(file)?;
+    txn.open_table(CURRENT).ctx(file)?;
+    let meta = txn.open_table(META).ctx(file)?;
+    let format = read_meta(&meta, META_FORMAT, file)?;
+    if format != FORMAT_VERSION {
+        return Err(Error::Corrupt(format!(
+            "{}: store format {format} is not supported (this build reads format {FORMAT_VERSION})",
+            file.display()
+        )));
+    }
+    let counters = Counters {
+        revision: read_meta(&meta, META_REVISION, file)?,
+        compacted: read_meta(&meta, META_COMPACTED, file)?,
+        cleaned: read_meta(&meta, META_CLEANED, file)?,
+    };
+    if !(0 <= counters.cleaned
+        && counters.cleaned <= counters.compacted
+        && counters.compacted <= counters.revision)
+    {
+        return Err(Error::Corrupt(format!(
+            "{}: inconsistent counters {counters:?}",
+            file.display()
+        )));
+    }
+    Ok(counters)
+}
+
+/// An I/O error with what was being done.
+pub(super) fn io_context(err: io::Error, doing: String) -> Error {
+    Error::Io(io::Error::new(err.kind(), format!("{doing}: {err}")))
+}

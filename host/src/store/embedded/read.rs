@@ -1,0 +1,191 @@
+//! Reads of the embedded store: `get` and `range` at the current or a past
+//! revision, served from one redb read transaction (one snapshot).
+
+use std::ops::Bound;
+use std::path::Path;
+
+use redb::{ReadTransaction, ReadableTable};
+
+use super::schema::{
+    CURRENT, Context, Entry, INDEX, META, META_COMPACTED, META_REVISION, REVISIONS, read_meta,
+};
+use crate::store::{Error, KeyValue, Range, RangeResult, Result, Revision};
+
+/// The key at the snapshot's revision, if it exists.
+pub(super) fn get(txn: &ReadTransaction, file: &Path, key: &str) -> Result<Option<KeyValue>> {
+    let current = txn.open_table(CURRENT).ctx(file)?;
+    let Some(revs) = current.get(key).ctx(file)? else {
+        return Ok(None);
+    };
+    let (create_revision, mod_revision) = revs.value();
+    let revisions = txn.open_table(REVISIONS).ctx(file)?;
+    let kv = read_put(&revisions, file, key, mod_revision)?;
+    check_create(kv, create_revision, file).map(Some)
+}
+
+/// Reads the put of `key` at `revision`.
+fn read_put(
+    revisions: &impl ReadableTable<i64, &'static [u8]>,
+    file: &Path,
+    key: &str,
+    revision: Revision,
+) -> Result<KeyValue> {
+    let stored = revisions.get(revision).ctx(file)?.ok_or_else(|| {
+        Error::Corrupt(format!(
+            "{}: revision {revision} of {key:?} is missing",
+            file.display()
+        ))
+    })?;
+    Entry::decode(stored.value(), revision, file)?.to_kv(key, revision, file)
+}
+
+/// Checks a live version against the create revision `current` records.
+fn check_create(kv: KeyValue, create_revision: Revision, file: &Path) -> Result<KeyValue> {
+    if kv.create_revision == create_revision {
+        Ok(kv)
+    } else {
+        Err(Error::Corrupt(format!(
+            "{}: {:?} was created at {create_revision} according to the current table but at {} \
+             according to revision {}",
+            file.display(),
+            kv.key,
+            kv.create_revision,
+            kv.mod_revision
+        )))
+    }
+}
+
+/// A range read with the exact semantics of the memory backend.
+pub(super) fn range(txn: &ReadTransaction, file: &Path, range: &Range) -> Result<RangeResult> {
+    let meta = txn.open_table(META).ctx(file)?;
+    let current_revision = read_meta(&meta, META_REVISION, file)?;
+    let compacted = read_meta(&meta, META_COMPACTED, file)?;
+    let revision = match range.revision {
+        None | Some(0) => current_revision,
+        Some(rev) if rev <= compacted => {
+            return Err(Error::Compacted {
+                requested: rev,
+                compacted,
+            });
+        }
+        Some(rev) if rev > current_revision => {
+            return Err(Error::FutureRevision {
+                requested: rev,
+                current: current_revision,
+            });
+        }
+        Some(rev) => rev,
+    };
+    let after = range
+        .start_after
+        .as_deref()
+        .filter(|after| *after >= range.prefix.as_str());
+    let (kvs, more) = if revision == current_revision {
+        range_current(txn, file, range, after)?
+    } else {
+        range_past(txn, file, range, after, revision)?
+    };
+    Ok(RangeResult {
+        kvs,
+        more,
+        revision,
+    })
+}
+
+/// Walks the live keys and reads each one's newest version.
+fn range_current(
+    txn: &ReadTransaction,
+    file: &Path,
+    range: &Range,
+    after: Option<&str>,
+) -> Result<(Vec<KeyValue>, bool)> {
+    let current = txn.open_table(CURRENT).ctx(file)?;
+    let revisions = txn.open_table(REVISIONS).ctx(file)?;
+    let start = match after {
+        Some(after) => Bound::Excluded(after),
+        None => Bound::Included(range.prefix.as_str()),
+    };
+    let mut kvs = Vec::new();
+    for entry in current.range::<&str>((start, Bound::Unbounded)).ctx(file)? {
+        let (key, revs) = entry.ctx(file)?;
+        let key = key.value();
+        if !key.starts_with(&range.prefix) {
+            break;
+        }
+        if range.limit != 0 && kvs.len() == range.limit {
+            return Ok((kvs, true));
+        }
+        let (create_revision, mod_revision) = revs.value();
+        let kv = read_put(&revisions, file, key, mod_revision)?;
+        kvs.push(check_create(kv, create_revision, file)?);
+    }
+    Ok((kvs, false))
+}
+
+/// Walks the version index under the prefix and keeps, per key, the newest
+/// version at or below `revision` unless it is a deletion.
+fn range_past(
+    txn: &ReadTransaction,
+    file: &Path,
+    range: &Range,
+    after: Option<&str>,
+    revision: Revision,
+) -> Result<(Vec<KeyValue>, bool)> {
+    let index = txn.open_table(INDEX).ctx(file)?;
+    let revisions = txn.open_table(REVISIONS).ctx(file)?;
+    let start = match after {
+        // Past every version of `after`.
+        Some(after) => Bound::Excluded((after, i64::MAX)),
+        None => Bound::Included((range.prefix.as_str(), i64::MIN)),
+    };
+    let mut kvs = Vec::new();
+    // The key being scanned, and its newest version at or below `revision`.
+    let mut scanning: Option<(String, Option<Revision>)> = None;
+    let finish =
+        |scanning: Option<(String, Option<Revision>)>, kvs: &mut Vec<KeyValue>| -> Result<bool> {
+            let Some((key, Some(version))) = scanning else {
+                return Ok(true);
+            };
+            let stored = revisions.get(version).ctx(file)?.ok_or_else(|| {
+                Error::Corrupt(format!(
+                    "{}: revision {version} of {key:?} is missing",
+                    file.display()
+                ))
+            })?;
+            let entry = Entry::decode(stored.value(), version, file)?;
+            if entry.value.is_none() {
+                return Ok(true);
+            }
+            if range.limit != 0 && kvs.len() == range.limit {
+                return Ok(false);
+            }
+            kvs.push(entry.to_kv(&key, version, file)?);
+            Ok(true)
+        };
+    for entry in index
+        .range::<(&str, i64)>((start, Bound::Unbounded))
+        .ctx(file)?
+    {
+        let (k, _) = entry.ctx(file)?;
+        let (key, version) = k.value();
+        if !key.starts_with(&range.prefix) {
+            break;
+        }
+        if scanning.as_ref().map(|(k, _)| k.as_str()) != Some(key) {
+            if !finish(scanning.take(), &mut kvs)? {
+                return Ok((kvs, true));
+            }
+            scanning = Some((key.to_owned(), None));
+        }
+        // Versions are oldest first: the last one at or below `revision` wins.
+        if version <= revision
+            && let Some((_, best)) = scanning.as_mut()
+        {
+            *best = Some(version);
+        }
+    }
+    if !finish(scanning, &mut kvs)? {
+        return Ok((kvs, true));
+    }
+    Ok((kvs, false))
+}

@@ -1,0 +1,200 @@
+//! Watches on the embedded store: a bounded in-memory tail of recent events
+//! shared by every watcher, and per-watch forwarder tasks that replay older
+//! changes from the on-disk log, then follow live commits.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tokio::sync::mpsc;
+
+use super::Shared;
+use super::schema::{Context, Entry, INDEX, META, META_COMPACTED, REVISIONS, read_meta};
+use crate::store::{Error, EventKind, KeyValue, Result, Revision, WatchEvent, WatchStream};
+
+/// How many events a watch stream buffers, and the most read at once.
+const WATCH_BUFFER: usize = 1024;
+
+/// The most events the in-memory tail keeps.
+const RECENT_EVENTS: usize = 16 * 1024;
+
+/// The most value bytes the in-memory tail keeps.
+const RECENT_BYTES: usize = 64 << 20;
+
+/// The newest committed events, gap-free: revisions `start + 1 ..= start + len`.
+pub(super) struct Recent {
+    start: Revision,
+    events: VecDeque<WatchEvent>,
+    bytes: usize,
+}
+
+impl Recent {
+    /// An empty tail whose next event is `revision + 1`.
+    pub(super) fn new(revision: Revision) -> Self {
+        Self {
+            start: revision,
+            events: VecDeque::new(),
+            bytes: 0,
+        }
+    }
+
+    /// Appends the events of one commit (the next revisions, in order) and
+    /// forgets the oldest ones beyond the bounds.
+    pub(super) fn push(&mut self, events: Vec<WatchEvent>) {
+        debug_assert_eq!(
+            events.first().map(WatchEvent::revision),
+            Some(self.start + self.events.len() as Revision + 1)
+        );
+        for event in events {
+            self.bytes += event.kv.value.len();
+            self.events.push_back(event);
+        }
+        while self.events.len() > RECENT_EVENTS || self.bytes > RECENT_BYTES {
+            let Some(old) = self.events.pop_front() else {
+                break;
+            };
+            self.bytes -= old.kv.value.len();
+            self.start += 1;
+        }
+    }
+
+    /// Up to `max` events after `last`, or `None` if some of them are no
+    /// longer held here.
+    fn after(&self, last: Revision, max: usize) -> Option<Vec<WatchEvent>> {
+        if last < self.start {
+            return None;
+        }
+        let skip = usize::try_from(last - self.start)
+            .unwrap_or(usize::MAX)
+            .min(self.events.len());
+        Some(self.events.range(skip..).take(max).cloned().collect())
+    }
+}
+
+/// Starts a forwarder streaming every change after `after`.
+pub(super) fn spawn(shared: Arc<Shared>, after: Revision) -> WatchStream {
+    let (tx, rx) = mpsc::channel(WATCH_BUFFER);
+    // Subscribed before the first read, so that no commit is missed.
+    let mut revisions = shared.revision_tx.subscribe();
+    tokio::spawn(async move {
+        let mut last = after;
+        loop {
+            let compacted = shared.compacted.load(Ordering::Acquire);
+            if last < compacted {
+                let _ = tx
+                    .send(Err(Error::Compacted {
+                        requested: last,
+                        compacted,
+                    }))
+                    .await;
+                return;
+            }
+            let recent = shared.recent().after(last, WATCH_BUFFER);
+            let batch = match recent {
+                Some(events) => Ok(events),
+                None => {
+                    let shared = shared.clone();
+                    tokio::task::spawn_blocking(move || replay(&shared, last, WATCH_BUFFER))
+                        .await
+                        .unwrap_or_else(|e| Err(Error::Unavailable(format!("watch replay: {e}"))))
+                }
+            };
+            match batch {
+                Err(err) => {
+                    let _ = tx.send(Err(err)).await;
+                    return;
+                }
+                Ok(events) if events.is_empty() => {
+                    if shared.is_closed() {
+                        let _ = tx.send(Err(shared.closed_error())).await;
+                        return;
+                    }
+                    tokio::select! {
+                        changed = revisions.changed() => if changed.is_err() { return },
+                        () = tx.closed() => return,
+                    }
+                }
+                Ok(events) => {
+                    for event in events {
+                        last = event.revision();
+                        if tx.send(Ok(event)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// Reads up to `max` events after `last` from disk.
+fn replay(shared: &Shared, last: Revision, max: usize) -> Result<Vec<WatchEvent>> {
+    let file = &shared.file;
+    let txn = shared.begin_read()?;
+    let meta = txn.open_table(META).ctx(file)?;
+    let compacted = read_meta(&meta, META_COMPACTED, file)?;
+    if last < compacted {
+        return Err(Error::Compacted {
+            requested: last,
+            compacted,
+        });
+    }
+    let revisions = txn.open_table(REVISIONS).ctx(file)?;
+    let index = txn.open_table(INDEX).ctx(file)?;
+    let mut events = Vec::new();
+    for entry in revisions.range((last + 1)..).ctx(file)?.take(max) {
+        let (revision, stored) = entry.ctx(file)?;
+        let revision = revision.value();
+        let expected = last + 1 + events.len() as Revision;
+        if revision != expected {
+            return Err(Error::Corrupt(format!(
+                "{}: the change log skips from revision {} to {revision}",
+                file.display(),
+                expected - 1
+            )));
+        }
+        let entry = Entry::decode(stored.value(), revision, file)?;
+        let event = if entry.value.is_some() {
+            let kv = entry.to_kv(entry.key, revision, file)?;
+            WatchEvent {
+                kind: EventKind::Put,
+                created: kv.create_revision == revision,
+                kv,
+            }
+        } else {
+            // A delete carries the key's last value.
+            let key = entry.key;
+            let (prev, _) = index
+                .range((key, i64::MIN)..(key, revision))
+                .ctx(file)?
+                .next_back()
+                .transpose()
+                .ctx(file)?
+                .ok_or_else(|| {
+                    Error::Corrupt(format!(
+                        "{}: the version deleted at {revision} of {key:?} is missing",
+                        file.display()
+                    ))
+                })?;
+            let prev = prev.value().1;
+            let stored = revisions.get(prev).ctx(file)?.ok_or_else(|| {
+                Error::Corrupt(format!(
+                    "{}: revision {prev} of {key:?} is missing",
+                    file.display()
+                ))
+            })?;
+            let kv = Entry::decode(stored.value(), prev, file)?.to_kv(key, prev, file)?;
+            WatchEvent {
+                kind: EventKind::Delete,
+                kv: KeyValue {
+                    mod_revision: revision,
+                    ..kv
+                },
+                created: false,
+            }
+        };
+        events.push(event);
+    }
+    Ok(events)
+}
