@@ -250,11 +250,24 @@ fn refuses_damaged(data: &Path, what: &str) {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{what}: a damaged store was accepted: {stderr}");
-    assert!(stderr.contains("corrupt"), "{what}: the error should say the store is corrupt: {stderr}");
-    assert!(stderr.contains("store.redb"), "{what}: the error should name the file: {stderr}");
+    assert!(
+        !out.status.success(),
+        "{what}: a damaged store was accepted: {stderr}"
+    );
+    assert!(
+        stderr.contains("corrupt"),
+        "{what}: the error should say the store is corrupt: {stderr}"
+    );
+    assert!(
+        stderr.contains("store.redb"),
+        "{what}: the error should name the file: {stderr}"
+    );
     assert!(!stderr.contains("panicked"), "{what}: {stderr}");
-    assert_eq!(std::fs::read(&file).unwrap(), before, "{what}: the damaged file was modified");
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        before,
+        "{what}: the damaged file was modified"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -265,7 +278,10 @@ async fn a_damaged_data_directory_is_refused_with_a_clear_error_and_left_untouch
         let server = Server::start(data.path(), plugins.path());
         let crd: Value = serde_json::from_str(CRD).unwrap();
         let response = reqwest::Client::new()
-            .post(format!("{}/apis/apiextensions.k8s.io/v1/customresourcedefinitions", server.url))
+            .post(format!(
+                "{}/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                server.url
+            ))
             .json(&crd)
             .send()
             .await

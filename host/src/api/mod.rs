@@ -67,7 +67,13 @@ impl Api {
     /// Open the object API on a backend: start its watch hub and load the
     /// kinds registered by stored `CustomResourceDefinition`s.
     pub async fn open(backend: Arc<dyn Backend>) -> Result<Self> {
-        let hub = WatchHub::start(backend.clone(), crate::watch::DEFAULT_HISTORY).await?;
+        Self::open_with_history(backend, crate::watch::DEFAULT_HISTORY).await
+    }
+
+    /// [`Api::open`] with a watch hub keeping `history` changes (also how far
+    /// a watcher may fall behind before it must relist).
+    pub async fn open_with_history(backend: Arc<dyn Backend>, history: usize) -> Result<Self> {
+        let hub = WatchHub::start(backend.clone(), history).await?;
         let api = Self {
             backend,
             hub,

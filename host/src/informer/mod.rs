@@ -280,3 +280,95 @@ fn missing<'a>(
 ) -> Vec<&'a ObjectKey> {
     a.keys().filter(|k| !b.contains(*k)).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::store::MemoryBackend;
+
+    async fn api_with_small_history() -> (Api, Arc<KindInfo>) {
+        let api = Api::open_with_history(Arc::new(MemoryBackend::new()), 16)
+            .await
+            .unwrap();
+        let kind = api.kinds().by_plural("", "events").unwrap();
+        (api, kind)
+    }
+
+    fn event(name: &str, n: i64) -> Object {
+        json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": "default"}, "count": n})
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_informer_cut_off_by_the_hub_relists_without_gaps_or_a_storm() {
+        let (api, kind) = api_with_small_history().await;
+        for i in 0..5 {
+            api.create(&kind, event(&format!("still-{i}"), 0))
+                .await
+                .unwrap();
+        }
+        api.create(&kind, event("churn", 0)).await.unwrap();
+        api.create(&kind, event("doomed", 0)).await.unwrap();
+        let informer = Informer::start(api.clone(), kind.clone());
+        informer.wait_synced().await;
+
+        // A handler that stalls the informer once, long enough for the hub
+        // to cut it off, and counts what it is told per object.
+        let stall = Arc::new(AtomicBool::new(false));
+        let calls: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+        {
+            let (stall, calls) = (stall.clone(), calls.clone());
+            informer.add_handler(move |change| {
+                if stall.swap(false, Ordering::SeqCst) {
+                    std::thread::sleep(std::time::Duration::from_millis(300));
+                }
+                *calls
+                    .lock()
+                    .unwrap()
+                    .entry(crate::object::meta::name(change.object()).to_owned())
+                    .or_default() += 1;
+            });
+        }
+        calls.lock().unwrap().clear();
+        stall.store(true, Ordering::SeqCst);
+        for n in 1..=100 {
+            api.update(&kind, event("churn", n)).await.unwrap();
+        }
+        api.delete(&kind, Some("default"), "doomed", &Default::default())
+            .await
+            .unwrap();
+        let last = api.current_revision().await.unwrap();
+        let caught_up = informer
+            .wait_for_revision(last, std::time::Duration::from_secs(10))
+            .await;
+        assert!(caught_up, "the informer relisted and caught up");
+
+        assert_eq!(
+            informer
+                .get(&ObjectKey::new(Some("default"), "churn"))
+                .unwrap()["count"],
+            100
+        );
+        assert!(
+            informer
+                .get(&ObjectKey::new(Some("default"), "doomed"))
+                .is_none(),
+            "a delete missed while cut off is seen"
+        );
+        assert_eq!(informer.list(None).len(), 6);
+        let calls = calls.lock().unwrap();
+        assert!(
+            calls.get("churn").copied().unwrap_or(0) < 100,
+            "the relist coalesced the missed changes: {calls:?}"
+        );
+        assert_eq!(calls.get("doomed"), Some(&1), "{calls:?}");
+        assert!(
+            (0..5).all(|i| !calls.contains_key(&format!("still-{i}"))),
+            "unchanged objects were not re-announced: {calls:?}"
+        );
+    }
+}
