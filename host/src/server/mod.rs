@@ -4,6 +4,7 @@
 //! `Status` error bodies.
 
 mod discovery;
+mod host_info;
 mod objects;
 mod status;
 mod watch;
@@ -29,6 +30,8 @@ pub fn router(host: Arc<Host>) -> Router {
         .route("/readyz", get(|| async { "ok" }))
         .route("/livez", get(|| async { "ok" }))
         .route("/version", get(discovery::version))
+        .route("/setpoint/v1/plugins", get(host_info::plugins))
+        .route("/setpoint/v1/history", get(host_info::history))
         .route("/api", get(discovery::core_versions))
         .route("/api/v1", get(discovery::core_resources))
         .route("/apis", get(discovery::groups))

@@ -1,0 +1,97 @@
+//! Setpoint's own endpoints beside the Kubernetes API, under `/setpoint/v1`:
+//! the plugins the host runs and the recent reconcile results of an object.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::UNIX_EPOCH;
+
+use axum::Json;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::status::error_response;
+use crate::Host;
+use crate::controller::Outcome;
+use crate::object::ObjectKey;
+use crate::plugins::PluginState;
+
+fn unix_seconds(time: std::time::SystemTime) -> f64 {
+    time.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// `GET /setpoint/v1/plugins`: every plugin file the host has seen.
+pub(super) async fn plugins(State(host): State<Arc<Host>>) -> Json<Value> {
+    let plugins: Vec<Value> = host
+        .plugins()
+        .await
+        .into_iter()
+        .map(|p| {
+            let (state, reason) = match &p.state {
+                PluginState::Running => ("Running", None),
+                PluginState::Failed(reason) => ("Failed", Some(reason.clone())),
+            };
+            json!({
+                "name": p.name,
+                "path": p.path.display().to_string(),
+                "kind": p.kind,
+                "version": p.version,
+                "contentHash": p.content_hash,
+                "loadedAt": unix_seconds(p.loaded_at),
+                "state": state,
+                "reason": reason,
+            })
+        })
+        .collect();
+    Json(json!({"plugins": plugins}))
+}
+
+/// `GET /setpoint/v1/history?apiVersion=…&kind=…&namespace=…&name=…`: the
+/// last reconcile results of one object, oldest first.
+pub(super) async fn history(
+    State(host): State<Arc<Host>>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let (Some(api_version), Some(kind), Some(name)) = (
+        query.get("apiVersion"),
+        query.get("kind"),
+        query.get("name"),
+    ) else {
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "apiVersion, kind and name are required",
+        );
+    };
+    let key = ObjectKey::new(
+        query
+            .get("namespace")
+            .map(String::as_str)
+            .filter(|n| !n.is_empty()),
+        name,
+    );
+    let records: Vec<Value> = host
+        .history(api_version, kind, &key)
+        .await
+        .into_iter()
+        .map(|r| {
+            let (outcome, error) = match r.outcome {
+                Outcome::Success => ("Success", None),
+                Outcome::TransientError(e) => ("TransientError", Some(e)),
+                Outcome::PermanentError(e) => ("PermanentError", Some(e)),
+            };
+            json!({
+                "started": unix_seconds(r.started),
+                "durationSeconds": r.duration.as_secs_f64(),
+                "version": r.version,
+                "outcome": outcome,
+                "error": error,
+                "nextInSeconds": r.next_in.map(|d| d.as_secs_f64()),
+            })
+        })
+        .collect();
+    Json(json!({"records": records})).into_response()
+}
