@@ -222,3 +222,53 @@ pub fn setpoint_bin() -> PathBuf {
     })
     .clone()
 }
+
+/// A `setpoint serve` process started by a test; SIGKILLed on drop.
+pub struct ServeProcess {
+    pub child: std::process::Child,
+    pub url: String,
+}
+
+impl ServeProcess {
+    /// Run `setpoint serve ARGS… --addr 127.0.0.1:0` and wait until it listens.
+    pub fn start<I, S>(args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        use std::io::{BufRead, BufReader};
+        let mut child = Command::new(setpoint_bin())
+            .arg("serve")
+            .args(args)
+            .args(["--addr", "127.0.0.1:0"])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("starting setpoint serve");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let url = loop {
+            let line = lines
+                .next()
+                .expect("serve exited before listening")
+                .unwrap();
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                break rest.split_whitespace().next().unwrap().to_owned();
+            }
+        };
+        // Keep draining the log so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Self { child, url }
+    }
+
+    /// Kill the process the way a crash would: SIGKILL, no shutdown.
+    pub fn kill9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
