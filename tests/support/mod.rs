@@ -272,3 +272,66 @@ impl Drop for ServeProcess {
         let _ = self.child.wait();
     }
 }
+
+/// A throw-away etcd (Debian's `etcd-server`) on free loopback ports; killed
+/// and its data removed on drop.
+pub struct EtcdProcess {
+    child: std::process::Child,
+    _data: tempfile::TempDir,
+    pub url: String,
+}
+
+impl EtcdProcess {
+    pub async fn start() -> Self {
+        let free_port = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        };
+        let data = tempfile::tempdir().unwrap();
+        let url = format!("http://127.0.0.1:{}", free_port());
+        let peer = format!("http://127.0.0.1:{}", free_port());
+        let child = Command::new(std::env::var("ETCD_BIN").unwrap_or_else(|_| "etcd".into()))
+            .args(["--name", "test", "--data-dir"])
+            .arg(data.path())
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .args(["--initial-cluster", &format!("test={peer}")])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("starting etcd (Debian package etcd-server; scripts/test installs it)");
+        let process = Self {
+            child,
+            _data: data,
+            url,
+        };
+        eventually("etcd answers", Duration::from_secs(20), || async {
+            match reqwest::get(format!("{}/health", process.url)).await {
+                Ok(r) if r.status().is_success() => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+        process
+    }
+}
+
+impl Drop for EtcdProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
