@@ -551,13 +551,53 @@ async fn report_not_ready(shared: &Shared, key: &ObjectKey, reason: &str, messag
     if let Err(err) = events::record(&shared.api, &manifest.name, &object, &event).await {
         tracing::warn!(%err, "could not record event");
     }
+    // The cache may not show this reconcile's own last write yet: read the
+    // stored object, and retry on a conflict with a concurrent writer.
+    for _ in 0..5 {
+        let latest = match shared
+            .api
+            .get(&shared.kind, key.namespace.as_deref(), &key.name)
+            .await
+        {
+            Ok(latest) => latest,
+            Err(err) => {
+                tracing::debug!(%err, "could not read the object to report it not ready");
+                return;
+            }
+        };
+        let Some(next) = with_not_ready(&latest, reason, message) else {
+            return;
+        };
+        let result = if shared.kind.status_subresource {
+            shared.api.update_status(&shared.kind, next).await
+        } else {
+            shared.api.update(&shared.kind, next).await
+        };
+        match result {
+            Err(api::Error::Conflict { .. }) => continue,
+            Err(err) => {
+                tracing::debug!(%err, "could not write the Ready=False condition");
+                return;
+            }
+            Ok(_) => return,
+        }
+    }
+}
+
+/// `object` with a `Ready=False` condition carrying `reason` and `message`,
+/// or `None` if it already has that condition.
+fn with_not_ready(
+    object: &crate::object::Object,
+    reason: &str,
+    message: &str,
+) -> Option<crate::object::Object> {
     let mut conditions: Vec<serde_json::Value> = object["status"]["conditions"]
         .as_array()
         .cloned()
         .unwrap_or_default();
     let ready = json!({
         "type": "Ready", "status": "False", "reason": reason, "message": message,
-        "observedGeneration": meta::generation(&object),
+        "observedGeneration": meta::generation(object),
     });
     let existing = conditions.iter_mut().find(|c| c["type"] == "Ready");
     match existing {
@@ -567,7 +607,7 @@ async fn report_not_ready(shared: &Shared, key: &ObjectKey, reason: &str, messag
                 && c["message"] == message
                 && c["observedGeneration"] == ready["observedGeneration"] =>
         {
-            return;
+            return None;
         }
         Some(c) => {
             let mut next = ready;
@@ -584,16 +624,9 @@ async fn report_not_ready(shared: &Shared, key: &ObjectKey, reason: &str, messag
             conditions.push(next);
         }
     }
-    let mut next = (*object).clone();
+    let mut next = object.clone();
     next["status"]["conditions"] = json!(conditions);
-    let result = if shared.kind.status_subresource {
-        shared.api.update_status(&shared.kind, next).await
-    } else {
-        shared.api.update(&shared.kind, next).await
-    };
-    if let Err(err) = result {
-        tracing::debug!(%err, "could not write the Ready=False condition");
-    }
+    Some(next)
 }
 
 /// The plugin's read-only view: informer caches where a kind is watched,
