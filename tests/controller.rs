@@ -302,6 +302,30 @@ async fn a_dependency_cycle_is_reported_as_a_permanent_error_naming_the_cycle() 
     })
     .await;
     assert!(host.list("Pod").await.is_empty(), "nothing was created");
+
+    // `setpoint describe` shows why: the condition, the host's reconcile
+    // results and the warning event.
+    let output = tokio::process::Command::new(crate::support::setpoint_bin())
+        .args(["describe", "stack", "loop", "--server", &host.url])
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let line = |needle: &str| {
+        text.lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no line with {needle:?} in:\n{text}"))
+            .to_owned()
+    };
+    assert!(line("Kind:").contains("Stack (demo.setpoint.dev/v1)"));
+    assert!(line("ReconcileError  ").contains("dependency cycle: a -> b -> a"));
+    assert!(line("PermanentError").contains("dependency cycle: a -> b -> a"));
+    assert!(line("Warning").contains("stack"));
     host.stop().await;
 }
 
