@@ -695,3 +695,54 @@ impl CacheView for InformerView {
             .map_err(|e| e.to_string())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::KindRef;
+    use crate::store::MemoryBackend;
+
+    struct Noop(Manifest);
+
+    impl Reconciler for Noop {
+        fn manifest(&self) -> &Manifest {
+            &self.0
+        }
+
+        fn reconcile(
+            &self,
+            _request: &Request,
+            _cache: &Arc<dyn CacheView>,
+        ) -> Result<Response, ReconcileError> {
+            Ok(Response::default())
+        }
+    }
+
+    fn noop(name: &str) -> Arc<dyn Reconciler> {
+        Arc::new(Noop(Manifest {
+            name: name.to_owned(),
+            version: "1".to_owned(),
+            reconciles: KindRef::new("v1", "Event"),
+            owns: vec![],
+            definitions: vec![],
+            finalizer: None,
+        }))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stopped_controller_releases_the_informers_nobody_else_uses() {
+        let api = Api::open(Arc::new(MemoryBackend::new())).await.unwrap();
+        let informers = Informers::new(api.clone());
+        let a = Controller::start(api.clone(), informers.clone(), noop("a"), Config::default())
+            .await
+            .unwrap();
+        let b = Controller::start(api.clone(), informers.clone(), noop("b"), Config::default())
+            .await
+            .unwrap();
+        assert_eq!(informers.running(), 1, "one informer shared by both");
+        a.shutdown().await;
+        assert_eq!(informers.running(), 1, "b still uses it");
+        b.shutdown_with_drain(Duration::from_secs(5)).await;
+        assert_eq!(informers.running(), 0, "released with the last controller");
+    }
+}
