@@ -60,6 +60,19 @@ fn deployment(replicas: u32, image: &str, surge: u32, unavailable: u32) -> Value
     })
 }
 
+/// Change the `web` Deployment's image, retrying when a status write got in between.
+async fn set_image(api: &setpoint::api::Api, kind: &setpoint::object::KindInfo, image: &str) {
+    loop {
+        let mut next = api.get(kind, Some("default"), "web").await.unwrap();
+        next["spec"]["template"]["spec"]["image"] = json!(image);
+        match api.update(kind, next).await {
+            Ok(_) => return,
+            Err(setpoint::api::Error::Conflict { .. }) => continue,
+            Err(err) => panic!("{err}"),
+        }
+    }
+}
+
 /// Wait until the Deployment reports `replicas` updated, ready and available
 /// Pods of its current generation, and exactly that many Pods exist.
 async fn rolled_out(host: &TestHost, replicas: u32) -> Value {
@@ -98,9 +111,7 @@ async fn a_rolling_update_converges_and_the_watch_never_sees_too_many_or_too_few
         .map(|p| (meta::name(&p).to_owned(), p))
         .collect();
     let events = record(&host.host, start);
-    let mut next = api.get(&kind, Some("default"), "web").await.unwrap();
-    next["spec"]["template"]["spec"]["image"] = json!("v2");
-    api.update(&kind, next).await.unwrap();
+    set_image(api, &kind, "v2").await;
     let done = rolled_out(&host, 4).await;
     let rs_names: Vec<String> = host
         .list("ReplicaSet")
@@ -158,9 +169,7 @@ async fn changing_the_template_back_scales_the_old_replica_set_up_again() {
         .map(|rs| meta::uid(rs).to_owned())
         .collect();
     for image in ["v2", "v1"] {
-        let mut next = api.get(&kind, Some("default"), "web").await.unwrap();
-        next["spec"]["template"]["spec"]["image"] = json!(image);
-        api.update(&kind, next).await.unwrap();
+        set_image(api, &kind, image).await;
         rolled_out(&host, 2).await;
     }
     let sets = host.list("ReplicaSet").await;
@@ -515,9 +524,7 @@ async fn a_thousand_rapid_spec_changes_coalesce_into_far_fewer_reconciles_ending
         .unwrap();
     host.api().create(&kind, probe_obj(0)).await.unwrap();
     for value in 1..=1000 {
-        let mut next = host.api().get(&kind, Some("default"), "p").await.unwrap();
-        next["spec"]["value"] = json!(value);
-        host.api().update(&kind, next).await.unwrap();
+        set_value(&host, &kind, "p", value).await;
     }
     let last = eventually("the last spec is reconciled", CONVERGE, || async {
         let p = host.api().get(&kind, Some("default"), "p").await.unwrap();
@@ -537,6 +544,19 @@ async fn a_thousand_rapid_spec_changes_coalesce_into_far_fewer_reconciles_ending
         last["metadata"]["generation"]
     );
     host.shutdown().await;
+}
+
+/// Set `spec.value`, retrying when the controller's status write got in between.
+async fn set_value(host: &Host, kind: &setpoint::object::KindInfo, name: &str, value: i64) {
+    loop {
+        let mut next = host.api().get(kind, Some("default"), name).await.unwrap();
+        next["spec"]["value"] = json!(value);
+        match host.api().update(kind, next).await {
+            Ok(_) => return,
+            Err(setpoint::api::Error::Conflict { .. }) => continue,
+            Err(err) => panic!("{err}"),
+        }
+    }
 }
 
 fn probe_obj(value: i64) -> Value {
@@ -565,9 +585,7 @@ async fn a_key_is_never_reconciled_by_two_workers_at_once() {
     }
     for value in 1..=100 {
         for name in &names {
-            let mut next = host.api().get(&kind, Some("default"), name).await.unwrap();
-            next["spec"]["value"] = json!(value);
-            host.api().update(&kind, next).await.unwrap();
+            set_value(&host, &kind, name, value).await;
         }
     }
     for name in &names {
@@ -657,9 +675,7 @@ async fn a_hot_loop_is_stopped_reported_and_resumed_by_a_spec_change() {
         "a warning event says why"
     );
 
-    let mut next = host.api().get(&kind, Some("default"), "hot").await.unwrap();
-    next["spec"]["value"] = json!(1);
-    host.api().update(&kind, next).await.unwrap();
+    set_value(&host, &kind, "hot", 1).await;
     eventually(
         "a spec change resumes it, and it trips again",
         CONVERGE,
