@@ -6,8 +6,11 @@
 //! # Rule
 //!
 //! A reconcile that wrote something (a child, the status, a finalizer) at
-//! generation `g` counts towards the object's streak; one that wrote nothing,
-//! or a new generation, ends the streak. When a streak holds more than
+//! generation `g`, and saw the same owned children as the previous one,
+//! counts towards the object's streak; one that wrote nothing, a new
+//! generation or a change among the children ends the streak. So progress
+//! driven by children (Pods becoming ready one by one) never trips it; a
+//! reconcile fed only by its own writes to the object does. When a streak holds more than
 //! [`HotLoopConfig::max_writes`] writing reconciles within
 //! [`HotLoopConfig::window`], the breaker opens for generation `g`: the
 //! object is not reconciled again until its generation moves on (a spec
@@ -44,6 +47,8 @@ impl Default for HotLoopConfig {
 #[derive(Debug, Default)]
 struct Streak {
     generation: i64,
+    /// A fingerprint of the owned children the reconciles saw.
+    children: u64,
     writes: VecDeque<Instant>,
     /// The breaker is open for `generation`.
     open: bool,
@@ -78,9 +83,16 @@ impl Breaker {
         }
     }
 
-    /// Records the end of a reconcile of `key` at `generation`; returns
-    /// `true` when this reconcile opened the breaker.
-    pub(super) fn record(&self, key: &ObjectKey, generation: i64, wrote: bool) -> bool {
+    /// Records the end of a reconcile of `key` at `generation` that saw
+    /// children with fingerprint `children`; returns `true` when this
+    /// reconcile opened the breaker.
+    pub(super) fn record(
+        &self,
+        key: &ObjectKey,
+        generation: i64,
+        children: u64,
+        wrote: bool,
+    ) -> bool {
         let mut streaks = self.streaks.lock().unwrap_or_else(|p| p.into_inner());
         if !wrote {
             streaks.remove(key);
@@ -88,9 +100,10 @@ impl Breaker {
         }
         let now = Instant::now();
         let streak = streaks.entry(key.clone()).or_default();
-        if streak.generation != generation {
+        if streak.generation != generation || streak.children != children {
             *streak = Streak {
                 generation,
+                children,
                 ..Streak::default()
             };
         }
@@ -137,32 +150,41 @@ mod tests {
     async fn more_writing_reconciles_than_allowed_at_one_generation_open_the_breaker() {
         let b = breaker(3);
         for _ in 0..3 {
-            assert!(!b.record(&key(), 1, true));
+            assert!(!b.record(&key(), 1, 0, true));
         }
         assert!(!b.is_open(&key(), 1));
-        assert!(b.record(&key(), 1, true), "the fourth write trips it");
+        assert!(b.record(&key(), 1, 0, true), "the fourth write trips it");
         assert!(b.is_open(&key(), 1));
-        assert!(!b.record(&key(), 1, true), "it trips once");
+        assert!(!b.record(&key(), 1, 0, true), "it trips once");
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_spec_change_closes_the_breaker() {
         let b = breaker(1);
-        b.record(&key(), 1, true);
-        assert!(b.record(&key(), 1, true));
+        b.record(&key(), 1, 0, true);
+        assert!(b.record(&key(), 1, 0, true));
         assert!(b.is_open(&key(), 1));
         assert!(!b.is_open(&key(), 2), "a new generation closes it");
-        assert!(!b.record(&key(), 2, true));
+        assert!(!b.record(&key(), 2, 0, true));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_reconcile_that_writes_nothing_ends_the_streak() {
         let b = breaker(2);
-        b.record(&key(), 1, true);
-        b.record(&key(), 1, true);
-        b.record(&key(), 1, false);
-        assert!(!b.record(&key(), 1, true));
-        assert!(!b.record(&key(), 1, true));
+        b.record(&key(), 1, 0, true);
+        b.record(&key(), 1, 0, true);
+        b.record(&key(), 1, 0, false);
+        assert!(!b.record(&key(), 1, 0, true));
+        assert!(!b.record(&key(), 1, 0, true));
+        assert!(!b.is_open(&key(), 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn progress_among_the_children_never_trips_it() {
+        let b = breaker(2);
+        for children in 0..50 {
+            assert!(!b.record(&key(), 1, children, true));
+        }
         assert!(!b.is_open(&key(), 1));
     }
 
@@ -170,7 +192,7 @@ mod tests {
     async fn writes_spread_wider_than_the_window_do_not_trip_it() {
         let b = breaker(2);
         for _ in 0..10 {
-            assert!(!b.record(&key(), 1, true));
+            assert!(!b.record(&key(), 1, 0, true));
             tokio::time::advance(Duration::from_secs(6)).await;
         }
         assert!(!b.is_open(&key(), 1));

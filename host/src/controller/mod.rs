@@ -16,10 +16,10 @@
 //! 5. A transient error (or a conflict) requeues with per-key exponential
 //!    backoff; a permanent error is recorded as a warning event and a
 //!    `Ready=False` condition and waits for the object to change.
-//! 6. An object whose reconciles keep writing at one generation is stopped
-//!    by the circuit breaker (see [`HotLoopConfig`]): a warning event and
-//!    `Ready=False` with reason `HotLoop`, and no reconcile until its spec
-//!    changes.
+//! 6. An object whose reconciles keep writing at one generation, with its
+//!    children unchanged, is stopped by the circuit breaker (see
+//!    [`HotLoopConfig`]): a warning event and `Ready=False` with reason
+//!    `HotLoop`, and no reconcile until its spec changes.
 //!
 //! Real changes are queued at normal priority; the initial list, late
 //! handler replays and the periodic resync ([`Config::resync`]) at low
@@ -301,8 +301,23 @@ enum Step {
     Applied {
         requeue_after: Option<Duration>,
         generation: i64,
+        /// Fingerprint of the owned children the reconciler saw.
+        children: u64,
         wrote: bool,
     },
+}
+
+/// A fingerprint of a set of children: their uids and resource versions.
+fn fingerprint(children: &[Arc<crate::object::Object>]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut ids: Vec<(&str, Option<&str>)> = children
+        .iter()
+        .map(|c| (meta::uid(c), meta::resource_version(c)))
+        .collect();
+    ids.sort_unstable();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    ids.hash(&mut hasher);
+    hasher.finish()
 }
 
 async fn worker(shared: Arc<Shared>) {
@@ -338,10 +353,11 @@ async fn worker(shared: Arc<Shared>) {
             Ok(Step::Applied {
                 requeue_after,
                 generation,
+                children,
                 wrote,
             }) => {
                 shared.queue.forget(&key);
-                if shared.breaker.record(&key, generation, wrote) {
+                if shared.breaker.record(&key, generation, children, wrote) {
                     shared.hot_loops.fetch_add(1, Ordering::Relaxed);
                     let message = format!(
                         "reconciles keep writing while the spec stays at generation {generation}: stopped until the spec changes"
@@ -421,6 +437,7 @@ async fn reconcile_key(shared: &Arc<Shared>, key: &ObjectKey) -> Result<Step, Re
             return Ok(Step::Applied {
                 requeue_after: None,
                 generation,
+                children: 0,
                 wrote: true,
             });
         }
@@ -434,6 +451,7 @@ async fn reconcile_key(shared: &Arc<Shared>, key: &ObjectKey) -> Result<Step, Re
         .iter()
         .flat_map(|i| i.owned_by(&uid))
         .collect();
+    let children = fingerprint(&owned);
     let request = Request {
         object: object.clone(),
         owned,
@@ -487,6 +505,7 @@ async fn reconcile_key(shared: &Arc<Shared>, key: &ObjectKey) -> Result<Step, Re
     Ok(Step::Applied {
         requeue_after: response.requeue_after,
         generation,
+        children,
         wrote,
     })
 }
