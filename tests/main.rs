@@ -6,6 +6,9 @@ mod support;
 
 /// The `setpoint` binary: serve, apply, get, delete, and bad input.
 mod cli;
+/// Controller runtime fidelity: rollouts, stacks, finalizers, GC, coalescing,
+/// per-key exclusion and the hot-loop breaker.
+mod controller;
 /// Durability of the embedded store: kill -9 and restart, damaged data.
 mod crash;
 /// The host on a real etcd.

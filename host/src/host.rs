@@ -55,6 +55,7 @@ pub struct HostBuilder {
     plugins_dir: Option<PathBuf>,
     runtime: RuntimeConfig,
     controller: controller::Config,
+    per_plugin: std::collections::HashMap<String, controller::Config>,
 }
 
 impl HostBuilder {
@@ -82,6 +83,13 @@ impl HostBuilder {
         self
     }
 
+    /// Controller settings (workers, backoff, resync, hot-loop limits) for the
+    /// reconciler named `plugin`, instead of those of [`controller`](Self::controller).
+    pub fn controller_for(mut self, plugin: impl Into<String>, config: controller::Config) -> Self {
+        self.per_plugin.insert(plugin.into(), config);
+        self
+    }
+
     /// Open the store, start the runtime and load the plugins.
     pub async fn build(self) -> Result<Host, Error> {
         let backend = self
@@ -99,6 +107,7 @@ impl HostBuilder {
             api,
             runtime,
             controller_config: self.controller,
+            per_plugin: self.per_plugin,
             controllers: Mutex::default(),
             plugins: Mutex::default(),
         };
@@ -115,6 +124,7 @@ pub struct Host {
     informers: Informers,
     runtime: Runtime,
     controller_config: controller::Config,
+    per_plugin: std::collections::HashMap<String, controller::Config>,
     controllers: Mutex<BTreeMap<String, Controller>>,
     plugins: Mutex<Vec<PluginStatus>>,
     /// The garbage collector and the compactor.
@@ -135,6 +145,7 @@ impl Host {
             plugins_dir: None,
             runtime: RuntimeConfig::default(),
             controller: controller::Config::default(),
+            per_plugin: std::collections::HashMap::new(),
         }
     }
 
@@ -160,7 +171,10 @@ impl Host {
             self.api.clone(),
             self.informers.clone(),
             reconciler,
-            self.controller_config.clone(),
+            self.per_plugin
+                .get(&name)
+                .unwrap_or(&self.controller_config)
+                .clone(),
         )
         .await?;
         self.controllers.lock().await.insert(name, controller);
@@ -252,6 +266,15 @@ impl Host {
     /// Every plugin file the host has seen and its state.
     pub async fn plugins(&self) -> Vec<PluginStatus> {
         self.plugins.lock().await.clone()
+    }
+
+    /// Counters of the reconciler named `plugin`, if it runs.
+    pub async fn controller_stats(&self, plugin: &str) -> Option<controller::Stats> {
+        self.controllers
+            .lock()
+            .await
+            .get(plugin)
+            .map(Controller::stats)
     }
 
     /// Names of the running reconcilers.

@@ -19,7 +19,7 @@ pub fn workspace() -> PathBuf {
 }
 
 /// Every plugin the tests use: the examples in `plugins/` and the test guests.
-const PLUGINS: &[&str] = &["replicaset", "podsim", "flaky"];
+const PLUGINS: &[&str] = &["replicaset", "podsim", "deployment", "stack", "flaky"];
 
 /// Build the plugins for wasm32-wasip2 once per test run; returns the
 /// directory holding `<name>.wasm`. Uses its own target directory so that it

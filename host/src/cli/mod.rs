@@ -3,6 +3,7 @@
 //! library; errors become `anyhow` here and nowhere else.
 
 mod client;
+mod describe;
 mod manifest;
 mod output;
 mod serve;
@@ -100,6 +101,19 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Show one object with its conditions, recent reconcile results and events.
+    Describe {
+        /// The kind.
+        kind: String,
+        /// The object's name.
+        name: String,
+        /// The namespace.
+        #[arg(short = 'n', long, default_value = "default")]
+        namespace: String,
+        /// Where the host is.
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// Delete an object.
     Delete {
         /// The kind.
@@ -181,6 +195,18 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     }
                 })
                 .await?;
+            Ok(ExitCode::SUCCESS)
+        }),
+        Command::Describe {
+            kind,
+            name,
+            namespace,
+            server,
+        } => block_on(async move {
+            print!(
+                "{}",
+                describe::describe(&server.server, &kind, &name, &namespace).await?
+            );
             Ok(ExitCode::SUCCESS)
         }),
         Command::Delete {
