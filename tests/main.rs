@@ -8,6 +8,10 @@ mod support;
 mod cli;
 /// Durability of the embedded store: kill -9 and restart, damaged data.
 mod crash;
+/// Hot reload of the plugins directory.
+mod reload;
+/// The sandbox: the fault zoo beside well-behaved plugins.
+mod sandbox;
 /// The walking skeleton: ReplicaSet and podsim choreography end to end.
 mod skeleton;
 /// Watch streams over HTTP and the watch hub.

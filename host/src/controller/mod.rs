@@ -51,6 +51,10 @@ pub enum Error {
     /// The reconciler's kinds are not registered.
     #[error("unknown kind {0}")]
     UnknownKind(String),
+    /// A swapped-in reconciler reconciles or owns other kinds than the
+    /// running controller; it needs a controller of its own.
+    #[error("reconciler changes its kinds: {0}")]
+    KindsChanged(String),
 }
 
 /// Settings of one controller.
@@ -79,7 +83,9 @@ pub struct Controller {
 
 struct Shared {
     api: Api,
-    reconciler: Arc<dyn Reconciler>,
+    /// Swapped by [`Controller::swap_reconciler`]; each reconcile takes its
+    /// own reference, so a swap never changes a call in flight.
+    reconciler: std::sync::RwLock<Arc<dyn Reconciler>>,
     kind: Arc<KindInfo>,
     owned_kinds: Vec<Arc<KindInfo>>,
     informer: Informer,
@@ -147,7 +153,7 @@ impl Controller {
 
         let shared = Arc::new(Shared {
             api,
-            reconciler,
+            reconciler: std::sync::RwLock::new(reconciler),
             kind,
             owned_kinds,
             informer,
@@ -164,9 +170,33 @@ impl Controller {
         Ok(Self { shared, workers })
     }
 
-    /// The reconciler's manifest.
-    pub fn manifest(&self) -> &Manifest {
-        self.shared.reconciler.manifest()
+    /// The current reconciler's manifest.
+    pub fn manifest(&self) -> Manifest {
+        self.shared.reconciler().manifest().clone()
+    }
+
+    /// Replace the reconciler without stopping the controller: queued keys
+    /// stay queued, reconciles in flight finish with the old reconciler and
+    /// every later one uses the new. The new reconciler must reconcile and
+    /// own the same kinds (the informers stay as they are); otherwise
+    /// nothing changes and the new manifest's kinds are returned as the
+    /// error. Call [`Controller::requeue_all`] afterwards to apply new logic
+    /// to every object.
+    pub fn swap_reconciler(&self, reconciler: Arc<dyn Reconciler>) -> Result<(), Error> {
+        let mut current = self
+            .shared
+            .reconciler
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        let (old, new) = (current.manifest(), reconciler.manifest());
+        if old.reconciles != new.reconciles || old.owns != new.owns {
+            return Err(Error::KindsChanged(format!(
+                "{} instead of {}",
+                new.reconciles, old.reconciles
+            )));
+        }
+        *current = reconciler;
+        Ok(())
     }
 
     /// Recent reconcile results of one object.
@@ -195,11 +225,21 @@ impl Controller {
     }
 }
 
+impl Shared {
+    fn reconciler(&self) -> Arc<dyn Reconciler> {
+        self.reconciler
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
 async fn worker(shared: Arc<Shared>) {
     while let Some(key) = shared.queue.get().await {
         let started = SystemTime::now();
         let clock = Instant::now();
-        let outcome = reconcile_key(&shared, &key).await;
+        let reconciler = shared.reconciler();
+        let outcome = reconcile_key(&shared, &reconciler, &key).await;
         let (outcome, next_in) = match outcome {
             Ok(None) => {
                 shared.queue.forget(&key);
@@ -214,13 +254,13 @@ async fn worker(shared: Arc<Shared>) {
             }
             Err(ReconcileError::Transient(msg)) => {
                 let delay = shared.queue.add_rate_limited(key.clone());
-                tracing::warn!(plugin = %shared.reconciler.manifest().name, object = %key, error = %msg, retry_in = ?delay, "reconcile failed; will retry");
+                tracing::warn!(plugin = %reconciler.manifest().name, object = %key, error = %msg, retry_in = ?delay, "reconcile failed; will retry");
                 (Some(Outcome::TransientError(msg)), Some(delay))
             }
             Err(ReconcileError::Permanent(msg)) => {
                 shared.queue.forget(&key);
-                tracing::warn!(plugin = %shared.reconciler.manifest().name, object = %key, error = %msg, "reconcile failed permanently");
-                report_permanent(&shared, &key, &msg).await;
+                tracing::warn!(plugin = %reconciler.manifest().name, object = %key, error = %msg, "reconcile failed permanently");
+                report_permanent(&shared, reconciler.manifest(), &key, &msg).await;
                 (Some(Outcome::PermanentError(msg)), None)
             }
         };
@@ -230,7 +270,7 @@ async fn worker(shared: Arc<Shared>) {
                 ReconcileRecord {
                     started,
                     duration: clock.elapsed(),
-                    version: shared.reconciler.manifest().version.clone(),
+                    version: reconciler.manifest().version.clone(),
                     outcome,
                     next_in,
                 },
@@ -246,12 +286,13 @@ async fn worker(shared: Arc<Shared>) {
 /// `Ok(Some(requeue))`: applied.
 async fn reconcile_key(
     shared: &Arc<Shared>,
+    reconciler: &Arc<dyn Reconciler>,
     key: &ObjectKey,
 ) -> Result<Option<Option<Duration>>, ReconcileError> {
     let Some(object) = shared.informer.get(key) else {
         return Ok(None);
     };
-    let manifest = shared.reconciler.manifest();
+    let manifest = reconciler.manifest();
     wait_for_own_writes(shared, key).await;
     let applier = apply::Applier {
         api: &shared.api,
@@ -292,7 +333,7 @@ async fn reconcile_key(
         finalizing,
         now_unix_ms: time::now_unix_ms(),
     };
-    let reconciler = shared.reconciler.clone();
+    let reconciler = reconciler.clone();
     let view: Arc<dyn CacheView> = Arc::new(InformerView {
         informers: shared.informers.clone(),
         api: shared.api.clone(),
@@ -381,11 +422,10 @@ fn transient(err: Error) -> ReconcileError {
 }
 
 /// Report a permanent error on the object: a warning event and `Ready=False`.
-async fn report_permanent(shared: &Shared, key: &ObjectKey, message: &str) {
+async fn report_permanent(shared: &Shared, manifest: &Manifest, key: &ObjectKey, message: &str) {
     let Some(object) = shared.informer.get(key) else {
         return;
     };
-    let manifest = shared.reconciler.manifest();
     let event = EventRecord {
         severity: Severity::Warning,
         reason: "ReconcileError".into(),
