@@ -29,6 +29,9 @@ const PLUGINS: &[&str] = &[
     "rawjson",
     "oldworld",
     "noworld",
+    "versioned",
+    "versioned2",
+    "versioned3",
 ];
 
 /// Build the plugins for wasm32-wasip2 once per test run; returns the
