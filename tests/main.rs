@@ -8,6 +8,8 @@ mod support;
 mod cli;
 /// Durability of the embedded store: kill -9 and restart, damaged data.
 mod crash;
+/// `setpoint new-plugin` and `setpoint plugins`.
+mod new_plugin;
 /// Hot reload of the plugins directory.
 mod reload;
 /// The sandbox: the fault zoo beside well-behaved plugins.
