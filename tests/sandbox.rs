@@ -231,3 +231,26 @@ async fn a_restarted_runtime_loads_compiled_plugins_from_the_disk_cache() {
     assert_eq!(stats.misses, 0, "{stats:?}");
     assert!(stats.hits >= 1, "{stats:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_sees_the_request_time_on_its_wall_clock_and_a_monotonic_clock_that_stands_still() {
+    let host = TestHost::start(&["zoo"]).await;
+    create(&host, "Zoo", "clock", json!({"fault": "clock"})).await;
+    let api = host.host.api();
+    let info = api.kinds().require("test.setpoint.dev/v1", "Zoo").unwrap();
+    let status = eventually("the clock report", WAIT, || async {
+        let object = api
+            .get(&info, Some("default"), "clock")
+            .await
+            .map_err(|e| e.to_string())?;
+        if object["status"]["wallMs"].is_u64() {
+            Ok(object["status"].clone())
+        } else {
+            Err(object["status"].to_string())
+        }
+    })
+    .await;
+    assert_eq!(status["elapsedNs"], json!(0), "{status}");
+    assert_eq!(status["wallMs"], status["requestMs"], "{status}");
+    host.stop().await;
+}

@@ -422,9 +422,10 @@ impl Shared {
                                 && stamp.1 == e.stamp.1
                         });
                         if same {
-                            // Touched, not changed.
+                            // Touched, or back to the running bytes.
                             if let Some(e) = self.plugins.lock().await.get_mut(&path) {
                                 e.stamp = stamp;
+                                e.status.last_error = None;
                             }
                             continue;
                         }

@@ -3,7 +3,8 @@
 //! end, `panic` panics, `badstatus` returns a status that is not an object,
 //! `oversized` returns a status over the host's response cap, `undeclared`
 //! writes a child of a kind it did not declare, `crossns` writes a child in
-//! another namespace, `escape` tries to read a file and open a socket, `log`
+//! another namespace, `escape` tries to read a file and open a socket, `clock`
+//! reports what its clocks say across busy work, `log`
 //! logs through the `log` import and stdout; anything else succeeds.
 
 use serde::Deserialize;
@@ -108,6 +109,23 @@ impl Reconciler for Zoo {
                 Err(Error::permanent(format!(
                     "escape attempt: {file}; {socket}; {env} environment variables"
                 )))
+            }
+            "clock" => {
+                let start = std::time::Instant::now();
+                let mut n: u64 = 0;
+                for i in 0..5_000_000u64 {
+                    n = std::hint::black_box(n.wrapping_add(i));
+                }
+                let elapsed_ns = start.elapsed().as_nanos() as u64;
+                let wall_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_millis() as u64)
+                    .unwrap_or(0);
+                Ok(Response::new().status(json!({
+                    "elapsedNs": elapsed_ns,
+                    "wallMs": wall_ms,
+                    "requestMs": ctx.now().unix_ms(),
+                })))
             }
             "log" => {
                 ctx.info(format!("zoo log import for {}", object.name()));
