@@ -452,36 +452,44 @@ impl Shared {
 
     /// Act on one looked-at file.
     async fn apply(&self, path: PathBuf, stamp: Stamp, outcome: Looked) {
-        let existing = self.plugins.lock().await.remove(&path);
-        let running = existing.as_ref().and_then(|e| e.controller.clone());
-        let counts = existing
-            .as_ref()
-            .map(|e| e.counts.clone())
-            .unwrap_or_default();
+        // The entry stays listed (as it was) until its new state is known.
+        let (running, counts) = {
+            let plugins = self.plugins.lock().await;
+            let existing = plugins.get(&path);
+            (
+                existing.and_then(|e| e.controller.clone()),
+                existing.map(|e| e.counts.clone()).unwrap_or_default(),
+            )
+        };
         match outcome {
             Looked::Gone => {
                 if let Some(name) = running {
                     self.stop_controller(&name).await;
                 }
+                self.plugins.lock().await.remove(&path);
                 tracing::info!(path = %path.display(), "plugin file removed; its objects are left as they are");
             }
             Looked::Failed(err) => {
                 tracing::error!(path = %path.display(), %err, "plugin failed to load");
-                let entry = match existing {
-                    Some(mut entry) if entry.controller.is_some() => {
+                let mut plugins = self.plugins.lock().await;
+                match plugins.get_mut(&path) {
+                    Some(entry) if entry.controller.is_some() => {
                         tracing::warn!(path = %path.display(), "keeping the running version");
                         entry.status.last_error = Some(err);
                         entry.stamp = stamp;
-                        entry
                     }
-                    _ => PluginEntry {
-                        status: failed_status(&path, err),
-                        counts,
-                        stamp,
-                        controller: None,
-                    },
-                };
-                self.plugins.lock().await.insert(path, entry);
+                    _ => {
+                        plugins.insert(
+                            path.clone(),
+                            PluginEntry {
+                                status: failed_status(&path, err),
+                                counts,
+                                stamp,
+                                controller: None,
+                            },
+                        );
+                    }
+                }
             }
             Looked::Loaded(loaded) => {
                 let plugin = loaded.plugin;
