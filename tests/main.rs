@@ -13,6 +13,12 @@ mod controller;
 mod crash;
 /// The host on a real etcd.
 mod etcd;
+/// `setpoint new-plugin` and `setpoint plugins`.
+mod new_plugin;
+/// Hot reload of the plugins directory.
+mod reload;
+/// The sandbox: the fault zoo beside well-behaved plugins.
+mod sandbox;
 /// The walking skeleton: ReplicaSet and podsim choreography end to end.
 mod skeleton;
 /// Watch streams over HTTP and the watch hub.

@@ -1,6 +1,8 @@
 //! The test harness: build the plugins once per run, start real hosts, poll
 //! for convergence with a failure message that shows the last state seen.
 
+pub mod logs;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
@@ -19,7 +21,20 @@ pub fn workspace() -> PathBuf {
 }
 
 /// Every plugin the tests use: the examples in `plugins/` and the test guests.
-const PLUGINS: &[&str] = &["replicaset", "podsim", "deployment", "stack", "flaky"];
+const PLUGINS: &[&str] = &[
+    "replicaset",
+    "podsim",
+    "deployment",
+    "stack",
+    "flaky",
+    "zoo",
+    "rawjson",
+    "oldworld",
+    "noworld",
+    "versioned",
+    "versioned2",
+    "versioned3",
+];
 
 /// Build the plugins for wasm32-wasip2 once per test run; returns the
 /// directory holding `<name>.wasm`. Uses its own target directory so that it
@@ -68,9 +83,30 @@ pub struct TestHost {
 }
 
 impl TestHost {
-    /// Start a host with the named plugins.
+    /// Start a host with the named plugins, every one of which must load.
     pub async fn start(plugins: &[&str]) -> Self {
-        let dir = plugins_dir(plugins);
+        let host = Self::start_in(
+            plugins_dir(plugins),
+            setpoint::runtime::RuntimeConfig::default(),
+        )
+        .await;
+        for plugin in host.host.plugins().await {
+            assert_eq!(
+                plugin.state,
+                setpoint::plugins::PluginState::Running,
+                "plugin {} failed",
+                plugin.name
+            );
+        }
+        host
+    }
+
+    /// Start a host on a prepared plugins directory, whatever becomes of its
+    /// plugins.
+    pub async fn start_in(
+        dir: tempfile::TempDir,
+        runtime: setpoint::runtime::RuntimeConfig,
+    ) -> Self {
         let controller = setpoint::controller::Config {
             workers: 2,
             ..Default::default()
@@ -79,18 +115,11 @@ impl TestHost {
             Host::builder()
                 .plugins_dir(dir.path())
                 .controller(controller)
+                .runtime(runtime)
                 .build()
                 .await
                 .expect("host starts"),
         );
-        for plugin in host.plugins().await {
-            assert_eq!(
-                plugin.state,
-                setpoint::plugins::PluginState::Running,
-                "plugin {} failed",
-                plugin.name
-            );
-        }
         let listener = setpoint::server::bind_loopback("127.0.0.1:0".parse().unwrap())
             .await
             .unwrap();
@@ -104,6 +133,21 @@ impl TestHost {
             _plugins: dir,
             server,
         }
+    }
+
+    /// The host's plugins directory.
+    pub fn plugins_path(&self) -> &Path {
+        self._plugins.path()
+    }
+
+    /// The status of the plugin loaded from `NAME.wasm`.
+    pub async fn plugin(&self, file_stem: &str) -> Option<setpoint::plugins::PluginStatus> {
+        let path = self.plugins_path().join(format!("{file_stem}.wasm"));
+        self.host
+            .plugins()
+            .await
+            .into_iter()
+            .find(|p| p.path == path)
     }
 
     /// A registered kind.
@@ -334,4 +378,49 @@ impl Drop for EtcdProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Wait until the ReplicaSet `name` reports `n` ready replicas for its
+/// current generation.
+pub async fn replicaset_ready(host: &TestHost, name: &str, n: i64) {
+    eventually(
+        &format!("replicaset {name} has {n} ready replicas"),
+        Duration::from_secs(60),
+        || async {
+            let rs = host.get("ReplicaSet", name).await.ok_or("no replicaset")?;
+            if rs["status"]["readyReplicas"] == serde_json::json!(n)
+                && rs["status"]["observedGeneration"] == rs["metadata"]["generation"]
+            {
+                Ok(())
+            } else {
+                Err(rs["status"].to_string())
+            }
+        },
+    )
+    .await
+}
+
+/// The `Ready` condition of an object, if any.
+pub fn ready_condition(object: &Value) -> Option<Value> {
+    object["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned())
+}
+
+/// Warning events recorded about the object named `name` in `default`.
+pub async fn warnings_about(host: &TestHost, name: &str) -> Vec<Value> {
+    let api = host.host.api();
+    api.list(
+        &api.kinds().by_plural("", "events").unwrap(),
+        &setpoint::api::ListOptions {
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap()
+    .items
+    .into_iter()
+    .filter(|e| e["type"] == "Warning" && e["involvedObject"]["name"] == name)
+    .collect()
 }

@@ -64,6 +64,10 @@ pub enum Error {
     /// The reconciler's kinds are not registered.
     #[error("unknown kind {0}")]
     UnknownKind(String),
+    /// A swapped-in reconciler reconciles or owns other kinds than the
+    /// running controller; it needs a controller of its own.
+    #[error("reconciler changes its kinds: {0}")]
+    KindsChanged(String),
 }
 
 /// Settings of one controller.
@@ -114,7 +118,9 @@ pub struct Controller {
 
 struct Shared {
     api: Api,
-    reconciler: Arc<dyn Reconciler>,
+    /// Swapped by [`Controller::swap_reconciler`]; each reconcile takes its
+    /// own reference, so a swap never changes a call in flight.
+    reconciler: std::sync::RwLock<Arc<dyn Reconciler>>,
     kind: Arc<KindInfo>,
     owned_kinds: Vec<Arc<KindInfo>>,
     informer: Informer,
@@ -201,7 +207,7 @@ impl Controller {
 
         let shared = Arc::new(Shared {
             api,
-            reconciler,
+            reconciler: std::sync::RwLock::new(reconciler),
             kind,
             owned_kinds,
             informer,
@@ -237,8 +243,32 @@ impl Controller {
     }
 
     /// The reconciler's manifest.
-    pub fn manifest(&self) -> &Manifest {
-        self.shared.reconciler.manifest()
+    pub fn manifest(&self) -> Manifest {
+        self.shared.reconciler().manifest().clone()
+    }
+
+    /// Replace the reconciler without stopping the controller: queued keys
+    /// stay queued, reconciles in flight finish with the old reconciler and
+    /// every later one uses the new. The new reconciler must reconcile and
+    /// own the same kinds (the informers stay as they are); otherwise
+    /// nothing changes and the new manifest's kinds are returned as the
+    /// error. Call [`Controller::requeue_all`] afterwards to apply new logic
+    /// to every object.
+    pub fn swap_reconciler(&self, reconciler: Arc<dyn Reconciler>) -> Result<(), Error> {
+        let mut current = self
+            .shared
+            .reconciler
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        let (old, new) = (current.manifest(), reconciler.manifest());
+        if old.reconciles != new.reconciles || old.owns != new.owns {
+            return Err(Error::KindsChanged(format!(
+                "{} instead of {}",
+                new.reconciles, old.reconciles
+            )));
+        }
+        *current = reconciler;
+        Ok(())
     }
 
     /// Recent reconcile results of one object.
@@ -320,6 +350,15 @@ fn fingerprint(children: &[Arc<crate::object::Object>]) -> u64 {
     hasher.finish()
 }
 
+impl Shared {
+    fn reconciler(&self) -> Arc<dyn Reconciler> {
+        self.reconciler
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
 async fn worker(shared: Arc<Shared>) {
     while let Some(key) = shared.queue.get().await {
         let started = SystemTime::now();
@@ -333,7 +372,8 @@ async fn worker(shared: Arc<Shared>) {
             shared.concurrent.fetch_add(1, Ordering::Relaxed);
             tracing::error!(object = %key, "a key was handed to two workers at once");
         }
-        let outcome = reconcile_key(&shared, &key).await;
+        let reconciler = shared.reconciler();
+        let outcome = reconcile_key(&shared, &reconciler, &key).await;
         shared
             .in_flight
             .lock()
@@ -362,8 +402,9 @@ async fn worker(shared: Arc<Shared>) {
                     let message = format!(
                         "reconciles keep writing while the spec stays at generation {generation}: stopped until the spec changes"
                     );
-                    tracing::warn!(plugin = %shared.reconciler.manifest().name, object = %key, "hot loop; circuit breaker open");
-                    report_not_ready(&shared, &key, "HotLoop", &message).await;
+                    tracing::warn!(plugin = %reconciler.manifest().name, object = %key, "hot loop; circuit breaker open");
+                    report_not_ready(&shared, reconciler.manifest(), &key, "HotLoop", &message)
+                        .await;
                     (Some(Outcome::PermanentError(message)), None)
                 } else {
                     if let Some(after) = requeue_after {
@@ -374,13 +415,14 @@ async fn worker(shared: Arc<Shared>) {
             }
             Err(ReconcileError::Transient(msg)) => {
                 let delay = shared.queue.add_rate_limited(key.clone());
-                tracing::warn!(plugin = %shared.reconciler.manifest().name, object = %key, error = %msg, retry_in = ?delay, "reconcile failed; will retry");
+                tracing::warn!(plugin = %reconciler.manifest().name, object = %key, error = %msg, retry_in = ?delay, "reconcile failed; will retry");
                 (Some(Outcome::TransientError(msg)), Some(delay))
             }
             Err(ReconcileError::Permanent(msg)) => {
                 shared.queue.forget(&key);
-                tracing::warn!(plugin = %shared.reconciler.manifest().name, object = %key, error = %msg, "reconcile failed permanently");
-                report_not_ready(&shared, &key, "ReconcileError", &msg).await;
+                tracing::warn!(plugin = %reconciler.manifest().name, object = %key, error = %msg, "reconcile failed permanently");
+                report_not_ready(&shared, reconciler.manifest(), &key, "ReconcileError", &msg)
+                    .await;
                 (Some(Outcome::PermanentError(msg)), None)
             }
         };
@@ -390,7 +432,7 @@ async fn worker(shared: Arc<Shared>) {
                 ReconcileRecord {
                     started,
                     duration: clock.elapsed(),
-                    version: shared.reconciler.manifest().version.clone(),
+                    version: reconciler.manifest().version.clone(),
                     outcome,
                     next_in,
                 },
@@ -403,7 +445,11 @@ async fn worker(shared: Arc<Shared>) {
 }
 
 /// Reconcile one key.
-async fn reconcile_key(shared: &Arc<Shared>, key: &ObjectKey) -> Result<Step, ReconcileError> {
+async fn reconcile_key(
+    shared: &Arc<Shared>,
+    reconciler: &Arc<dyn Reconciler>,
+    key: &ObjectKey,
+) -> Result<Step, ReconcileError> {
     let Some(object) = shared.informer.get(key) else {
         return Ok(Step::Gone);
     };
@@ -411,7 +457,7 @@ async fn reconcile_key(shared: &Arc<Shared>, key: &ObjectKey) -> Result<Step, Re
     if meta::deletion_timestamp(&object).is_none() && shared.breaker.is_open(key, generation) {
         return Ok(Step::Stopped);
     }
-    let manifest = shared.reconciler.manifest();
+    let manifest = reconciler.manifest();
     wait_for_own_writes(shared, key).await;
     let applier = apply::Applier {
         api: &shared.api,
@@ -458,7 +504,7 @@ async fn reconcile_key(shared: &Arc<Shared>, key: &ObjectKey) -> Result<Step, Re
         finalizing,
         now_unix_ms: time::now_unix_ms(),
     };
-    let reconciler = shared.reconciler.clone();
+    let reconciler = reconciler.clone();
     shared.reconciles.fetch_add(1, Ordering::Relaxed);
     let view: Arc<dyn CacheView> = Arc::new(InformerView {
         informers: shared.informers.clone(),
@@ -557,11 +603,16 @@ fn transient(err: Error) -> ReconcileError {
 
 /// Report why an object stopped on the object itself: a warning event and
 /// `Ready=False` with `reason` (`ReconcileError`, `HotLoop`).
-async fn report_not_ready(shared: &Shared, key: &ObjectKey, reason: &str, message: &str) {
+async fn report_not_ready(
+    shared: &Shared,
+    manifest: &Manifest,
+    key: &ObjectKey,
+    reason: &str,
+    message: &str,
+) {
     let Some(object) = shared.informer.get(key) else {
         return;
     };
-    let manifest = shared.reconciler.manifest();
     let event = EventRecord {
         severity: Severity::Warning,
         reason: reason.into(),
