@@ -96,6 +96,16 @@ impl Client {
         Ok((status, body))
     }
 
+    /// Send a request whose success answer is the JSON body.
+    async fn send_ok(&self, request: reqwest::RequestBuilder) -> anyhow::Result<Value> {
+        let (status, body) = self.send(request).await?;
+        if status.is_success() {
+            Ok(body)
+        } else {
+            Err(Self::fail(status, &body))
+        }
+    }
+
     fn fail(status: StatusCode, body: &Value) -> anyhow::Error {
         match body["message"].as_str() {
             Some(message) => anyhow!("{message} (HTTP {})", status.as_u16()),
@@ -192,14 +202,8 @@ impl Client {
         namespace: Option<&str>,
         name: &str,
     ) -> anyhow::Result<Value> {
-        let (status, body) = self
-            .send(self.http.get(self.url(resource, namespace, Some(name))))
-            .await?;
-        if status.is_success() {
-            Ok(body)
-        } else {
-            Err(Self::fail(status, &body))
-        }
+        self.send_ok(self.http.get(self.url(resource, namespace, Some(name))))
+            .await
     }
 
     /// Every object of a kind (in a namespace, or all), optionally selected by labels.
@@ -213,12 +217,7 @@ impl Client {
         if let Some(selector) = selector {
             request = request.query(&[("labelSelector", selector)]);
         }
-        let (status, body) = self.send(request).await?;
-        if status.is_success() {
-            Ok(body)
-        } else {
-            Err(Self::fail(status, &body))
-        }
+        self.send_ok(request).await
     }
 
     /// Follow a watch stream, calling `on_event` with each event
@@ -270,14 +269,8 @@ impl Client {
         namespace: Option<&str>,
         name: &str,
     ) -> anyhow::Result<Value> {
-        let (status, body) = self
-            .send(self.http.delete(self.url(resource, namespace, Some(name))))
-            .await?;
-        if status.is_success() {
-            Ok(body)
-        } else {
-            Err(Self::fail(status, &body))
-        }
+        self.send_ok(self.http.delete(self.url(resource, namespace, Some(name))))
+            .await
     }
 
     /// The table columns of a kind: its CustomResourceDefinition's

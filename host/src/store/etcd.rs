@@ -163,18 +163,28 @@ impl EtcdBackend {
         let full = self.full(key);
         let compare = match condition {
             Condition::Any => None,
-            Condition::Absent => Some(Compare::create_revision(full.clone(), CompareOp::Equal, 0)),
-            Condition::ModRevision(rev) => Some(Compare::mod_revision(
-                full.clone(),
-                CompareOp::Equal,
-                to_etcd(rev),
-            )),
+            Condition::Absent => Some(Compare::create_revision(full, CompareOp::Equal, 0)),
+            Condition::ModRevision(rev) => {
+                Some(Compare::mod_revision(full, CompareOp::Equal, to_etcd(rev)))
+            }
         };
+        self.txn(key, compare, then).await
+    }
+
+    /// `then` if `compare` holds (or always), else read the key back.
+    async fn txn(
+        &self,
+        key: &str,
+        compare: Option<Compare>,
+        then: TxnOp,
+    ) -> Result<(bool, Vec<TxnOpResponse>, Revision)> {
         let mut txn = Txn::new();
         if let Some(compare) = compare {
             txn = txn.when([compare]);
         }
-        let txn = txn.and_then([then]).or_else([TxnOp::get(full, None)]);
+        let txn = txn
+            .and_then([then])
+            .or_else([TxnOp::get(self.full(key), None)]);
         let response = self
             .client
             .kv_client()
@@ -318,22 +328,8 @@ impl Backend for EtcdBackend {
         let (succeeded, responses, revision) = match condition_or_exists {
             Some(c) => self.conditional(key, c, then).await?,
             None => {
-                let txn = Txn::new()
-                    .when([Compare::create_revision(
-                        self.full(key),
-                        CompareOp::Greater,
-                        0,
-                    )])
-                    .and_then([then])
-                    .or_else([TxnOp::get(self.full(key), None)]);
-                let response = self
-                    .client
-                    .kv_client()
-                    .txn(txn)
-                    .await
-                    .map_err(unavailable)?;
-                let revision = from_etcd(response.header().map_or(0, |h| h.revision()));
-                (response.succeeded(), response.op_responses(), revision)
+                let exists = Compare::create_revision(self.full(key), CompareOp::Greater, 0);
+                self.txn(key, Some(exists), then).await?
             }
         };
         if !succeeded {
