@@ -11,6 +11,8 @@ mod cli;
 mod controller;
 /// Durability of the embedded store: kill -9 and restart, damaged data.
 mod crash;
+/// Embedding the host as a library: native and Wasm reconcilers, two hosts.
+mod embedding;
 /// The host on a real etcd.
 mod etcd;
 /// `setpoint new-plugin` and `setpoint plugins`.

@@ -31,6 +31,7 @@ mod apply;
 mod breaker;
 pub mod events;
 pub mod history;
+mod native;
 mod reconciler;
 
 use std::collections::{HashMap, HashSet};
@@ -42,6 +43,7 @@ use serde_json::json;
 
 pub use breaker::HotLoopConfig;
 pub use history::{History, Outcome, ReconcileRecord};
+pub use native::Native;
 pub use reconciler::{
     CacheView, EventRecord, Manifest, ReconcileError, Reconciler, Request, Response, Severity,
 };
