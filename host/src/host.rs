@@ -81,12 +81,31 @@ pub struct HostBuilder {
     runtime: RuntimeConfig,
     controller: controller::Config,
     per_plugin: std::collections::HashMap<String, controller::Config>,
+    embedded_dir: Option<PathBuf>,
+    etcd: Option<crate::store::EtcdConfig>,
 }
 
 impl HostBuilder {
     /// The store backend (default: in memory).
     pub fn backend(mut self, backend: Arc<dyn Backend>) -> Self {
         self.backend = Some(backend);
+        self
+    }
+
+    /// Keep everything in memory (the default): nothing survives the process.
+    pub fn in_memory(self) -> Self {
+        self.backend(Arc::new(MemoryBackend::new()))
+    }
+
+    /// The durable embedded store in `dir` (created if absent).
+    pub fn embedded(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.embedded_dir = Some(dir.into());
+        self
+    }
+
+    /// An etcd cluster.
+    pub fn etcd(mut self, config: crate::store::EtcdConfig) -> Self {
+        self.etcd = Some(config);
         self
     }
 
@@ -124,9 +143,28 @@ impl HostBuilder {
 
     /// Open the store, start the runtime and load the plugins.
     pub async fn build(self) -> Result<Host, Error> {
-        let backend = self
-            .backend
-            .unwrap_or_else(|| Arc::new(MemoryBackend::new()));
+        let backend: Arc<dyn Backend> = if let Some(dir) = self.embedded_dir {
+            // Opening checks the whole file: keep it off the async threads.
+            let store =
+                tokio::task::spawn_blocking(move || crate::store::EmbeddedBackend::open(&dir))
+                    .await
+                    .map_err(|e| {
+                        Error::Api(api::Error::Store(crate::store::Error::Unavailable(
+                            e.to_string(),
+                        )))
+                    })?
+                    .map_err(api::Error::Store)?;
+            Arc::new(store)
+        } else if let Some(config) = self.etcd {
+            Arc::new(
+                crate::store::EtcdBackend::connect(config)
+                    .await
+                    .map_err(api::Error::Store)?,
+            )
+        } else {
+            self.backend
+                .unwrap_or_else(|| Arc::new(MemoryBackend::new()))
+        };
         let api = Api::open(backend).await?;
         let runtime = Runtime::new(self.runtime)?;
         let background = vec![
@@ -230,6 +268,8 @@ impl Host {
             runtime: RuntimeConfig::default(),
             controller: controller::Config::default(),
             per_plugin: std::collections::HashMap::new(),
+            embedded_dir: None,
+            etcd: None,
         }
     }
 

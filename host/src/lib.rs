@@ -5,7 +5,9 @@
 //! fan-out over it and a workqueue per reconciler, and calls sandboxed
 //! WebAssembly reconcile plugins (or native [`controller::Reconciler`]s).
 //!
-//! Start with [`Host::builder`]:
+//! Start with [`Host::builder`]. A complete program that embeds a host with
+//! a native reconciler beside a Wasm plugin is `host/examples/embed.rs`
+//! (`cargo run -p setpoint --example embed`); in short:
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
