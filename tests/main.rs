@@ -8,6 +8,8 @@ mod support;
 mod cli;
 /// Durability of the embedded store: kill -9 and restart, damaged data.
 mod crash;
+/// A real kubectl against a running host.
+mod kubectl;
 /// The walking skeleton: ReplicaSet and podsim choreography end to end.
 mod skeleton;
 /// Watch streams over HTTP and the watch hub.

@@ -6,7 +6,9 @@
 mod discovery;
 mod host_info;
 mod objects;
+mod openapi;
 mod status;
+mod table;
 mod watch;
 
 use std::net::SocketAddr;
@@ -32,6 +34,7 @@ pub fn router(host: Arc<Host>) -> Router {
         .route("/version", get(discovery::version))
         .route("/setpoint/v1/plugins", get(host_info::plugins))
         .route("/setpoint/v1/history", get(host_info::history))
+        .route("/openapi/v2", get(openapi::v2))
         .route("/api", get(discovery::core_versions))
         .route("/api/v1", get(discovery::core_resources))
         .route("/apis", get(discovery::groups))
