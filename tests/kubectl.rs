@@ -532,3 +532,40 @@ async fn kubectl_get_watch_sees_podsim_move_a_pod_to_running_and_describe_shows_
     );
     host.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_explain_describes_the_fields_of_a_registered_kind_from_openapi_v3() {
+    let host = TestHost::start(&[]).await;
+    let kubectl = Kubectl::new(&host.url);
+    install_widgets(&kubectl).await;
+    let version: Value =
+        serde_json::from_str(&kubectl.ok(&["version", "--client", "-o", "json"]).await).unwrap();
+    let minor: u32 = version["clientVersion"]["minor"]
+        .as_str()
+        .and_then(|m| m.trim_end_matches('+').parse().ok())
+        .unwrap();
+    let index: Value = reqwest::get(format!("{}/openapi/v3", host.url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        index["paths"]["apis/example.com/v1"]["serverRelativeURL"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("/openapi/v3/apis/example.com/v1?hash=")),
+        "{index}"
+    );
+    // kubectl before 1.27 explains from /openapi/v2 only, whose minimal
+    // document carries no schemas.
+    if minor >= 27 {
+        let explained = kubectl.ok(&["explain", "widgets.spec"]).await;
+        assert!(
+            explained.contains("replicas")
+                && explained.contains("<integer>")
+                && explained.contains("color"),
+            "{explained}"
+        );
+    }
+    host.stop().await;
+}

@@ -35,6 +35,8 @@ pub fn router(host: Arc<Host>) -> Router {
         .route("/setpoint/v1/plugins", get(host_info::plugins))
         .route("/setpoint/v1/history", get(host_info::history))
         .route("/openapi/v2", get(openapi::v2))
+        .route("/openapi/v3", get(openapi::v3_index))
+        .route("/openapi/v3/{*rest}", get(openapi::v3_group_version))
         .route("/api", get(discovery::core_versions))
         .route("/api/v1", get(discovery::core_resources))
         .route("/apis", get(discovery::groups))
