@@ -4,6 +4,8 @@
 
 mod support;
 
+/// The HTTP API's gate: 401/403/429/413, binding, tokens and kubeconfig.
+mod api_http;
 /// The `setpoint` binary: serve, apply, get, delete, and bad input.
 mod cli;
 /// Durability of the embedded store: kill -9 and restart, damaged data.

@@ -70,6 +70,12 @@ pub struct TestHost {
 impl TestHost {
     /// Start a host with the named plugins.
     pub async fn start(plugins: &[&str]) -> Self {
+        Self::start_with(plugins, setpoint::server::Config::default()).await
+    }
+
+    /// Start a host with the named plugins, its API behind the gate `config`
+    /// (tokens, rate limits, body limit).
+    pub async fn start_with(plugins: &[&str], config: setpoint::server::Config) -> Self {
         let dir = plugins_dir(plugins);
         let controller = setpoint::controller::Config {
             workers: 2,
@@ -96,7 +102,8 @@ impl TestHost {
             .unwrap();
         let addr = listener.local_addr().unwrap();
         let server = tokio::spawn(
-            setpoint::server::serve(listener, host.clone(), std::future::pending()).map_unit(),
+            setpoint::server::serve_with(listener, host.clone(), config, std::future::pending())
+                .map_unit(),
         );
         Self {
             host,

@@ -1,9 +1,13 @@
 //! The HTTP API, following Kubernetes' REST conventions for custom
 //! resources: discovery under `/api` and `/apis`, collection and item paths
 //! per kind (namespaced or cluster-scoped), the `status` sub-resource, and
-//! `Status` error bodies.
+//! `Status` error bodies. Every request first passes the gate in
+//! [`guard`]: bearer tokens ([`auth`]), rate limits, the in-flight bound and
+//! the body size limit.
 
+pub mod auth;
 mod discovery;
+pub mod guard;
 mod host_info;
 mod objects;
 mod openapi;
@@ -20,13 +24,21 @@ use axum::routing::get;
 
 use crate::Host;
 
+pub use guard::{Config, RateLimit};
 pub use status::status_body;
 
 /// The largest request body accepted (a little over the object size limit).
 pub const MAX_BODY_BYTES: usize = 3 << 20;
 
-/// Build the router for a host.
+/// Build the router for a host, open to every caller (loopback use).
 pub fn router(host: Arc<Host>) -> Router {
+    router_with(host, Config::default())
+}
+
+/// Build the router for a host behind the gate configured by `config`.
+pub fn router_with(host: Arc<Host>, config: Config) -> Router {
+    let max_body = config.max_body_bytes;
+    let guard = guard::Guard::new(config);
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(|| async { "ok" }))
@@ -46,7 +58,15 @@ pub fn router(host: Arc<Host>) -> Router {
             "/apis/{group}/{version}/{*rest}",
             axum::routing::any(objects::grouped),
         )
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .fallback(|| async {
+            status::error_response(
+                axum::http::StatusCode::NOT_FOUND,
+                "NotFound",
+                "the server could not find the requested resource",
+            )
+        })
+        .layer(DefaultBodyLimit::max(max_body))
+        .layer(axum::middleware::from_fn_with_state(guard, guard::check))
         .with_state(host)
 }
 
@@ -56,19 +76,43 @@ pub async fn serve(
     host: Arc<Host>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(host))
+    serve_with(listener, host, Config::default(), shutdown).await
+}
+
+/// Serve the API behind the gate configured by `config` on `listener`
+/// until `shutdown` resolves.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    host: Arc<Host>,
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router_with(host, config))
         .with_graceful_shutdown(shutdown)
         .await
 }
 
-/// Bind a listener, refusing anything but loopback: the API has no
-/// authentication yet, so it must not be reachable from other machines.
+/// Bind a listener: any address when the API authenticates its callers,
+/// loopback only when it does not (see [`bind_loopback`]).
+pub async fn bind(
+    addr: SocketAddr,
+    authenticated: bool,
+) -> std::io::Result<tokio::net::TcpListener> {
+    if authenticated {
+        tokio::net::TcpListener::bind(addr).await
+    } else {
+        bind_loopback(addr).await
+    }
+}
+
+/// Bind a listener, refusing anything but loopback: without authentication
+/// the API must not be reachable from other machines.
 pub async fn bind_loopback(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     if !addr.ip().is_loopback() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
             format!(
-                "refusing to listen on {addr}: without authentication the API only binds to loopback (127.0.0.1 or ::1)"
+                "refusing to listen on {addr}: without authentication the API only binds to loopback (127.0.0.1 or ::1); give a tokens file (--tokens) to listen elsewhere"
             ),
         ));
     }
