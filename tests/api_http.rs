@@ -375,8 +375,9 @@ fn serve_with_a_new_tokens_file_listens_beyond_loopback_and_writes_a_working_kub
         .arg(&tokens)
         .stderr(Stdio::piped())
         .spawn()
+        .map(KillOnDrop)
         .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut lines = BufReader::new(child.0.stderr.take().unwrap()).lines();
     let mut seen = Vec::new();
     let url = loop {
         let line = lines
@@ -428,6 +429,103 @@ fn serve_with_a_new_tokens_file_listens_beyond_loopback_and_writes_a_working_kub
         String::from_utf8_lossy(&out.stderr).contains("Unauthorized"),
         "{seen:?}"
     );
-    let _ = child.kill();
-    let _ = child.wait();
+}
+
+/// The value of the sample `name{labels}` in a Prometheus text page.
+fn sample(page: &str, series: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_report_workqueue_reconcile_request_and_watch_series() {
+    let host = TestHost::start(&["podsim"]).await;
+    let http = reqwest::Client::new();
+    let created = http
+        .post(pods(&host, "default"))
+        .json(&pod("m1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let watch = http
+        .get(format!("{}?watch=true", pods(&host, "default")))
+        .send()
+        .await
+        .unwrap();
+    let page = eventually("podsim reconciled m1", Duration::from_secs(20), || async {
+        let page = reqwest::get(format!("{}/metrics", host.url))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        match sample(
+            &page,
+            r#"controller_runtime_reconcile_total{controller="podsim",result="success"}"#,
+        ) {
+            Some(n) if n >= 1.0 => Ok(page),
+            _ => Err(page),
+        }
+    })
+    .await;
+    assert!(
+        sample(&page, r#"workqueue_adds_total{name="podsim"}"#).unwrap() >= 1.0,
+        "{page}"
+    );
+    assert!(
+        sample(&page, r#"workqueue_depth{name="podsim"}"#).is_some(),
+        "{page}"
+    );
+    assert!(
+        sample(
+            &page,
+            r#"controller_runtime_reconcile_time_seconds_count{controller="podsim"}"#
+        )
+        .unwrap()
+            >= 1.0,
+        "{page}"
+    );
+    assert_eq!(
+        sample(
+            &page,
+            r#"apiserver_request_total{verb="CREATE",resource="pods",code="201"}"#
+        ),
+        Some(1.0),
+        "{page}"
+    );
+    assert_eq!(
+        sample(&page, r#"apiserver_longrunning_requests{verb="WATCH"}"#),
+        Some(1.0),
+        "{page}"
+    );
+    drop(watch);
+    eventually(
+        "the closed watch is no longer counted",
+        Duration::from_secs(10),
+        || async {
+            let page = reqwest::get(format!("{}/metrics", host.url))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            match sample(&page, r#"apiserver_longrunning_requests{verb="WATCH"}"#) {
+                Some(0.0) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    host.stop().await;
+}
+
+/// A child process killed (and reaped) when the test ends, pass or fail.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

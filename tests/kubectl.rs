@@ -65,10 +65,14 @@ struct Kubectl {
 
 impl Kubectl {
     fn new(server: &str) -> Self {
+        Self::with_user(server, "{}")
+    }
+
+    fn with_user(server: &str, user: &str) -> Self {
         let home = tempfile::tempdir().unwrap();
         let kubeconfig = format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: setpoint\n  cluster:\n    server: {server}\n\
-             users:\n- name: setpoint\n  user: {{}}\ncontexts:\n- name: setpoint\n  context:\n    cluster: setpoint\n    user: setpoint\n    namespace: default\n\
+             users:\n- name: setpoint\n  user: {user}\ncontexts:\n- name: setpoint\n  context:\n    cluster: setpoint\n    user: setpoint\n    namespace: default\n\
              current-context: setpoint\n"
         );
         std::fs::write(home.path().join("kubeconfig"), kubeconfig).unwrap();
@@ -568,4 +572,149 @@ async fn kubectl_explain_describes_the_fields_of_a_registered_kind_from_openapi_
         );
     }
     host.stop().await;
+}
+
+#[test]
+fn kubectl_reaches_serve_over_https_with_its_token_and_a_limited_token_is_refused_in_kubernetes_words()
+ {
+    // kubectl sends bearer tokens over HTTPS only, so token tests need TLS.
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let openssl = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=setpoint",
+        ])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl makes a test certificate");
+    assert!(
+        openssl.status.success(),
+        "{}",
+        String::from_utf8_lossy(&openssl.stderr)
+    );
+    // An existing tokens file: serve writes the kubeconfig for its first user.
+    let viewer = "viewer-token-0123456789";
+    std::fs::write(
+        dir.path().join("tokens.yaml"),
+        format!(
+            "users:\n- name: admin\n  token: admin-token-0123456789\n  rules:\n  - {{verbs: ['*'], apiGroups: ['*'], resources: ['*']}}\n\
+             - name: viewer\n  token: {viewer}\n  rules:\n  - {{verbs: [get, list], apiGroups: [apiextensions.k8s.io], resources: [customresourcedefinitions]}}\n"
+        ),
+    )
+    .unwrap();
+    let plugins = crate::support::plugins_dir(&["podsim"]);
+    let mut serve = std::process::Command::new(crate::support::setpoint_bin())
+        .args(["serve", "--in-memory", "--addr", "127.0.0.1:0", "--plugins"])
+        .arg(plugins.path())
+        .arg("--tokens")
+        .arg(dir.path().join("tokens.yaml"))
+        .arg("--tls-cert")
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&key)
+        .stderr(Stdio::piped())
+        .spawn()
+        .map(KillOnDrop)
+        .unwrap();
+    let mut lines =
+        std::io::BufRead::lines(std::io::BufReader::new(serve.0.stderr.take().unwrap()));
+    let mut seen = Vec::new();
+    let kubeconfig = loop {
+        let line = lines.next().expect("serve printed no kubeconfig").unwrap();
+        seen.push(line.clone());
+        if let Some(path) = line.trim().strip_prefix("export KUBECONFIG=") {
+            break path.to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    assert!(
+        seen.iter().any(|l| l.contains("listening on https://")),
+        "{seen:?}"
+    );
+    let run = |kubeconfig: &str, args: &[&str]| {
+        std::process::Command::new(kubectl_bin())
+            .env("HOME", dir.path())
+            .env("KUBECONFIG", kubeconfig)
+            .args(["--cache-dir"])
+            .arg(dir.path().join("cache"))
+            .args(args)
+            .arg("--request-timeout=20s")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let kubectl = |kubeconfig: &str| run(kubeconfig, &["get", "crds", "-o", "name"]);
+    let out = kubectl(&kubeconfig);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("pods.demo.setpoint.dev"),
+        "{}",
+        text(&out)
+    );
+
+    let generated = std::fs::read_to_string(&kubeconfig).unwrap();
+    assert!(
+        generated.contains("token: admin-token-0123456789"),
+        "{generated}"
+    );
+    let viewer_path = dir.path().join("viewer");
+    std::fs::write(
+        &viewer_path,
+        generated.replace("admin-token-0123456789", viewer),
+    )
+    .unwrap();
+    let viewer_path = viewer_path.to_str().unwrap();
+    let out = kubectl(viewer_path);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = run(viewer_path, &["get", "pods", "-n", "kube-system"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains(
+            r#"User "viewer" cannot list resource "pods" in API group "demo.setpoint.dev" in the namespace "kube-system""#
+        ),
+        "{}",
+        text(&out)
+    );
+    // The same server without the token is refused.
+    let anonymous = std::fs::read_to_string(&kubeconfig)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("token:"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace("  user:\n", "  user: {}\n");
+    let anonymous_path = dir.path().join("anonymous");
+    std::fs::write(&anonymous_path, anonymous).unwrap();
+    let out = kubectl(anonymous_path.to_str().unwrap());
+    assert!(!out.status.success());
+    // kubectl asks for credentials after a 401 (and, without a terminal, gives up).
+    assert!(
+        ["Unauthorized", "provide credentials", "Username"]
+            .iter()
+            .any(|m| text(&out).contains(m)),
+        "{}",
+        text(&out)
+    );
+}
+
+/// A child process killed (and reaped) when the test ends, pass or fail.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

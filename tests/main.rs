@@ -10,6 +10,8 @@ mod api_http;
 mod cli;
 /// Durability of the embedded store: kill -9 and restart, damaged data.
 mod crash;
+/// The Rust `kube` crate against a running host.
+mod kube_client;
 /// A real kubectl against a running host.
 mod kubectl;
 /// The walking skeleton: ReplicaSet and podsim choreography end to end.

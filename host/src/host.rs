@@ -259,6 +259,17 @@ impl Host {
         self.controllers.lock().await.keys().cloned().collect()
     }
 
+    /// A snapshot of each running reconciler's workqueue metrics, by
+    /// reconciler name (for `/metrics`).
+    pub async fn queue_metrics(&self) -> Vec<(String, crate::queue::MetricsSnapshot)> {
+        self.controllers
+            .lock()
+            .await
+            .iter()
+            .map(|(name, c)| (name.clone(), c.queue().metrics()))
+            .collect()
+    }
+
     /// Recent reconcile results of an object, from whichever reconciler
     /// handles its kind.
     pub async fn history(

@@ -30,6 +30,12 @@ pub struct ServeArgs {
     /// tokens file).
     #[arg(long, requires = "tokens")]
     pub kubeconfig: Option<PathBuf>,
+    /// PEM certificate chain: serve HTTPS (rustls) instead of HTTP.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `--tls-cert`.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// Requests (other than watches) handled at once; more are answered 429.
     #[arg(long, default_value_t = 400)]
     pub max_in_flight: usize,
@@ -71,10 +77,15 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             Some(path) => Some(Arc::new(load_or_generate_tokens(path)?)),
             None => None,
         };
+        let tls = match (&args.tls_cert, &args.tls_key) {
+            (Some(cert), Some(key)) => Some(crate::server::tls::load(cert, key)?),
+            _ => None,
+        };
         let listener = crate::server::bind(args.addr, tokens.is_some())
             .await
             .with_context(|| format!("cannot listen on {}", args.addr))?;
         let addr = listener.local_addr()?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let config = crate::server::Config {
             tokens: tokens.clone(),
             max_in_flight: args.max_in_flight,
@@ -111,12 +122,19 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }
         }
         let host = Arc::new(host);
-        eprintln!("Setpoint API listening on http://{addr} ({store_description}; plugins from {})", args.plugins.display());
+        eprintln!("Setpoint API listening on {scheme}://{addr} ({store_description}; plugins from {})", args.plugins.display());
         print_instructions(&args, addr, tokens.as_deref())?;
         let shutdown = async {
             let _ = tokio::signal::ctrl_c().await;
         };
-        crate::server::serve_with(listener, host.clone(), config, shutdown).await.context("serving the API")?;
+        match tls {
+            Some(tls) => {
+                let listener = crate::server::tls::TlsListener::new(listener, tls)?;
+                crate::server::serve_tls(listener, host.clone(), config, shutdown).await
+            }
+            None => crate::server::serve_with(listener, host.clone(), config, shutdown).await,
+        }
+        .context("serving the API")?;
         eprintln!("shutting down: letting in-flight reconciles finish");
         host.shutdown().await;
         Ok(ExitCode::SUCCESS)
@@ -137,15 +155,19 @@ fn load_or_generate_tokens(path: &Path) -> anyhow::Result<Tokens> {
     Ok(tokens)
 }
 
-/// A kubeconfig for `server`, authenticating with `token` if given.
-pub fn kubeconfig(server: &str, token: Option<(&str, &str)>) -> String {
+/// A kubeconfig for `server`, authenticating with `token` if given and
+/// trusting `ca_pem` (the served certificate, for HTTPS) if given.
+pub fn kubeconfig(server: &str, token: Option<(&str, &str)>, ca_pem: Option<&[u8]>) -> String {
+    let ca_line = ca_pem
+        .map(|pem| format!("    certificate-authority-data: {}\n", base64(pem)))
+        .unwrap_or_default();
     let (user, token_line) = match token {
         Some((user, token)) => (user, format!("    token: {token}\n")),
         None => ("anonymous", String::new()),
     };
     format!(
         "apiVersion: v1\nkind: Config\n\
-         clusters:\n- name: setpoint\n  cluster:\n    server: {server}\n\
+         clusters:\n- name: setpoint\n  cluster:\n    server: {server}\n{ca_line}\
          users:\n- name: {user}\n  user:\n{token_line}\
          contexts:\n- name: setpoint\n  context:\n    cluster: setpoint\n    user: {user}\n    namespace: default\n\
          current-context: setpoint\n"
@@ -164,14 +186,25 @@ fn print_instructions(
     } else {
         addr
     };
-    let server = format!("http://{shown}");
+    let scheme = if args.tls_cert.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let server = format!("{scheme}://{shown}");
     match (tokens.and_then(|t| t.users.first()), &args.tokens) {
         (Some(user), Some(tokens_path)) => {
             let path = args
                 .kubeconfig
                 .clone()
                 .unwrap_or_else(|| tokens_path.with_file_name("kubeconfig"));
-            let text = kubeconfig(&server, Some((&user.name, &user.token)));
+            let ca = match &args.tls_cert {
+                Some(cert) => Some(
+                    std::fs::read(cert).with_context(|| format!("reading {}", cert.display()))?,
+                ),
+                None => None,
+            };
+            let text = kubeconfig(&server, Some((&user.name, &user.token)), ca.as_deref());
             crate::server::auth::write_private(&path, &text)
                 .with_context(|| format!("writing {}", path.display()))?;
             let path = std::path::absolute(&path).unwrap_or(path);
@@ -184,9 +217,59 @@ fn print_instructions(
             );
         }
         _ => {
-            eprintln!("Point kubectl at it:  kubectl --server {server} get crds");
+            let ca = args
+                .tls_cert
+                .as_ref()
+                .map(|c| format!(" --certificate-authority {}", c.display()))
+                .unwrap_or_default();
+            eprintln!("Point kubectl at it:  kubectl --server {server}{ca} get crds");
             eprintln!("Or:                   setpoint --server {server} get replicasets");
         }
     }
     Ok(())
+}
+
+/// Standard base64 with padding (for kubeconfig `*-data` fields).
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_the_standard_alphabet_with_padding() {
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        assert_eq!(base64(b"foobar"), "Zm9vYmFy");
+    }
+
+    #[test]
+    fn a_kubeconfig_carries_server_token_and_certificate_authority() {
+        let text = kubeconfig("https://127.0.0.1:1", Some(("admin", "tok")), Some(b"foo"));
+        assert!(text.contains("server: https://127.0.0.1:1"));
+        assert!(text.contains("token: tok"));
+        assert!(text.contains("certificate-authority-data: Zm9v"));
+        assert!(text.contains("current-context: setpoint"));
+    }
 }

@@ -96,6 +96,7 @@ struct Bucket {
 /// The gate's state, shared by every request.
 pub(super) struct Guard {
     config: Config,
+    pub(super) metrics: Arc<super::metrics::RequestMetrics>,
     in_flight: Arc<Semaphore>,
     buckets: Mutex<HashMap<String, Bucket>>,
 }
@@ -105,6 +106,7 @@ impl Guard {
         Arc::new(Self {
             in_flight: Arc::new(Semaphore::new(config.max_in_flight.max(1))),
             config,
+            metrics: Arc::default(),
             buckets: Mutex::new(HashMap::new()),
         })
     }
@@ -153,7 +155,8 @@ fn is_watch(request: &Request) -> bool {
     })
 }
 
-/// The middleware: see the module doc for the order of checks.
+/// The middleware: see the module doc for the order of checks. Every
+/// answer (refusals included) is counted for `/metrics`.
 pub(super) async fn check(
     State(guard): State<Arc<Guard>>,
     request: Request,
@@ -164,6 +167,38 @@ pub(super) async fn check(
     if classified == auth::Request::Health {
         return next.run(request).await;
     }
+    let started = Instant::now();
+    let (verb, resource) = match &classified {
+        auth::Request::Resource(r) => (r.verb.to_ascii_uppercase(), r.full_resource()),
+        _ => (request.method().as_str().to_owned(), String::new()),
+    };
+    let response = gate(&guard, request, next, watch, classified).await;
+    guard.metrics.observe(
+        &verb,
+        &resource,
+        response.status().as_u16(),
+        started.elapsed(),
+    );
+    if watch && response.status().is_success() {
+        // Count the stream as open until its body is dropped.
+        let gauge = guard.metrics.watch_started();
+        let (parts, body) = response.into_parts();
+        let stream = tokio_stream::StreamExt::map(body.into_data_stream(), move |chunk| {
+            let _open = &gauge;
+            chunk
+        });
+        return Response::from_parts(parts, axum::body::Body::from_stream(stream));
+    }
+    response
+}
+
+async fn gate(
+    guard: &Guard,
+    request: Request,
+    next: Next,
+    watch: bool,
+    classified: auth::Request,
+) -> Response {
     let user = match &guard.config.tokens {
         None => None,
         Some(tokens) => match bearer(&request).and_then(|t| tokens.authenticate(t)) {

@@ -9,10 +9,12 @@ pub mod auth;
 mod discovery;
 pub mod guard;
 mod host_info;
+mod metrics;
 mod objects;
 mod openapi;
 mod status;
 mod table;
+pub mod tls;
 mod watch;
 
 use std::net::SocketAddr;
@@ -39,7 +41,13 @@ pub fn router(host: Arc<Host>) -> Router {
 pub fn router_with(host: Arc<Host>, config: Config) -> Router {
     let max_body = config.max_body_bytes;
     let guard = guard::Guard::new(config);
+    let requests = guard.metrics.clone();
+    let metrics_host = host.clone();
     Router::new()
+        .route(
+            "/metrics",
+            get(move || metrics::metrics(metrics_host.clone(), requests.clone())),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(|| async { "ok" }))
         .route("/livez", get(|| async { "ok" }))
@@ -83,6 +91,19 @@ pub async fn serve(
 /// until `shutdown` resolves.
 pub async fn serve_with(
     listener: tokio::net::TcpListener,
+    host: Arc<Host>,
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router_with(host, config))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Serve the API over TLS (see [`tls`]) behind the gate configured by
+/// `config` until `shutdown` resolves.
+pub async fn serve_tls(
+    listener: tls::TlsListener,
     host: Arc<Host>,
     config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
