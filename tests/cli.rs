@@ -2,51 +2,30 @@
 //! `apply`, `get` and `delete` against it, and bad input that must be
 //! refused with a clear message while writing nothing.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::{eventually, plugins_dir, setpoint_bin};
+use crate::support::{ServeProcess, eventually, plugins_dir, setpoint_bin};
 
-/// A `setpoint serve` process, killed on drop.
+/// A `setpoint serve --in-memory` with the named plugins.
 struct Server {
-    child: Child,
+    _process: ServeProcess,
     url: String,
     _plugins: tempfile::TempDir,
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn serve(plugins: &[&str]) -> Server {
     let dir = plugins_dir(plugins);
-    let mut child = Command::new(setpoint_bin())
-        .args(["serve", "--in-memory", "--addr", "127.0.0.1:0", "--plugins"])
-        .arg(dir.path())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting setpoint serve");
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .expect("serve exited before listening")
-            .unwrap();
-        if let Some(rest) = line.split("listening on ").nth(1) {
-            break rest.split_whitespace().next().unwrap().to_owned();
-        }
-    };
-    // Keep draining the log so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
+    let process = ServeProcess::start([
+        std::ffi::OsStr::new("--in-memory"),
+        "--plugins".as_ref(),
+        dir.path().as_os_str(),
+    ]);
+    let url = process.url.clone();
     Server {
-        child,
+        _process: process,
         url,
         _plugins: dir,
     }

@@ -4,57 +4,26 @@
 //! there, revisions only go forward, and watches resume. Also: a damaged
 //! data directory is refused with a clear error and left untouched.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::setpoint_bin;
+use crate::support::{ServeProcess, setpoint_bin};
 
-/// A `setpoint serve` on a data directory; SIGKILLed on drop.
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+/// A `setpoint serve` on a data directory.
+struct Server;
 
 impl Server {
-    fn start(data: &Path, plugins: &Path) -> Server {
-        let mut child = Command::new(setpoint_bin())
-            .args(["serve", "--addr", "127.0.0.1:0", "--data"])
-            .arg(data)
-            .arg("--plugins")
-            .arg(plugins)
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starting setpoint serve");
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let url = loop {
-            let line = lines
-                .next()
-                .expect("serve exited before listening")
-                .unwrap();
-            if let Some(rest) = line.split("listening on ").nth(1) {
-                break rest.split_whitespace().next().unwrap().to_owned();
-            }
-        };
-        std::thread::spawn(move || for _ in lines {});
-        Server { child, url }
-    }
-
-    /// Kill the process the way a crash would: SIGKILL, no shutdown.
-    fn kill9(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
+    fn start(data: &Path, plugins: &Path) -> ServeProcess {
+        ServeProcess::start([
+            std::ffi::OsStr::new("--data"),
+            data.as_os_str(),
+            "--plugins".as_ref(),
+            plugins.as_os_str(),
+        ])
     }
 }
 

@@ -8,12 +8,23 @@ mod support;
 mod api_http;
 /// The `setpoint` binary: serve, apply, get, delete, and bad input.
 mod cli;
+/// Controller runtime fidelity: rollouts, stacks, finalizers, GC, coalescing,
+/// per-key exclusion and the hot-loop breaker.
+mod controller;
 /// Durability of the embedded store: kill -9 and restart, damaged data.
 mod crash;
+/// The host on a real etcd.
+mod etcd;
 /// The Rust `kube` crate against a running host.
 mod kube_client;
 /// A real kubectl against a running host.
 mod kubectl;
+/// `setpoint new-plugin` and `setpoint plugins`.
+mod new_plugin;
+/// Hot reload of the plugins directory.
+mod reload;
+/// The sandbox: the fault zoo beside well-behaved plugins.
+mod sandbox;
 /// The walking skeleton: ReplicaSet and podsim choreography end to end.
 mod skeleton;
 /// Watch streams over HTTP and the watch hub.

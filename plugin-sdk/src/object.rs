@@ -175,10 +175,57 @@ where
     }
 
     /// Parses an object from JSON text; see [`Object::from_value`].
+    ///
+    /// Each part is parsed straight from the text into its type, without an
+    /// intermediate `Value` tree: the object is parsed once.
     pub fn from_json(text: &str) -> Result<Self, Error> {
-        let value = serde_json::from_str(text).map_err(|e| Error::from(e).context("object"))?;
-        Self::from_value(value)
+        /// The top-level fields, each still as its JSON text.
+        #[derive(serde::Deserialize)]
+        struct Parts<'a> {
+            #[serde(rename = "apiVersion", borrow, default)]
+            api_version: Option<&'a serde_json::value::RawValue>,
+            #[serde(borrow, default)]
+            kind: Option<&'a serde_json::value::RawValue>,
+            #[serde(borrow, default)]
+            metadata: Option<&'a serde_json::value::RawValue>,
+            #[serde(borrow, default)]
+            spec: Option<&'a serde_json::value::RawValue>,
+            #[serde(borrow, default)]
+            status: Option<&'a serde_json::value::RawValue>,
+        }
+        let parts: Parts<'_> = serde_json::from_str(text).map_err(|e| {
+            if e.classify() == serde_json::error::Category::Data {
+                Error::permanent("object: expected a JSON object")
+            } else {
+                Error::from(e).context("object")
+            }
+        })?;
+        fn part(raw: Option<&serde_json::value::RawValue>) -> Option<&str> {
+            raw.map(|r| r.get()).filter(|t| *t != "null")
+        }
+        Ok(Self {
+            api_version: parse_text(part(parts.api_version).unwrap_or("null"), "apiVersion")?,
+            kind: parse_text(part(parts.kind).unwrap_or("null"), "kind")?,
+            metadata: match part(parts.metadata) {
+                Some(text) => parse_text(text, "metadata")?,
+                None => ObjectMeta::default(),
+            },
+            spec: parse_text(part(parts.spec).unwrap_or("{}"), "spec")?,
+            status: match part(parts.status) {
+                Some(text) => parse_text(text, "status")?,
+                None => Status::default(),
+            },
+        })
     }
+}
+
+fn parse_text<T: DeserializeOwned>(text: &str, part: &str) -> Result<T, Error> {
+    serde_json::from_str(text).map_err(|e| {
+        // Positions within one part mean little to a user; the part's name does.
+        let message = e.to_string();
+        let position = format!(" at line {} column {}", e.line(), e.column());
+        Error::permanent(message.strip_suffix(&position).unwrap_or(&message)).context(part)
+    })
 }
 
 impl<Spec, Status> Object<Spec, Status> {

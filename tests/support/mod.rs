@@ -1,6 +1,8 @@
 //! The test harness: build the plugins once per run, start real hosts, poll
 //! for convergence with a failure message that shows the last state seen.
 
+pub mod logs;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
@@ -19,7 +21,20 @@ pub fn workspace() -> PathBuf {
 }
 
 /// Every plugin the tests use: the examples in `plugins/` and the test guests.
-const PLUGINS: &[&str] = &["replicaset", "podsim", "flaky"];
+const PLUGINS: &[&str] = &[
+    "replicaset",
+    "podsim",
+    "deployment",
+    "stack",
+    "flaky",
+    "zoo",
+    "rawjson",
+    "oldworld",
+    "noworld",
+    "versioned",
+    "versioned2",
+    "versioned3",
+];
 
 /// Build the plugins for wasm32-wasip2 once per test run; returns the
 /// directory holding `<name>.wasm`. Uses its own target directory so that it
@@ -68,15 +83,46 @@ pub struct TestHost {
 }
 
 impl TestHost {
-    /// Start a host with the named plugins.
+    /// Start a host with the named plugins, every one of which must load.
     pub async fn start(plugins: &[&str]) -> Self {
         Self::start_with(plugins, setpoint::server::Config::default()).await
     }
 
-    /// Start a host with the named plugins, its API behind the gate `config`
-    /// (tokens, rate limits, body limit).
+    /// Start a host with the named plugins, every one of which must load,
+    /// its API behind the gate `config` (tokens, rate limits, body limit).
     pub async fn start_with(plugins: &[&str], config: setpoint::server::Config) -> Self {
-        let dir = plugins_dir(plugins);
+        let host = Self::start_in_with(
+            plugins_dir(plugins),
+            setpoint::runtime::RuntimeConfig::default(),
+            config,
+        )
+        .await;
+        for plugin in host.host.plugins().await {
+            assert_eq!(
+                plugin.state,
+                setpoint::plugins::PluginState::Running,
+                "plugin {} failed",
+                plugin.name
+            );
+        }
+        host
+    }
+
+    /// Start a host on a prepared plugins directory, whatever becomes of its
+    /// plugins.
+    pub async fn start_in(
+        dir: tempfile::TempDir,
+        runtime: setpoint::runtime::RuntimeConfig,
+    ) -> Self {
+        Self::start_in_with(dir, runtime, setpoint::server::Config::default()).await
+    }
+
+    /// [`TestHost::start_in`] with the API behind the gate `config`.
+    pub async fn start_in_with(
+        dir: tempfile::TempDir,
+        runtime: setpoint::runtime::RuntimeConfig,
+        config: setpoint::server::Config,
+    ) -> Self {
         let controller = setpoint::controller::Config {
             workers: 2,
             ..Default::default()
@@ -85,18 +131,11 @@ impl TestHost {
             Host::builder()
                 .plugins_dir(dir.path())
                 .controller(controller)
+                .runtime(runtime)
                 .build()
                 .await
                 .expect("host starts"),
         );
-        for plugin in host.plugins().await {
-            assert_eq!(
-                plugin.state,
-                setpoint::plugins::PluginState::Running,
-                "plugin {} failed",
-                plugin.name
-            );
-        }
         let listener = setpoint::server::bind_loopback("127.0.0.1:0".parse().unwrap())
             .await
             .unwrap();
@@ -111,6 +150,21 @@ impl TestHost {
             _plugins: dir,
             server,
         }
+    }
+
+    /// The host's plugins directory.
+    pub fn plugins_path(&self) -> &Path {
+        self._plugins.path()
+    }
+
+    /// The status of the plugin loaded from `NAME.wasm`.
+    pub async fn plugin(&self, file_stem: &str) -> Option<setpoint::plugins::PluginStatus> {
+        let path = self.plugins_path().join(format!("{file_stem}.wasm"));
+        self.host
+            .plugins()
+            .await
+            .into_iter()
+            .find(|p| p.path == path)
     }
 
     /// A registered kind.
@@ -228,4 +282,162 @@ pub fn setpoint_bin() -> PathBuf {
         bin
     })
     .clone()
+}
+
+/// A `setpoint serve` process started by a test; SIGKILLed on drop.
+pub struct ServeProcess {
+    pub child: std::process::Child,
+    pub url: String,
+}
+
+impl ServeProcess {
+    /// Run `setpoint serve ARGS… --addr 127.0.0.1:0` and wait until it listens.
+    pub fn start<I, S>(args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        use std::io::{BufRead, BufReader};
+        let mut child = Command::new(setpoint_bin())
+            .arg("serve")
+            .args(args)
+            .args(["--addr", "127.0.0.1:0"])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("starting setpoint serve");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let url = loop {
+            let line = lines
+                .next()
+                .expect("serve exited before listening")
+                .unwrap();
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                break rest.split_whitespace().next().unwrap().to_owned();
+            }
+        };
+        // Keep draining the log so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Self { child, url }
+    }
+
+    /// Kill the process the way a crash would: SIGKILL, no shutdown.
+    pub fn kill9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A throw-away etcd (Debian's `etcd-server`) on free loopback ports; killed
+/// and its data removed on drop.
+pub struct EtcdProcess {
+    child: std::process::Child,
+    _data: tempfile::TempDir,
+    pub url: String,
+}
+
+impl EtcdProcess {
+    pub async fn start() -> Self {
+        let free_port = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        };
+        let data = tempfile::tempdir().unwrap();
+        let url = format!("http://127.0.0.1:{}", free_port());
+        let peer = format!("http://127.0.0.1:{}", free_port());
+        let child = Command::new(std::env::var("ETCD_BIN").unwrap_or_else(|_| "etcd".into()))
+            .args(["--name", "test", "--data-dir"])
+            .arg(data.path())
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .args(["--initial-cluster", &format!("test={peer}")])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("starting etcd (Debian package etcd-server; scripts/test installs it)");
+        let process = Self {
+            child,
+            _data: data,
+            url,
+        };
+        eventually("etcd answers", Duration::from_secs(20), || async {
+            match reqwest::get(format!("{}/health", process.url)).await {
+                Ok(r) if r.status().is_success() => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+        process
+    }
+}
+
+impl Drop for EtcdProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Wait until the ReplicaSet `name` reports `n` ready replicas for its
+/// current generation.
+pub async fn replicaset_ready(host: &TestHost, name: &str, n: i64) {
+    eventually(
+        &format!("replicaset {name} has {n} ready replicas"),
+        Duration::from_secs(60),
+        || async {
+            let rs = host.get("ReplicaSet", name).await.ok_or("no replicaset")?;
+            if rs["status"]["readyReplicas"] == serde_json::json!(n)
+                && rs["status"]["observedGeneration"] == rs["metadata"]["generation"]
+            {
+                Ok(())
+            } else {
+                Err(rs["status"].to_string())
+            }
+        },
+    )
+    .await
+}
+
+/// The `Ready` condition of an object, if any.
+pub fn ready_condition(object: &Value) -> Option<Value> {
+    object["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned())
+}
+
+/// Warning events recorded about the object named `name` in `default`.
+pub async fn warnings_about(host: &TestHost, name: &str) -> Vec<Value> {
+    let api = host.host.api();
+    api.list(
+        &api.kinds().by_plural("", "events").unwrap(),
+        &setpoint::api::ListOptions {
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap()
+    .items
+    .into_iter()
+    .filter(|e| e["type"] == "Warning" && e["involvedObject"]["name"] == name)
+    .collect()
 }

@@ -1,10 +1,14 @@
-//! The `setpoint` command line: `serve` runs a host; `apply`, `get` and
-//! `delete` talk to a running host over its HTTP API. A thin layer over the
+//! The `setpoint` command line: `serve` runs a host; `apply`, `get`,
+//! `delete` and `plugins` talk to a running host over its HTTP API;
+//! `new-plugin` writes a plugin crate. A thin layer over the
 //! library; errors become `anyhow` here and nowhere else.
 
 mod client;
+mod describe;
 mod manifest;
+pub mod new_plugin;
 mod output;
+mod plugins;
 mod serve;
 
 use std::path::PathBuf;
@@ -103,6 +107,40 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Show one object with its conditions, recent reconcile results and events.
+    Describe {
+        /// The kind.
+        kind: String,
+        /// The object's name.
+        name: String,
+        /// The namespace.
+        #[arg(short = 'n', long, default_value = "default")]
+        namespace: String,
+        /// Where the host is.
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// List the host's plugins: kind, version, content hash, state, reconcile counts.
+    Plugins {
+        /// Print the raw JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Where the host is.
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Create a plugin crate that builds and reconciles out of the box.
+    NewPlugin {
+        /// The plugin's name: lowercase letters, digits and '-' (`web-app`).
+        name: String,
+        /// The directory to create it in.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+        /// A Setpoint checkout's `plugin-sdk` directory to depend on (default:
+        /// the enclosing checkout's, or the one this binary was built from).
+        #[arg(long)]
+        sdk: Option<PathBuf>,
+    },
     /// Delete an object.
     Delete {
         /// The kind.
@@ -186,6 +224,42 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .await?;
             Ok(ExitCode::SUCCESS)
         }),
+        Command::Describe {
+            kind,
+            name,
+            namespace,
+            server,
+        } => block_on(async move {
+            print!(
+                "{}",
+                describe::describe(&server.server, &kind, &name, &namespace).await?
+            );
+            Ok(ExitCode::SUCCESS)
+        }),
+        Command::Plugins { json, server } => block_on(async move {
+            let list = plugins::fetch(&server.server).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&list)?);
+            } else {
+                print!("{}", plugins::render(&list));
+            }
+            Ok(ExitCode::SUCCESS)
+        }),
+        Command::NewPlugin { name, dir, sdk } => {
+            let sdk = new_plugin::SdkSource::detect(sdk, &dir);
+            let root = new_plugin::generate(&name, &dir, &sdk)?;
+            println!("created {}", root.display());
+            println!(
+                "  build:  cd {} && cargo build --release --target wasm32-wasip2",
+                root.display()
+            );
+            println!("  test:   cargo test");
+            println!(
+                "  deploy: cp target/wasm32-wasip2/release/{}.wasm <plugins dir>/",
+                name.replace('-', "_")
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Delete {
             kind,
             name,

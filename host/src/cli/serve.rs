@@ -52,8 +52,24 @@ pub struct ServeArgs {
     #[arg(long, default_value = ".setpoint/data", conflicts_with = "in_memory")]
     pub data: PathBuf,
     /// Keep everything in memory instead (nothing survives a restart).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "etcd")]
     pub in_memory: bool,
+    /// Store everything in etcd instead, at these client URLs (comma-separated);
+    /// several hosts may share one etcd cluster.
+    #[arg(long, value_delimiter = ',')]
+    pub etcd: Vec<String>,
+    /// Key prefix in etcd, so several Setpoint installations can share a cluster.
+    #[arg(long, default_value = "")]
+    pub etcd_prefix: String,
+    /// etcd user name (with `SETPOINT_ETCD_PASSWORD`), when etcd has authentication on.
+    #[arg(long, env = "SETPOINT_ETCD_USER")]
+    pub etcd_user: Option<String>,
+    /// PEM file of the CA that signed etcd's certificate (enables TLS).
+    #[arg(long)]
+    pub etcd_ca: Option<PathBuf>,
+    /// PEM client certificate and key for etcd (mutual TLS).
+    #[arg(long, num_args = 2, value_names = ["CERT", "KEY"])]
+    pub etcd_client_cert: Vec<PathBuf>,
     /// Reconcile workers per plugin.
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
@@ -98,6 +114,28 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let controller = crate::controller::Config { workers: args.workers, ..Default::default() };
         let (backend, store_description): (Arc<dyn crate::store::Backend>, String) = if args.in_memory {
             (Arc::new(crate::store::MemoryBackend::new()), "in-memory store".into())
+        } else if !args.etcd.is_empty() {
+            let read = |p: &PathBuf| std::fs::read(p).with_context(|| format!("cannot read {}", p.display()));
+            let config = crate::store::EtcdConfig {
+                endpoints: args.etcd.clone(),
+                prefix: args.etcd_prefix.clone(),
+                user: match &args.etcd_user {
+                    Some(user) => Some((
+                        user.clone(),
+                        std::env::var("SETPOINT_ETCD_PASSWORD").context("SETPOINT_ETCD_PASSWORD is not set")?,
+                    )),
+                    None => None,
+                },
+                ca_pem: args.etcd_ca.as_ref().map(read).transpose()?,
+                client_identity_pem: match args.etcd_client_cert.as_slice() {
+                    [cert, key] => Some((read(cert)?, read(key)?)),
+                    _ => None,
+                },
+            };
+            let store = crate::store::EtcdBackend::connect(config)
+                .await
+                .with_context(|| format!("cannot connect to etcd at {}", args.etcd.join(",")))?;
+            (Arc::new(store), format!("etcd at {}", args.etcd.join(",")))
         } else {
             let dir = args.data.clone();
             // Opening checks the whole file: keep it off the async threads.

@@ -16,25 +16,38 @@
 //! 5. A transient error (or a conflict) requeues with per-key exponential
 //!    backoff; a permanent error is recorded as a warning event and a
 //!    `Ready=False` condition and waits for the object to change.
+//! 6. An object whose reconciles keep writing at one generation, with its
+//!    children unchanged, is stopped by the circuit breaker (see
+//!    [`HotLoopConfig`]): a warning event and `Ready=False` with reason
+//!    `HotLoop`, and no reconcile until its spec changes.
+//!
+//! Real changes are queued at normal priority; the initial list, late
+//! handler replays and the periodic resync ([`Config::resync`]) at low
+//! priority, so they never delay real work. Stopping a controller removes its
+//! informer handlers and drops its informers, so a plugin that goes away
+//! releases its watches.
 
 mod apply;
+mod breaker;
 pub mod events;
 pub mod history;
 mod reconciler;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::json;
 
+pub use breaker::HotLoopConfig;
 pub use history::{History, Outcome, ReconcileRecord};
 pub use reconciler::{
     CacheView, EventRecord, Manifest, ReconcileError, Reconciler, Request, Response, Severity,
 };
 
 use crate::api::{self, Api};
-use crate::informer::{Change, Informer, Informers};
+use crate::informer::{Change, HandlerId, Informer, Informers};
 use crate::object::{KindInfo, ObjectKey, meta, time};
 use crate::queue::{self, WorkQueue};
 
@@ -51,6 +64,10 @@ pub enum Error {
     /// The reconciler's kinds are not registered.
     #[error("unknown kind {0}")]
     UnknownKind(String),
+    /// A swapped-in reconciler reconciles or owns other kinds than the
+    /// running controller; it needs a controller of its own.
+    #[error("reconciler changes its kinds: {0}")]
+    KindsChanged(String),
 }
 
 /// Settings of one controller.
@@ -60,6 +77,12 @@ pub struct Config {
     pub workers: usize,
     /// Workqueue settings (backoff, rate limit).
     pub queue: queue::Config,
+    /// Every cached object of the reconciled kind is queued again (at low
+    /// priority) this often; `None` disables the periodic resync. Default
+    /// 10 minutes.
+    pub resync: Option<Duration>,
+    /// The hot-loop circuit breaker's limits.
+    pub hot_loop: HotLoopConfig,
 }
 
 impl Default for Config {
@@ -67,19 +90,37 @@ impl Default for Config {
         Self {
             workers: 2,
             queue: queue::Config::default(),
+            resync: Some(Duration::from_secs(600)),
+            hot_loop: HotLoopConfig::default(),
         }
     }
+}
+
+/// Counters of one controller, for metrics and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Reconciler calls made.
+    pub reconciles: u64,
+    /// Times a worker started on a key another worker was still reconciling.
+    /// The queue makes this impossible; the controller checks it anyway.
+    pub concurrent_reconciles_of_one_key: u64,
+    /// Times the hot-loop breaker opened.
+    pub hot_loops: u64,
 }
 
 /// A running controller for one reconciler.
 pub struct Controller {
     shared: Arc<Shared>,
     workers: Vec<tokio::task::JoinHandle<()>>,
+    /// Handlers this controller registered, removed when it stops.
+    handlers: Vec<(Informer, HandlerId)>,
 }
 
 struct Shared {
     api: Api,
-    reconciler: Arc<dyn Reconciler>,
+    /// Swapped by [`Controller::swap_reconciler`]; each reconcile takes its
+    /// own reference, so a swap never changes a call in flight.
+    reconciler: std::sync::RwLock<Arc<dyn Reconciler>>,
     kind: Arc<KindInfo>,
     owned_kinds: Vec<Arc<KindInfo>>,
     informer: Informer,
@@ -90,6 +131,20 @@ struct Shared {
     /// Revisions each key's last reconcile wrote, per kind; see
     /// [`wait_for_own_writes`].
     pending_writes: std::sync::Mutex<HashMap<ObjectKey, apply::Writes>>,
+    breaker: breaker::Breaker,
+    /// Keys being reconciled right now, to check that none is reconciled twice at once.
+    in_flight: std::sync::Mutex<HashSet<ObjectKey>>,
+    reconciles: AtomicU64,
+    concurrent: AtomicU64,
+    hot_loops: AtomicU64,
+}
+
+/// Queue a key at the priority its change deserves.
+fn enqueue(queue: &WorkQueue<ObjectKey>, change: &Change, key: ObjectKey) {
+    match change {
+        Change::Listed(_) => queue.add_low_priority(key),
+        Change::Applied(_) | Change::Deleted(_) => queue.add(key),
+    }
 }
 
 impl Controller {
@@ -120,14 +175,18 @@ impl Controller {
             .map(|k| informers.for_kind(k.clone()))
             .collect();
 
+        let mut handlers = Vec::new();
         let q = queue.clone();
-        informer.add_handler(move |change| {
-            q.add(ObjectKey::of(change.object()));
-        });
+        let handler = move |change: &Change| enqueue(&q, change, ObjectKey::of(change.object()));
+        let id = match config.resync {
+            Some(period) if !period.is_zero() => informer.add_handler_with_resync(handler, period),
+            _ => informer.add_handler(handler),
+        };
+        handlers.push((informer.clone(), id));
         for child_informer in &owned_informers {
             let q = queue.clone();
             let (owner_api_version, owner_kind) = (kind.api_version(), kind.kind.clone());
-            child_informer.add_handler(move |change: &Change| {
+            let id = child_informer.add_handler(move |change: &Change| {
                 let child = change.object();
                 for owner in meta::owner_references(child) {
                     if owner["controller"].as_bool() == Some(true)
@@ -135,10 +194,11 @@ impl Controller {
                         && owner["apiVersion"].as_str() == Some(owner_api_version.as_str())
                         && let Some(name) = owner["name"].as_str()
                     {
-                        q.add(ObjectKey::new(meta::namespace(child), name));
+                        enqueue(&q, change, ObjectKey::new(meta::namespace(child), name));
                     }
                 }
             });
+            handlers.push((child_informer.clone(), id));
         }
         informer.wait_synced().await;
         for i in &owned_informers {
@@ -147,7 +207,7 @@ impl Controller {
 
         let shared = Arc::new(Shared {
             api,
-            reconciler,
+            reconciler: std::sync::RwLock::new(reconciler),
             kind,
             owned_kinds,
             informer,
@@ -156,17 +216,59 @@ impl Controller {
             queue,
             history: History::default(),
             pending_writes: Default::default(),
+            breaker: breaker::Breaker::new(config.hot_loop),
+            in_flight: Default::default(),
+            reconciles: AtomicU64::new(0),
+            concurrent: AtomicU64::new(0),
+            hot_loops: AtomicU64::new(0),
         });
         let workers = (0..config.workers.max(1))
             .map(|_| tokio::spawn(worker(shared.clone())))
             .collect();
         tracing::info!(plugin = %manifest.name, kind = %manifest.reconciles, "controller started");
-        Ok(Self { shared, workers })
+        Ok(Self {
+            shared,
+            workers,
+            handlers,
+        })
+    }
+
+    /// The controller's counters.
+    pub fn stats(&self) -> Stats {
+        Stats {
+            reconciles: self.shared.reconciles.load(Ordering::Relaxed),
+            concurrent_reconciles_of_one_key: self.shared.concurrent.load(Ordering::Relaxed),
+            hot_loops: self.shared.hot_loops.load(Ordering::Relaxed),
+        }
     }
 
     /// The reconciler's manifest.
-    pub fn manifest(&self) -> &Manifest {
-        self.shared.reconciler.manifest()
+    pub fn manifest(&self) -> Manifest {
+        self.shared.reconciler().manifest().clone()
+    }
+
+    /// Replace the reconciler without stopping the controller: queued keys
+    /// stay queued, reconciles in flight finish with the old reconciler and
+    /// every later one uses the new. The new reconciler must reconcile and
+    /// own the same kinds (the informers stay as they are); otherwise
+    /// nothing changes and the new manifest's kinds are returned as the
+    /// error. Call [`Controller::requeue_all`] afterwards to apply new logic
+    /// to every object.
+    pub fn swap_reconciler(&self, reconciler: Arc<dyn Reconciler>) -> Result<(), Error> {
+        let mut current = self
+            .shared
+            .reconciler
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        let (old, new) = (current.manifest(), reconciler.manifest());
+        if old.reconciles != new.reconciles || old.owns != new.owns {
+            return Err(Error::KindsChanged(format!(
+                "{} instead of {}",
+                new.reconciles, old.reconciles
+            )));
+        }
+        *current = reconciler;
+        Ok(())
     }
 
     /// Recent reconcile results of one object.
@@ -186,12 +288,74 @@ impl Controller {
         }
     }
 
-    /// Stop taking keys, let in-flight reconciles finish, and stop.
+    /// Stop: remove the informer handlers, drop pending keys, let in-flight
+    /// reconciles finish, then release the informers (an informer nobody
+    /// else holds stops its watch).
     pub async fn shutdown(self) {
+        self.stop_handlers();
         self.shared.queue.shutdown();
         for worker in self.workers {
             let _ = worker.await;
         }
+    }
+
+    /// Stop taking new changes, but reconcile every key already queued (and
+    /// requeued while draining) before stopping, waiting at most `timeout`
+    /// before falling back to [`shutdown`](Self::shutdown).
+    pub async fn shutdown_with_drain(self, timeout: Duration) {
+        self.stop_handlers();
+        let drained = self.shared.queue.shutdown_with_drain();
+        if tokio::time::timeout(timeout, drained).await.is_err() {
+            tracing::warn!(plugin = %self.manifest().name, "drain timed out; stopping");
+        }
+        self.shared.queue.shutdown();
+        for worker in self.workers {
+            let _ = worker.await;
+        }
+    }
+
+    fn stop_handlers(&self) {
+        for (informer, id) in &self.handlers {
+            informer.remove_handler(*id);
+        }
+    }
+}
+
+/// How a key's turn ended, when it did not fail.
+enum Step {
+    /// The object is gone (or being deleted without our finalizer).
+    Gone,
+    /// The circuit breaker holds the object.
+    Stopped,
+    /// The response was applied.
+    Applied {
+        requeue_after: Option<Duration>,
+        generation: i64,
+        /// Fingerprint of the owned children the reconciler saw.
+        children: u64,
+        wrote: bool,
+    },
+}
+
+/// A fingerprint of a set of children: their uids and resource versions.
+fn fingerprint(children: &[Arc<crate::object::Object>]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut ids: Vec<(&str, Option<&str>)> = children
+        .iter()
+        .map(|c| (meta::uid(c), meta::resource_version(c)))
+        .collect();
+    ids.sort_unstable();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    ids.hash(&mut hasher);
+    hasher.finish()
+}
+
+impl Shared {
+    fn reconciler(&self) -> Arc<dyn Reconciler> {
+        self.reconciler
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
@@ -199,28 +363,66 @@ async fn worker(shared: Arc<Shared>) {
     while let Some(key) = shared.queue.get().await {
         let started = SystemTime::now();
         let clock = Instant::now();
-        let outcome = reconcile_key(&shared, &key).await;
+        if !shared
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone())
+        {
+            shared.concurrent.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(object = %key, "a key was handed to two workers at once");
+        }
+        let reconciler = shared.reconciler();
+        let outcome = reconcile_key(&shared, &reconciler, &key).await;
+        shared
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&key);
         let (outcome, next_in) = match outcome {
-            Ok(None) => {
+            Ok(Step::Gone) => {
                 shared.queue.forget(&key);
+                shared.breaker.forget(&key);
                 (None, None)
             }
-            Ok(Some(requeue_after)) => {
+            Ok(Step::Stopped) => {
                 shared.queue.forget(&key);
-                if let Some(after) = requeue_after {
-                    shared.queue.add_after(key.clone(), after);
+                shared.queue.done(&key);
+                continue;
+            }
+            Ok(Step::Applied {
+                requeue_after,
+                generation,
+                children,
+                wrote,
+            }) => {
+                shared.queue.forget(&key);
+                if shared.breaker.record(&key, generation, children, wrote) {
+                    shared.hot_loops.fetch_add(1, Ordering::Relaxed);
+                    let message = format!(
+                        "reconciles keep writing while the spec stays at generation {generation}: stopped until the spec changes"
+                    );
+                    tracing::warn!(plugin = %reconciler.manifest().name, object = %key, "hot loop; circuit breaker open");
+                    report_not_ready(&shared, reconciler.manifest(), &key, "HotLoop", &message)
+                        .await;
+                    (Some(Outcome::PermanentError(message)), None)
+                } else {
+                    if let Some(after) = requeue_after {
+                        shared.queue.add_after(key.clone(), after);
+                    }
+                    (Some(Outcome::Success), requeue_after)
                 }
-                (Some(Outcome::Success), requeue_after)
             }
             Err(ReconcileError::Transient(msg)) => {
                 let delay = shared.queue.add_rate_limited(key.clone());
-                tracing::warn!(plugin = %shared.reconciler.manifest().name, object = %key, error = %msg, retry_in = ?delay, "reconcile failed; will retry");
+                tracing::warn!(plugin = %reconciler.manifest().name, object = %key, error = %msg, retry_in = ?delay, "reconcile failed; will retry");
                 (Some(Outcome::TransientError(msg)), Some(delay))
             }
             Err(ReconcileError::Permanent(msg)) => {
                 shared.queue.forget(&key);
-                tracing::warn!(plugin = %shared.reconciler.manifest().name, object = %key, error = %msg, "reconcile failed permanently");
-                report_permanent(&shared, &key, &msg).await;
+                tracing::warn!(plugin = %reconciler.manifest().name, object = %key, error = %msg, "reconcile failed permanently");
+                report_not_ready(&shared, reconciler.manifest(), &key, "ReconcileError", &msg)
+                    .await;
                 (Some(Outcome::PermanentError(msg)), None)
             }
         };
@@ -230,7 +432,7 @@ async fn worker(shared: Arc<Shared>) {
                 ReconcileRecord {
                     started,
                     duration: clock.elapsed(),
-                    version: shared.reconciler.manifest().version.clone(),
+                    version: reconciler.manifest().version.clone(),
                     outcome,
                     next_in,
                 },
@@ -242,16 +444,20 @@ async fn worker(shared: Arc<Shared>) {
     }
 }
 
-/// Reconcile one key. `Ok(None)`: nothing to reconcile (object gone);
-/// `Ok(Some(requeue))`: applied.
+/// Reconcile one key.
 async fn reconcile_key(
     shared: &Arc<Shared>,
+    reconciler: &Arc<dyn Reconciler>,
     key: &ObjectKey,
-) -> Result<Option<Option<Duration>>, ReconcileError> {
+) -> Result<Step, ReconcileError> {
     let Some(object) = shared.informer.get(key) else {
-        return Ok(None);
+        return Ok(Step::Gone);
     };
-    let manifest = shared.reconciler.manifest();
+    let generation = meta::generation(&object);
+    if meta::deletion_timestamp(&object).is_none() && shared.breaker.is_open(key, generation) {
+        return Ok(Step::Stopped);
+    }
+    let manifest = reconciler.manifest();
     wait_for_own_writes(shared, key).await;
     let applier = apply::Applier {
         api: &shared.api,
@@ -264,7 +470,7 @@ async fn reconcile_key(
     if let Some(finalizer) = &manifest.finalizer {
         if meta::deletion_timestamp(&object).is_some() {
             if !meta::finalizers(&object).contains(&finalizer.as_str()) {
-                return Ok(None);
+                return Ok(Step::Gone);
             }
             finalizing = true;
         } else if applier
@@ -274,10 +480,15 @@ async fn reconcile_key(
         {
             // The write requeues the key through the informer.
             remember_writes(shared, key, &applier);
-            return Ok(Some(None));
+            return Ok(Step::Applied {
+                requeue_after: None,
+                generation,
+                children: 0,
+                wrote: true,
+            });
         }
     } else if meta::deletion_timestamp(&object).is_some() {
-        return Ok(None);
+        return Ok(Step::Gone);
     }
 
     let uid = meta::uid(&object).to_owned();
@@ -286,13 +497,15 @@ async fn reconcile_key(
         .iter()
         .flat_map(|i| i.owned_by(&uid))
         .collect();
+    let children = fingerprint(&owned);
     let request = Request {
         object: object.clone(),
         owned,
         finalizing,
         now_unix_ms: time::now_unix_ms(),
     };
-    let reconciler = shared.reconciler.clone();
+    let reconciler = reconciler.clone();
+    shared.reconciles.fetch_add(1, Ordering::Relaxed);
     let view: Arc<dyn CacheView> = Arc::new(InformerView {
         informers: shared.informers.clone(),
         api: shared.api.clone(),
@@ -307,7 +520,7 @@ async fn reconcile_key(
     let response = response?;
 
     let result = applier.apply(&object, &request.owned, &response).await;
-    remember_writes(shared, key, &applier);
+    let wrote = remember_writes(shared, key, &applier);
     match result {
         Ok(()) => {}
         Err(Error::Refused(msg)) => {
@@ -335,21 +548,29 @@ async fn reconcile_key(
             .await
             .map_err(transient)?;
     }
-    Ok(Some(response.requeue_after))
+    Ok(Step::Applied {
+        requeue_after: response.requeue_after,
+        generation,
+        children,
+        wrote,
+    })
 }
 
 /// How long a reconcile waits for the caches to show its key's last writes.
 const OWN_WRITES_TIMEOUT: Duration = Duration::from_secs(5);
 
-fn remember_writes(shared: &Shared, key: &ObjectKey, applier: &apply::Applier<'_>) {
+/// Remember what a reconcile wrote; returns whether it wrote anything.
+fn remember_writes(shared: &Shared, key: &ObjectKey, applier: &apply::Applier<'_>) -> bool {
     let written = std::mem::take(&mut *applier.written.lock().unwrap_or_else(|p| p.into_inner()));
-    if !written.is_empty() {
-        shared
-            .pending_writes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.clone(), written);
+    if written.is_empty() {
+        return false;
     }
+    shared
+        .pending_writes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key.clone(), written);
+    true
 }
 
 /// Read your own writes: before reconciling a key again, wait until the
@@ -380,36 +601,83 @@ fn transient(err: Error) -> ReconcileError {
     ReconcileError::Transient(err.to_string())
 }
 
-/// Report a permanent error on the object: a warning event and `Ready=False`.
-async fn report_permanent(shared: &Shared, key: &ObjectKey, message: &str) {
+/// Report why an object stopped on the object itself: a warning event and
+/// `Ready=False` with `reason` (`ReconcileError`, `HotLoop`).
+async fn report_not_ready(
+    shared: &Shared,
+    manifest: &Manifest,
+    key: &ObjectKey,
+    reason: &str,
+    message: &str,
+) {
     let Some(object) = shared.informer.get(key) else {
         return;
     };
-    let manifest = shared.reconciler.manifest();
     let event = EventRecord {
         severity: Severity::Warning,
-        reason: "ReconcileError".into(),
+        reason: reason.into(),
         message: message.to_owned(),
     };
     if let Err(err) = events::record(&shared.api, &manifest.name, &object, &event).await {
         tracing::warn!(%err, "could not record event");
     }
+    // The cache may not show this reconcile's own last write yet: read the
+    // stored object, and retry on a conflict with a concurrent writer.
+    for _ in 0..5 {
+        let latest = match shared
+            .api
+            .get(&shared.kind, key.namespace.as_deref(), &key.name)
+            .await
+        {
+            Ok(latest) => latest,
+            Err(err) => {
+                tracing::debug!(%err, "could not read the object to report it not ready");
+                return;
+            }
+        };
+        let Some(next) = with_not_ready(&latest, reason, message) else {
+            return;
+        };
+        let result = if shared.kind.status_subresource {
+            shared.api.update_status(&shared.kind, next).await
+        } else {
+            shared.api.update(&shared.kind, next).await
+        };
+        match result {
+            Err(api::Error::Conflict { .. }) => continue,
+            Err(err) => {
+                tracing::debug!(%err, "could not write the Ready=False condition");
+                return;
+            }
+            Ok(_) => return,
+        }
+    }
+}
+
+/// `object` with a `Ready=False` condition carrying `reason` and `message`,
+/// or `None` if it already has that condition.
+fn with_not_ready(
+    object: &crate::object::Object,
+    reason: &str,
+    message: &str,
+) -> Option<crate::object::Object> {
     let mut conditions: Vec<serde_json::Value> = object["status"]["conditions"]
         .as_array()
         .cloned()
         .unwrap_or_default();
     let ready = json!({
-        "type": "Ready", "status": "False", "reason": "ReconcileError", "message": message,
-        "observedGeneration": meta::generation(&object),
+        "type": "Ready", "status": "False", "reason": reason, "message": message,
+        "observedGeneration": meta::generation(object),
     });
     let existing = conditions.iter_mut().find(|c| c["type"] == "Ready");
     match existing {
         Some(c)
             if c["status"] == "False"
+                && c["reason"] == reason
                 && c["message"] == message
                 && c["observedGeneration"] == ready["observedGeneration"] =>
         {
-            return;
+            return None;
         }
         Some(c) => {
             let mut next = ready;
@@ -426,16 +694,9 @@ async fn report_permanent(shared: &Shared, key: &ObjectKey, message: &str) {
             conditions.push(next);
         }
     }
-    let mut next = (*object).clone();
+    let mut next = object.clone();
     next["status"]["conditions"] = json!(conditions);
-    let result = if shared.kind.status_subresource {
-        shared.api.update_status(&shared.kind, next).await
-    } else {
-        shared.api.update(&shared.kind, next).await
-    };
-    if let Err(err) = result {
-        tracing::debug!(%err, "could not write the Ready=False condition");
-    }
+    Some(next)
 }
 
 /// The plugin's read-only view: informer caches where a kind is watched,
@@ -502,5 +763,56 @@ impl CacheView for InformerView {
             .block_on(async move { api.list(&info, &options).await })
             .map(|l| l.items.into_iter().map(Arc::new).collect())
             .map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::KindRef;
+    use crate::store::MemoryBackend;
+
+    struct Noop(Manifest);
+
+    impl Reconciler for Noop {
+        fn manifest(&self) -> &Manifest {
+            &self.0
+        }
+
+        fn reconcile(
+            &self,
+            _request: &Request,
+            _cache: &Arc<dyn CacheView>,
+        ) -> Result<Response, ReconcileError> {
+            Ok(Response::default())
+        }
+    }
+
+    fn noop(name: &str) -> Arc<dyn Reconciler> {
+        Arc::new(Noop(Manifest {
+            name: name.to_owned(),
+            version: "1".to_owned(),
+            reconciles: KindRef::new("v1", "Event"),
+            owns: vec![],
+            definitions: vec![],
+            finalizer: None,
+        }))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stopped_controller_releases_the_informers_nobody_else_uses() {
+        let api = Api::open(Arc::new(MemoryBackend::new())).await.unwrap();
+        let informers = Informers::new(api.clone());
+        let a = Controller::start(api.clone(), informers.clone(), noop("a"), Config::default())
+            .await
+            .unwrap();
+        let b = Controller::start(api.clone(), informers.clone(), noop("b"), Config::default())
+            .await
+            .unwrap();
+        assert_eq!(informers.running(), 1, "one informer shared by both");
+        a.shutdown().await;
+        assert_eq!(informers.running(), 1, "b still uses it");
+        b.shutdown_with_drain(Duration::from_secs(5)).await;
+        assert_eq!(informers.running(), 0, "released with the last controller");
     }
 }

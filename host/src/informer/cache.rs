@@ -1,4 +1,5 @@
-//! The informer's cache: objects by key, plus an index by owner uid.
+//! The informer's cache: objects by key, plus indexes by owner uid, by namespace and by label
+//! (`key=value`), kept in step with every upsert and removal.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -11,6 +12,8 @@ use crate::object::{Object, ObjectKey, meta};
 pub struct Cache {
     objects: HashMap<ObjectKey, Arc<Object>>,
     by_owner: HashMap<String, HashSet<ObjectKey>>,
+    by_namespace: HashMap<Option<String>, HashSet<ObjectKey>>,
+    by_label: HashMap<(String, String), HashSet<ObjectKey>>,
     revision: i64,
 }
 
@@ -35,6 +38,38 @@ impl Cache {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// Objects in `namespace` (`None`: cluster-scoped objects).
+    pub fn in_namespace(&self, namespace: Option<&str>) -> Vec<Arc<Object>> {
+        self.by_namespace
+            .get(&namespace.map(str::to_owned))
+            .map(|keys| self.resolve(keys))
+            .unwrap_or_default()
+    }
+
+    /// Objects carrying the label `key=value`.
+    pub fn with_label(&self, key: &str, value: &str) -> Vec<Arc<Object>> {
+        self.by_label
+            .get(&(key.to_owned(), value.to_owned()))
+            .map(|keys| self.resolve(keys))
+            .unwrap_or_default()
+    }
+
+    /// How many objects are cached.
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+
+    fn resolve(&self, keys: &HashSet<ObjectKey>) -> Vec<Arc<Object>> {
+        keys.iter()
+            .filter_map(|k| self.objects.get(k).cloned())
+            .collect()
     }
 
     /// The revision the cache reflects.
@@ -94,16 +129,43 @@ impl Cache {
                 .or_default()
                 .insert(key.clone());
         }
+        self.by_namespace
+            .entry(key.namespace.clone())
+            .or_default()
+            .insert(key.clone());
+        for (label, value) in meta::labels(object).into_iter().flatten() {
+            if let Some(value) = value.as_str() {
+                self.by_label
+                    .entry((label.clone(), value.to_owned()))
+                    .or_default()
+                    .insert(key.clone());
+            }
+        }
     }
 
     fn unindex(&mut self, key: &ObjectKey, object: &Object) {
         for uid in meta::owner_uids(object) {
-            if let Some(keys) = self.by_owner.get_mut(uid) {
-                keys.remove(key);
-                if keys.is_empty() {
-                    self.by_owner.remove(uid);
-                }
+            remove_from(&mut self.by_owner, uid.to_owned(), key);
+        }
+        remove_from(&mut self.by_namespace, key.namespace.clone(), key);
+        for (label, value) in meta::labels(object).into_iter().flatten() {
+            if let Some(value) = value.as_str() {
+                remove_from(&mut self.by_label, (label.clone(), value.to_owned()), key);
             }
+        }
+    }
+}
+
+/// Removes `key` from the index entry `entry`, dropping the entry once empty.
+fn remove_from<I: std::hash::Hash + Eq>(
+    index: &mut HashMap<I, HashSet<ObjectKey>>,
+    entry: I,
+    key: &ObjectKey,
+) {
+    if let Some(keys) = index.get_mut(&entry) {
+        keys.remove(key);
+        if keys.is_empty() {
+            index.remove(&entry);
         }
     }
 }
@@ -132,6 +194,32 @@ mod tests {
         assert_eq!(cache.owned_by("o2").len(), 1);
         cache.remove(&Arc::new(obj("a", "4", Some("o1"))), 4);
         assert!(cache.owned_by("o1").is_empty());
+    }
+
+    fn labelled(name: &str, ns: &str, rv: &str, app: &str) -> Object {
+        json!({"metadata": {"name": name, "namespace": ns, "resourceVersion": rv, "labels": {"app": app}}})
+    }
+
+    #[test]
+    fn namespace_and_label_indexes_follow_upserts_and_removals() {
+        let mut cache = Cache::default();
+        cache.upsert(Arc::new(labelled("a", "one", "1", "web")), 1);
+        cache.upsert(Arc::new(labelled("b", "one", "2", "db")), 2);
+        cache.upsert(Arc::new(labelled("c", "two", "3", "web")), 3);
+        assert_eq!(cache.in_namespace(Some("one")).len(), 2);
+        assert_eq!(cache.with_label("app", "web").len(), 2);
+
+        // Relabelled: leaves the old label's entry, joins the new one.
+        cache.upsert(Arc::new(labelled("a", "one", "4", "db")), 4);
+        assert_eq!(cache.with_label("app", "web").len(), 1);
+        assert_eq!(cache.with_label("app", "db").len(), 2);
+
+        cache.remove(&Arc::new(labelled("c", "two", "5", "web")), 5);
+        assert!(cache.with_label("app", "web").is_empty());
+        assert!(cache.in_namespace(Some("two")).is_empty());
+        assert!(!cache.by_label.contains_key(&("app".into(), "web".into())));
+        assert!(!cache.by_namespace.contains_key(&Some("two".to_owned())));
+        assert_eq!(cache.len(), 2);
     }
 
     #[test]

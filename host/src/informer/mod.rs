@@ -1,6 +1,8 @@
 //! Informers: list-then-watch caches of one kind (kube-rs' watcher plus
-//! reflector), with an index by owner, change handlers, and a relist when the
-//! watch is cut off.
+//! reflector), with indexes by owner, namespace and label, change handlers
+//! with an optional periodic resync, and a relist when the watch is cut off.
+//! [`Informers`] shares one informer per kind between every controller and
+//! drops it when nobody holds it any more.
 //!
 //! # Guarantees
 //!
@@ -11,7 +13,14 @@
 //!   objects gone in the meantime are reported as deleted, changed ones as
 //!   applied, unchanged ones not at all — no reconcile storm.
 //! - Handlers see every change after they are added; a handler added late is
-//!   first told about every object already cached.
+//!   first told about every object already cached, as [`Change::Listed`].
+//! - Objects seen by the first list, by a late handler's replay or by a
+//!   periodic resync are reported as [`Change::Listed`], so that consumers can
+//!   give them a lower priority than real changes.
+//! - An informer lives while a handle to it does: when the last [`Informer`]
+//!   clone is dropped its watch stops, and [`Informers`] starts a fresh one on
+//!   the next request. A controller that stops removes its handlers
+//!   ([`Informer::remove_handler`]) and drops its handles.
 
 mod cache;
 
@@ -33,18 +42,25 @@ pub enum Change {
     Applied(Arc<Object>),
     /// The object was deleted; this is its last known state.
     Deleted(Arc<Object>),
+    /// Not a change: the object as cached, reported by the first list, when a
+    /// handler is added late, or by a periodic resync.
+    Listed(Arc<Object>),
 }
 
 impl Change {
     /// The object the change is about.
     pub fn object(&self) -> &Arc<Object> {
         match self {
-            Change::Applied(o) | Change::Deleted(o) => o,
+            Change::Applied(o) | Change::Deleted(o) | Change::Listed(o) => o,
         }
     }
 }
 
 type Handler = Arc<dyn Fn(&Change) + Send + Sync>;
+
+/// Identifies a registered handler, for [`Informer::remove_handler`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HandlerId(u64);
 
 /// A shared list-then-watch cache of one kind. Cheap to clone; the watch
 /// stops when the last clone is dropped.
@@ -56,7 +72,8 @@ pub struct Informer {
 struct Inner {
     kind: Arc<KindInfo>,
     cache: RwLock<Cache>,
-    handlers: Mutex<Vec<Handler>>,
+    handlers: Mutex<Vec<(HandlerId, Handler)>>,
+    next_handler: std::sync::atomic::AtomicU64,
     synced: watch::Sender<bool>,
     /// The revision the cache reflects, for read-your-writes waits.
     revision: watch::Sender<i64>,
@@ -80,6 +97,7 @@ impl Informer {
             kind,
             cache: RwLock::new(Cache::default()),
             handlers: Mutex::new(Vec::new()),
+            next_handler: std::sync::atomic::AtomicU64::new(0),
             synced,
             revision,
             task: Mutex::new(None),
@@ -94,20 +112,63 @@ impl Informer {
         &self.inner.kind
     }
 
-    /// Register a handler; it is first called with every cached object.
-    pub fn add_handler(&self, handler: impl Fn(&Change) + Send + Sync + 'static) {
+    /// Register a handler; it is first called with every cached object (as
+    /// [`Change::Listed`]). Handlers run under the cache lock and must be quick.
+    pub fn add_handler(&self, handler: impl Fn(&Change) + Send + Sync + 'static) -> HandlerId {
         let handler: Handler = Arc::new(handler);
+        let id = HandlerId(
+            self.inner
+                .next_handler
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        );
         // Hold the cache lock while replaying so no change slips between the
         // replay and the registration.
         let cache = self.inner.cache.read().unwrap_or_else(|p| p.into_inner());
         for object in cache.iter() {
-            handler(&Change::Applied(object.clone()));
+            handler(&Change::Listed(object.clone()));
         }
         self.inner
             .handlers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(handler);
+            .push((id, handler));
+        id
+    }
+
+    /// Register a handler that is also told about every cached object (as
+    /// [`Change::Listed`]) every `period`: a resync, which repairs anything a
+    /// level-triggered consumer may have missed. The resync stops when the
+    /// handler is removed or the informer dropped.
+    pub fn add_handler_with_resync(
+        &self,
+        handler: impl Fn(&Change) + Send + Sync + 'static,
+        period: std::time::Duration,
+    ) -> HandlerId {
+        let id = self.add_handler(handler);
+        let weak = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                let Some(inner) = weak.upgrade() else { return };
+                if !inner.resync(id) {
+                    return;
+                }
+            }
+        });
+        id
+    }
+
+    /// Unregister a handler; it is not called again once this returns.
+    pub fn remove_handler(&self, id: HandlerId) {
+        // The cache lock orders this after any `apply` in progress.
+        let _cache = self.inner.cache.read().unwrap_or_else(|p| p.into_inner());
+        self.inner
+            .handlers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(h, _)| *h != id);
     }
 
     /// Wait until the first list has filled the cache.
@@ -136,12 +197,30 @@ impl Informer {
         self.read().owned_by(owner_uid)
     }
 
-    /// Every cached object, optionally in one namespace.
+    /// Every cached object, optionally in one namespace (through the
+    /// namespace index).
     pub fn list(&self, namespace: Option<&str>) -> Vec<Arc<Object>> {
-        self.read()
-            .iter()
-            .filter(|o| namespace.is_none() || crate::object::meta::namespace(o) == namespace)
-            .cloned()
+        let cache = self.read();
+        match namespace {
+            Some(ns) => cache.in_namespace(Some(ns)),
+            None => cache.iter().cloned().collect(),
+        }
+    }
+
+    /// Cached objects carrying the label `key=value` (through the label index).
+    pub fn with_label(&self, key: &str, value: &str) -> Vec<Arc<Object>> {
+        self.read().with_label(key, value)
+    }
+
+    /// Cached objects, optionally in one namespace, matching `selector`.
+    pub fn select(
+        &self,
+        namespace: Option<&str>,
+        selector: &crate::object::selector::LabelSelector,
+    ) -> Vec<Arc<Object>> {
+        self.list(namespace)
+            .into_iter()
+            .filter(|o| selector.matches(crate::object::meta::labels(o)))
             .collect()
     }
 
@@ -156,6 +235,26 @@ impl Informer {
 }
 
 impl Inner {
+    /// Replays the cache to handler `id` as [`Change::Listed`]; returns
+    /// whether the handler is still registered.
+    fn resync(&self, id: HandlerId) -> bool {
+        let cache = self.cache.read().unwrap_or_else(|p| p.into_inner());
+        let handler = self
+            .handlers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|(h, _)| *h == id)
+            .map(|(_, handler)| handler.clone());
+        let Some(handler) = handler else {
+            return false;
+        };
+        for object in cache.iter() {
+            handler(&Change::Listed(object.clone()));
+        }
+        true
+    }
+
     fn apply(&self, changes: impl FnOnce(&mut Cache) -> Vec<Change>) {
         let mut cache = self.cache.write().unwrap_or_else(|p| p.into_inner());
         let changes = changes(&mut cache);
@@ -168,7 +267,7 @@ impl Inner {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         for change in &changes {
-            for handler in &handlers {
+            for (_, handler) in &handlers {
                 handler(change);
             }
         }
@@ -181,6 +280,7 @@ async fn run(inner: Weak<Inner>, api: Api) {
         return;
     };
     let prefix = Api::prefix(&kind, None);
+    let mut first_list = true;
     loop {
         // List, then watch from the list's revision.
         let list = match api.list(&kind, &ListOptions::default()).await {
@@ -200,7 +300,21 @@ async fn run(inner: Weak<Inner>, api: Api) {
         };
         {
             let Some(inner) = inner.upgrade() else { return };
-            inner.apply(|cache| cache.replace(list.items, list.resource_version));
+            let initial = std::mem::take(&mut first_list);
+            inner.apply(|cache| {
+                let changes = cache.replace(list.items, list.resource_version);
+                if !initial {
+                    return changes;
+                }
+                // The first list tells what exists, not what changed.
+                changes
+                    .into_iter()
+                    .map(|c| match c {
+                        Change::Applied(o) => Change::Listed(o),
+                        other => other,
+                    })
+                    .collect()
+            });
             inner.synced.send_replace(true);
         }
         loop {
@@ -231,12 +345,17 @@ async fn run(inner: Weak<Inner>, api: Api) {
 }
 
 /// Informers shared by every controller of one host: one watch per kind
-/// however many plugins look at it.
+/// however many plugins look at it. The set holds informers weakly: an
+/// informer nobody holds is dropped (its watch stops) and started afresh on
+/// the next [`for_kind`](Self::for_kind).
 #[derive(Clone)]
 pub struct Informers {
     api: Api,
-    informers: Arc<Mutex<HashMap<(String, String), Informer>>>,
+    informers: Arc<Mutex<HashMap<KindId, Weak<Inner>>>>,
 }
+
+/// A kind's group and plural.
+type KindId = (String, String);
 
 impl Informers {
     /// An empty set over `api`.
@@ -247,24 +366,40 @@ impl Informers {
         }
     }
 
-    /// The informer for `kind`, started on first use.
+    /// The informer for `kind`, started unless someone holds one already.
     pub fn for_kind(&self, kind: Arc<KindInfo>) -> Informer {
         let mut map = self.informers.lock().unwrap_or_else(|p| p.into_inner());
-        map.entry((kind.group.clone(), kind.plural.clone()))
-            .or_insert_with(|| Informer::start(self.api.clone(), kind))
-            .clone()
+        map.retain(|_, weak| weak.strong_count() > 0);
+        let id = (kind.group.clone(), kind.plural.clone());
+        if let Some(inner) = map.get(&id).and_then(Weak::upgrade) {
+            return Informer { inner };
+        }
+        let informer = Informer::start(self.api.clone(), kind);
+        map.insert(id, Arc::downgrade(&informer.inner));
+        informer
     }
 
-    /// The informer for a kind if one is running.
+    /// The informer for a kind if someone holds one.
     pub fn existing(&self, group: &str, plural: &str) -> Option<Informer> {
         self.informers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&(group.to_owned(), plural.to_owned()))
-            .cloned()
+            .and_then(Weak::upgrade)
+            .map(|inner| Informer { inner })
     }
 
-    /// Stop every informer.
+    /// How many informers are running (held by someone).
+    pub fn running(&self) -> usize {
+        self.informers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|w| w.strong_count() > 0)
+            .count()
+    }
+
+    /// Forget every informer; those still held keep running until dropped.
     pub fn clear(&self) {
         self.informers
             .lock()
@@ -301,6 +436,113 @@ mod tests {
 
     fn event(name: &str, n: i64) -> Object {
         json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": "default"}, "count": n})
+    }
+
+    /// What a handler saw: the change's kind and the object's name.
+    type Seen = Arc<Mutex<Vec<(&'static str, String)>>>;
+
+    fn counting_handler() -> (Seen, impl Fn(&Change) + Send + Sync + 'static) {
+        let seen: Seen = Arc::default();
+        let s = seen.clone();
+        let handler = move |change: &Change| {
+            let what = match change {
+                Change::Applied(_) => "applied",
+                Change::Deleted(_) => "deleted",
+                Change::Listed(_) => "listed",
+            };
+            s.lock()
+                .unwrap()
+                .push((what, crate::object::meta::name(change.object()).to_owned()));
+        };
+        (seen, handler)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn informers_are_shared_per_kind_and_dropped_when_nobody_holds_them() {
+        let (api, kind) = api_with_small_history().await;
+        let informers = Informers::new(api.clone());
+        let a = informers.for_kind(kind.clone());
+        let b = informers.for_kind(kind.clone());
+        assert!(Arc::ptr_eq(&a.inner, &b.inner), "one informer per kind");
+        assert_eq!(informers.running(), 1);
+        let weak = Arc::downgrade(&a.inner);
+        drop(a);
+        assert!(
+            informers.existing("", "events").is_some(),
+            "b still holds it"
+        );
+        drop(b);
+        assert!(weak.upgrade().is_none(), "the informer was dropped");
+        assert!(informers.existing("", "events").is_none());
+        assert_eq!(informers.running(), 0);
+        let c = informers.for_kind(kind);
+        c.wait_synced().await;
+        assert_eq!(informers.running(), 1, "a fresh one starts on demand");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_list_and_late_handlers_report_listed_and_later_writes_applied() {
+        let (api, kind) = api_with_small_history().await;
+        api.create(&kind, event("old", 0)).await.unwrap();
+        let informer = Informer::start(api.clone(), kind.clone());
+        let (early, handler) = counting_handler();
+        informer.add_handler(handler);
+        informer.wait_synced().await;
+        let (late, handler) = counting_handler();
+        informer.add_handler(handler);
+        api.create(&kind, event("new", 0)).await.unwrap();
+        let last = api.current_revision().await.unwrap();
+        assert!(
+            informer
+                .wait_for_revision(last, std::time::Duration::from_secs(5))
+                .await
+        );
+        let expected = vec![("listed", "old".to_owned()), ("applied", "new".to_owned())];
+        assert_eq!(*early.lock().unwrap(), expected);
+        assert_eq!(*late.lock().unwrap(), expected);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_resync_replays_the_cache_every_period_until_the_handler_is_removed() {
+        let (api, kind) = api_with_small_history().await;
+        api.create(&kind, event("a", 0)).await.unwrap();
+        api.create(&kind, event("b", 0)).await.unwrap();
+        let informer = Informer::start(api.clone(), kind.clone());
+        informer.wait_synced().await;
+        let (seen, handler) = counting_handler();
+        let period = std::time::Duration::from_secs(30);
+        let id = informer.add_handler_with_resync(handler, period);
+        assert_eq!(seen.lock().unwrap().len(), 2, "the replay on registration");
+        tokio::time::sleep(period - std::time::Duration::from_millis(1)).await;
+        assert_eq!(seen.lock().unwrap().len(), 2, "no resync before the period");
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        assert_eq!(seen.lock().unwrap().len(), 4, "one resync of both objects");
+        assert!(
+            seen.lock()
+                .unwrap()
+                .iter()
+                .all(|(what, _)| *what == "listed")
+        );
+        informer.remove_handler(id);
+        tokio::time::sleep(period * 3).await;
+        assert_eq!(seen.lock().unwrap().len(), 4, "no resync once removed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn list_and_with_label_read_the_indexes() {
+        let (api, kind) = api_with_small_history().await;
+        let mut labelled = event("web-1", 0);
+        labelled["metadata"]["labels"] = json!({"app": "web"});
+        api.create(&kind, labelled).await.unwrap();
+        api.create(&kind, event("other", 0)).await.unwrap();
+        let informer = Informer::start(api.clone(), kind.clone());
+        informer.wait_synced().await;
+        assert_eq!(informer.list(Some("default")).len(), 2);
+        assert!(informer.list(Some("elsewhere")).is_empty());
+        let web = informer.with_label("app", "web");
+        assert_eq!(web.len(), 1);
+        let selector = crate::object::selector::LabelSelector::parse("app=web").unwrap();
+        assert_eq!(informer.select(Some("default"), &selector).len(), 1);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

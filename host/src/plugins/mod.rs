@@ -1,12 +1,21 @@
-//! The plugins directory: every `*.wasm` file in it is compiled, asked for
-//! its manifest, has its CustomResourceDefinitions registered and gets a
-//! controller. A file that fails to load is reported and skipped; the others
-//! still run.
+//! The plugins directory: what the host knows about each `*.wasm` file in it
+//! ([`PluginStatus`]), loading one file off the async threads
+//! ([`load_file`]), per-plugin settings ([`settings`]), reconcile counters
+//! that survive reloads ([`Counted`]) and the directory watcher that drives
+//! hot reload ([`watch`]). The host (`host.rs`) decides what a loaded file
+//! means for the running controllers; see `Host::sync_plugin_file`.
+
+pub mod settings;
+pub mod watch;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
+pub use settings::PluginSettings;
+
+use crate::controller::{CacheView, Manifest, ReconcileError, Reconciler, Request, Response};
 use crate::runtime::{Runtime, WasmPlugin};
 
 /// What became of one plugin file.
@@ -14,7 +23,7 @@ use crate::runtime::{Runtime, WasmPlugin};
 pub enum PluginState {
     /// Loaded and reconciling.
     Running,
-    /// Could not be loaded or started.
+    /// Could not be loaded or started; nothing of it runs.
     Failed(String),
 }
 
@@ -29,33 +38,153 @@ pub struct PluginStatus {
     pub kind: Option<String>,
     /// The plugin's version, once known.
     pub version: Option<String>,
-    /// sha256 of the file, once read.
+    /// sha256 of the running version's bytes, once read.
     pub content_hash: Option<String>,
-    /// When it was loaded.
+    /// When the running version was loaded (or the failure happened).
     pub loaded_at: SystemTime,
     /// Running or failed.
     pub state: PluginState,
+    /// The last replacement that failed to load while an older version keeps
+    /// running (cleared by the next successful load).
+    pub last_error: Option<String>,
+    /// Reconcile calls so far, across reloads of this file.
+    pub reconciles: u64,
+    /// Of those, how many failed.
+    pub errors: u64,
 }
 
 /// The `*.wasm` files of a directory, sorted by name.
 pub fn wasm_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "wasm") && p.is_file())
+        .filter(|p| is_plugin_file(p) && p.is_file())
         .collect();
     files.sort();
     Ok(files)
 }
 
-/// Compile one plugin file off the async threads.
-pub async fn load_file(runtime: &Runtime, path: &Path) -> Result<Arc<WasmPlugin>, String> {
-    let bytes = tokio::fs::read(path)
-        .await
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+/// Whether a path names a plugin file (`*.wasm`, not hidden: editors and
+/// `cp --backup` write hidden temporaries beside the real file).
+pub fn is_plugin_file(path: &Path) -> bool {
+    path.extension().is_some_and(|x| x == "wasm")
+        && path
+            .file_name()
+            .is_some_and(|n| !n.to_string_lossy().starts_with('.'))
+}
+
+/// A plugin file read from disk, settled and compiled.
+pub struct LoadedFile {
+    /// The plugin, ready to reconcile.
+    pub plugin: Arc<WasmPlugin>,
+    /// The settings it was loaded with.
+    pub settings: PluginSettings,
+}
+
+/// Why a plugin file could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// The file could not be read (or is gone).
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file changed while it was read: a write is still going on.
+    #[error("{0} is still being written")]
+    Unsettled(PathBuf),
+    /// The settings file is invalid.
+    #[error(transparent)]
+    Settings(#[from] settings::SettingsError),
+    /// Compiling, linking or asking for the manifest failed.
+    #[error(transparent)]
+    Runtime(#[from] crate::runtime::Error),
+}
+
+/// Read a plugin file and its settings, and compile it on a blocking thread.
+///
+/// A file whose size or modification time changes while it is read is
+/// refused as [`LoadError::Unsettled`], so a half-written file is never
+/// mistaken for a broken plugin; the write's own events trigger another
+/// attempt.
+pub async fn load_file(runtime: &Runtime, path: &Path) -> Result<LoadedFile, LoadError> {
     let runtime = runtime.clone();
-    tokio::task::spawn_blocking(move || runtime.load(&bytes, None))
-        .await
-        .map_err(|e| format!("loader task failed: {e}"))?
-        .map(Arc::new)
-        .map_err(|e| e.to_string())
+    let path = path.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let read_error = |source| LoadError::Read {
+            path: path.clone(),
+            source,
+        };
+        let stamp = |p: &Path| std::fs::metadata(p).map(|m| (m.len(), m.modified().ok()));
+        let before = stamp(&path).map_err(read_error)?;
+        let bytes = std::fs::read(&path).map_err(read_error)?;
+        let after = stamp(&path).map_err(read_error)?;
+        if before != after || after.0 != bytes.len() as u64 {
+            return Err(LoadError::Unsettled(path));
+        }
+        let settings = PluginSettings::read_for(&path)?;
+        let limits = settings.apply(runtime.limits());
+        let plugin = runtime.load(&bytes, Some(limits))?;
+        Ok(LoadedFile {
+            plugin: Arc::new(plugin),
+            settings,
+        })
+    })
+    .await
+    .unwrap_or_else(|e| {
+        Err(LoadError::Runtime(crate::runtime::Error::Engine(
+            e.to_string(),
+        )))
+    })
+}
+
+/// Reconcile counters of one plugin file, kept across its reloads.
+#[derive(Debug, Default)]
+pub struct Counts {
+    reconciles: AtomicU64,
+    errors: AtomicU64,
+}
+
+impl Counts {
+    /// (reconciles, errors) so far.
+    pub fn get(&self) -> (u64, u64) {
+        (
+            self.reconciles.load(Ordering::Relaxed),
+            self.errors.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// A reconciler that counts its calls and failures into shared [`Counts`].
+pub struct Counted {
+    inner: Arc<dyn Reconciler>,
+    counts: Arc<Counts>,
+}
+
+impl Counted {
+    /// Wrap `inner`, counting into `counts`.
+    pub fn new(inner: Arc<dyn Reconciler>, counts: Arc<Counts>) -> Self {
+        Self { inner, counts }
+    }
+}
+
+impl Reconciler for Counted {
+    fn manifest(&self) -> &Manifest {
+        self.inner.manifest()
+    }
+
+    fn reconcile(
+        &self,
+        request: &Request,
+        cache: &Arc<dyn CacheView>,
+    ) -> Result<Response, ReconcileError> {
+        self.counts.reconciles.fetch_add(1, Ordering::Relaxed);
+        let result = self.inner.reconcile(request, cache);
+        if result.is_err() {
+            self.counts.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
 }

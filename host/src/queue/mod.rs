@@ -32,7 +32,12 @@
 //!    backoff (`min(5 ms * 2^failures, 1000 s)`, shortened by up to 10 % random jitter so it
 //!    never exceeds the cap) and an overall token bucket (10 qps, burst 100), all configurable
 //!    in [`Config`]; any [`RateLimiter`] can be plugged in instead.
-//! 6. **Shutdown.** After [`shutdown`](WorkQueue::shutdown) or
+//! 6. **Priorities and event-caused retries.** [`add_low_priority`](WorkQueue::add_low_priority)
+//!    queues a key in a second, low-priority lane (initial lists, resyncs) that is served only
+//!    when nothing normal is ready; a normal `add` of a key waiting there promotes it. A key
+//!    handed out because of a new event that fails again does not escalate its backoff (see
+//!    [`add_rate_limited`](WorkQueue::add_rate_limited)).
+//! 7. **Shutdown.** After [`shutdown`](WorkQueue::shutdown) or
 //!    [`shutdown_with_drain`](WorkQueue::shutdown_with_drain), every add is ignored and
 //!    delayed keys are dropped. `shutdown` is immediate: pending keys are dropped, a `done`
 //!    no longer requeues, and every `get` — including those already waiting — returns `None`.
@@ -40,9 +45,9 @@
 //!    `get` returns `None` once nothing is ready and no processing key awaits a requeue, and
 //!    the returned future completes once nothing is ready or processing.
 //!    [`is_shutting_down`](WorkQueue::is_shutting_down) is `true` from then on.
-//! 7. **Cancellation.** `get` is cancel safe: dropping its future never loses a key, and a
+//! 8. **Cancellation.** `get` is cancel safe: dropping its future never loses a key, and a
 //!    wake-up meant for it passes to another waiting `get`.
-//! 8. **Metrics.** [`metrics`](WorkQueue::metrics) snapshots client-go's `workqueue_*` metrics
+//! 9. **Metrics.** [`metrics`](WorkQueue::metrics) snapshots client-go's `workqueue_*` metrics
 //!    (see [`MetricsSnapshot`] and [`names`]); recording them costs a few atomic operations.
 //!
 //! `done` for a key that is not being processed is ignored. [`len`](WorkQueue::len) counts
@@ -219,13 +224,39 @@ where
         }
     }
 
+    /// Adds `key` to the low-priority lane: it is handed out only when no normally added key
+    /// is ready (initial lists and periodic resyncs, which should never delay real changes).
+    /// Ignored if `key` is already pending at either priority; a later [`add`](Self::add)
+    /// promotes it. Ignored after shutdown.
+    pub fn add_low_priority(&self, key: K) {
+        let queued = self
+            .inner
+            .state()
+            .add_low(key, Instant::now(), &self.inner.metrics);
+        if queued {
+            self.inner.wake_getters.notify_one();
+        }
+    }
+
     /// Adds `key` after the rate limiter's delay for it, counting a retry, and returns that
     /// delay (zero after shutdown, when the key is ignored).
+    ///
+    /// A key that was handed out because of a new event ([`add`](Self::add)) and that had
+    /// already failed before does not escalate its backoff: it waits as long as after its
+    /// latest failure ([`RateLimiter::when_again`]). Only retries escalate.
     pub fn add_rate_limited(&self, key: K) -> Duration {
-        if self.is_shutting_down() {
-            return Duration::ZERO;
-        }
-        let delay = self.inner.limiter.when(&key);
+        let for_event = {
+            let state = self.inner.state();
+            if state.is_shutting_down() {
+                return Duration::ZERO;
+            }
+            state.processing_for_event(&key)
+        };
+        let delay = if for_event && self.inner.limiter.num_requeues(&key) > 0 {
+            self.inner.limiter.when_again(&key)
+        } else {
+            self.inner.limiter.when(&key)
+        };
         self.inner.metrics.record_retry();
         self.add_after(key, delay);
         delay

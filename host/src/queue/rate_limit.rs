@@ -23,11 +23,21 @@ pub trait RateLimiter<K>: Send + Sync {
     fn forget(&self, key: &K);
     /// How many times `key` has been retried since it was last forgotten.
     fn num_requeues(&self, key: &K) -> u32;
+    /// The delay for a retry that must not escalate `key`'s backoff: its failure count stays
+    /// as it is and the delay is that of its latest failure. The queue uses it when a key that
+    /// was already failing fails again on a reconcile caused by a new event, so that a stream
+    /// of events cannot push a key to the maximum backoff. Defaults to [`when`](Self::when).
+    fn when_again(&self, key: &K) -> Duration {
+        self.when(key)
+    }
 }
 
 impl<K, T: RateLimiter<K> + ?Sized> RateLimiter<K> for Arc<T> {
     fn when(&self, key: &K) -> Duration {
         (**self).when(key)
+    }
+    fn when_again(&self, key: &K) -> Duration {
+        (**self).when_again(key)
     }
     fn forget(&self, key: &K) {
         (**self).forget(key);
@@ -40,6 +50,9 @@ impl<K, T: RateLimiter<K> + ?Sized> RateLimiter<K> for Arc<T> {
 impl<K, T: RateLimiter<K> + ?Sized> RateLimiter<K> for Box<T> {
     fn when(&self, key: &K) -> Duration {
         (**self).when(key)
+    }
+    fn when_again(&self, key: &K) -> Duration {
+        (**self).when_again(key)
     }
     fn forget(&self, key: &K) {
         (**self).forget(key);
@@ -134,6 +147,21 @@ impl<K: Clone + Eq + Hash + Send + Sync> RateLimiter<K> for ExponentialBackoff<K
         let exponent = *failures;
         *failures = failures.saturating_add(1);
         let nominal = self.nominal_delay(exponent);
+        if self.jitter > 0.0 {
+            nominal.mul_f64(1.0 - self.jitter * state.rng.f64())
+        } else {
+            nominal
+        }
+    }
+
+    fn when_again(&self, key: &K) -> Duration {
+        let mut guard = lock(&self.state);
+        let state = &mut *guard;
+        let Some(&failures) = state.failures.get(key).filter(|f| **f > 0) else {
+            drop(guard);
+            return self.when(key);
+        };
+        let nominal = self.nominal_delay(failures - 1);
         if self.jitter > 0.0 {
             nominal.mul_f64(1.0 - self.jitter * state.rng.f64())
         } else {
@@ -275,6 +303,13 @@ impl<K> RateLimiter<K> for MaxOf<K> {
         self.limiters
             .iter()
             .map(|limiter| limiter.when(key))
+            .fold(Duration::ZERO, Duration::max)
+    }
+
+    fn when_again(&self, key: &K) -> Duration {
+        self.limiters
+            .iter()
+            .map(|limiter| limiter.when_again(key))
             .fold(Duration::ZERO, Duration::max)
     }
 
@@ -450,6 +485,19 @@ mod tests {
         assert_eq!(limiter.num_requeues(&"a"), 3);
         limiter.forget(&"a");
         assert_eq!(limiter.num_requeues(&"a"), 0);
+    }
+
+    #[test]
+    fn a_retry_that_must_not_escalate_repeats_the_latest_delay() {
+        let b = ExponentialBackoff::new(ms(5), Duration::from_secs(1000));
+        assert_eq!(b.when_again(&"a"), ms(5), "a first failure counts");
+        assert_eq!(b.when(&"a"), ms(10));
+        assert_eq!(b.when_again(&"a"), ms(10));
+        assert_eq!(b.when_again(&"a"), ms(10));
+        assert_eq!(b.num_requeues(&"a"), 2);
+        let limiter = MaxOf::new(vec![]).with(b);
+        assert_eq!(limiter.when_again(&"a"), ms(10));
+        assert_eq!(limiter.num_requeues(&"a"), 2);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The queue's lock-protected bookkeeping: ready FIFO, dirty and processing sets, delayed keys
 //! and lifecycle, as plain synchronous logic driven by the caller's clock reading.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
 use std::time::Duration;
 
@@ -34,12 +34,26 @@ pub(super) enum Take<K> {
 
 /// Invariants:
 /// - `ready` holds distinct keys, each also in `dirty` and never in `processing`;
-/// - `dirty` = `ready` ∪ (keys in `processing` that were re-added meanwhile), so
-///   `dirty.len() - ready.len()` keys are waiting for their `done` to be requeued;
+/// - `low_pending` holds the keys waiting in the low-priority lane, each also in `dirty`, never
+///   in `ready` nor `processing`; `low` holds them in FIFO order plus stale entries (keys that
+///   were promoted to `ready` or handed out since), skipped when popped;
+/// - `dirty` = `ready` ∪ `low_pending` ∪ (keys in `processing` that were re-added meanwhile),
+///   so `dirty.len() - ready.len() - low_pending.len()` keys await their `done` to be requeued;
+/// - `by_event` ⊆ `dirty` ∪ `processing`: pending or processing keys whose latest add came
+///   from [`add`](State::add) (a new event) rather than from a delayed (retry) add;
 /// - a key is in `processing` from `get` until `done`, so it is never handed out twice at once.
 #[derive(Debug)]
 pub(super) struct State<K> {
     ready: VecDeque<K>,
+    /// The low-priority lane (initial lists, resyncs): handed out only when `ready` is empty.
+    low: VecDeque<K>,
+    low_pending: HashSet<K>,
+    /// Pending keys whose latest add came from a new event.
+    by_event: HashSet<K>,
+    /// Processing keys that were handed out because of a new event.
+    processing_event: HashSet<K>,
+    /// Processing keys re-added only at low priority: `done` requeues them in the low lane.
+    low_after_done: HashSet<K>,
     /// Keys that need processing, with the time they became pending (for queue latency).
     dirty: HashMap<K, Instant>,
     /// Keys handed out and not yet done, with the time they were handed out.
@@ -52,6 +66,11 @@ impl<K: Clone + Eq + Hash> State<K> {
     pub(super) fn new() -> Self {
         Self {
             ready: VecDeque::new(),
+            low: VecDeque::new(),
+            low_pending: HashSet::new(),
+            by_event: HashSet::new(),
+            processing_event: HashSet::new(),
+            low_after_done: HashSet::new(),
             dirty: HashMap::new(),
             processing: HashMap::new(),
             delayed: Delayed::new(),
@@ -65,7 +84,40 @@ impl<K: Clone + Eq + Hash> State<K> {
 
     /// Adds `key` now. Returns `true` if it was appended to the ready queue (wake a getter).
     pub(super) fn add(&mut self, key: K, now: Instant, metrics: &Metrics) -> bool {
-        self.lifecycle == Lifecycle::Running && self.enqueue(key, now, metrics)
+        if self.lifecycle != Lifecycle::Running {
+            return false;
+        }
+        self.by_event.insert(key.clone());
+        self.low_after_done.remove(&key);
+        if self.low_pending.remove(&key) {
+            // Promote from the low lane; its stale entry there is skipped later.
+            self.ready.push_back(key);
+            return true;
+        }
+        self.enqueue(key, now, metrics)
+    }
+
+    /// Adds `key` to the low-priority lane unless it is already pending (at either priority).
+    /// Returns `true` if it was queued (wake a getter).
+    pub(super) fn add_low(&mut self, key: K, now: Instant, metrics: &Metrics) -> bool {
+        if self.lifecycle != Lifecycle::Running || self.dirty.contains_key(&key) {
+            return false;
+        }
+        metrics.record_add();
+        self.dirty.insert(key.clone(), now);
+        if self.processing.contains_key(&key) {
+            self.low_after_done.insert(key);
+            return false;
+        }
+        self.low_pending.insert(key.clone());
+        self.low.push_back(key);
+        true
+    }
+
+    /// Whether `key` is being processed because of a new event (an [`add`](Self::add)) rather
+    /// than only because of a delayed retry.
+    pub(super) fn processing_for_event(&self, key: &K) -> bool {
+        self.processing_event.contains(key)
     }
 
     /// Adds `key` at `ready_at`. Returns `true` if the next deadline moved earlier (re-arm waiters).
@@ -102,11 +154,22 @@ impl<K: Clone + Eq + Hash> State<K> {
     /// Hands out the next ready key (promoting due delayed keys first), or says what to wait for.
     pub(super) fn take(&mut self, now: Instant, metrics: &Metrics) -> Take<K> {
         self.promote_due(now, metrics);
-        if let Some(key) = self.ready.pop_front() {
+        let next = self.ready.pop_front().or_else(|| {
+            while let Some(key) = self.low.pop_front() {
+                if self.low_pending.remove(&key) {
+                    return Some(key);
+                }
+            }
+            None
+        });
+        if let Some(key) = next {
             if let Some(pending_since) = self.dirty.remove(&key) {
                 metrics
                     .queue_duration
                     .observe(now.saturating_duration_since(pending_since));
+            }
+            if self.by_event.remove(&key) {
+                self.processing_event.insert(key.clone());
             }
             self.processing.insert(key.clone(), now);
             return Take::Key(key);
@@ -123,11 +186,18 @@ impl<K: Clone + Eq + Hash> State<K> {
     /// whether it was requeued because it had been re-added meanwhile.
     pub(super) fn done(&mut self, key: &K, now: Instant, metrics: &Metrics) -> Option<bool> {
         let (key, started) = self.processing.remove_entry(key)?;
+        self.processing_event.remove(&key);
+        let low = self.low_after_done.remove(&key);
         metrics
             .work_duration
             .observe(now.saturating_duration_since(started));
         if self.lifecycle != Lifecycle::Stopped && self.dirty.contains_key(&key) {
-            self.ready.push_back(key);
+            if low {
+                self.low_pending.insert(key.clone());
+                self.low.push_back(key);
+            } else {
+                self.ready.push_back(key);
+            }
             Some(true)
         } else {
             Some(false)
@@ -145,21 +215,25 @@ impl<K: Clone + Eq + Hash> State<K> {
         } else {
             self.lifecycle = Lifecycle::Stopped;
             self.ready.clear();
+            self.low.clear();
+            self.low_pending.clear();
+            self.by_event.clear();
+            self.low_after_done.clear();
             self.dirty.clear();
         }
     }
 
     /// Nothing is ready and nothing is being processed.
     pub(super) fn is_drained(&self) -> bool {
-        self.ready.is_empty() && self.processing.is_empty()
+        self.ready.is_empty() && self.low_pending.is_empty() && self.processing.is_empty()
     }
 
     pub(super) fn has_ready(&self) -> bool {
-        !self.ready.is_empty()
+        !self.ready.is_empty() || !self.low_pending.is_empty()
     }
 
     pub(super) fn ready_len(&self) -> usize {
-        self.ready.len()
+        self.ready.len() + self.low_pending.len()
     }
 
     pub(super) fn gauges(&self, now: Instant) -> Gauges {

@@ -862,3 +862,85 @@ fn the_queue_and_its_futures_can_move_between_threads() {
     assert_eq!(q.name(), "workqueue");
     assert!(format!("{q:?}").contains("workqueue"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn low_priority_keys_are_handed_out_only_when_no_normal_key_is_ready() {
+    let q = queue();
+    q.add_low_priority(1);
+    q.add_low_priority(2);
+    q.add(3);
+    q.add_low_priority(1); // already pending: deduplicated
+    assert_eq!(q.len(), 3);
+    assert_eq!(q.try_get(), Some(3));
+    q.add(4);
+    assert_eq!(drain_ready(&q), [4, 1, 2]);
+    assert_eq!(q.metrics().adds_total, 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_real_change_promotes_a_key_waiting_at_low_priority() {
+    let q = queue();
+    q.add_low_priority(1);
+    q.add_low_priority(2);
+    q.add(5);
+    q.add(2);
+    assert_eq!(drain_ready(&q), [5, 2, 1], "2 jumped the low lane, once");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_low_priority_add_while_processing_requeues_in_the_low_lane() {
+    let q = queue();
+    q.add(1);
+    assert_eq!(q.try_get(), Some(1));
+    q.add_low_priority(1);
+    q.add(2);
+    q.done(&1);
+    assert_eq!(drain_ready(&q), [2, 1]);
+
+    q.add(1);
+    assert_eq!(q.try_get(), Some(1));
+    q.add_low_priority(1);
+    q.add(1); // a real change while processing wins over the resync
+    q.add(2);
+    q.done(&1);
+    assert_eq!(drain_ready(&q), [2, 1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_also_hands_out_low_priority_keys() {
+    let q = queue();
+    q.add_low_priority(1);
+    let drained = q.shutdown_with_drain();
+    assert_eq!(finish(q.get()).await, Some(1));
+    q.done(&1);
+    assert_eq!(finish(q.get()).await, None);
+    finish(drained).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_of_event_caused_reconciles_never_escalate_the_backoff() {
+    let q = queue();
+    // A real failure: retried after 5 ms, then 10 ms (the retry failed too).
+    q.add(1);
+    assert_eq!(q.try_get(), Some(1));
+    assert_eq!(q.add_rate_limited(1), ms(5), "a first failure counts");
+    q.done(&1);
+    advance(ms(5)).await;
+    assert_eq!(q.try_get(), Some(1));
+    assert_eq!(q.add_rate_limited(1), ms(10), "a failed retry escalates");
+    q.done(&1);
+    // New events keep arriving and every reconcile they cause fails: the key keeps waiting
+    // 10 ms, never longer.
+    for _ in 0..20 {
+        q.add(1);
+        assert_eq!(q.try_get(), Some(1));
+        assert_eq!(q.add_rate_limited(1), ms(10));
+        q.done(&1);
+    }
+    assert_eq!(q.num_requeues(&1), 2);
+    // The pending retry fires and fails: that escalates again.
+    advance(ms(10)).await;
+    assert_eq!(q.try_get(), Some(1));
+    assert_eq!(q.add_rate_limited(1), ms(20));
+    q.done(&1);
+}

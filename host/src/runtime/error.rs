@@ -26,39 +26,100 @@ pub enum Error {
     /// The guest tried to grow memory past its cap.
     #[error("plugin exceeded its memory limit of {0} bytes")]
     MemoryExceeded(usize),
+    /// The guest used up its fuel (instruction budget) for the call.
+    #[error("plugin ran out of fuel ({0} units)")]
+    FuelExhausted(u64),
     /// The guest trapped (panic, unreachable, stack overflow…).
     #[error("plugin trapped: {0}")]
     Trap(String),
     /// The guest returned something the host cannot use.
     #[error("plugin returned an invalid response: {0}")]
     BadResponse(String),
+    /// No instance could be created right now (pool exhausted, say).
+    #[error("cannot instantiate plugin: {0}")]
+    Instantiate(String),
     /// The engine could not start (e.g. no virtual memory for the pool).
     #[error("wasm engine: {0}")]
     Engine(String),
+    /// The on-disk cache of compiled components failed.
+    #[error("compiled-component cache {path}: {detail}")]
+    Cache {
+        /// The cache file or directory.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        detail: String,
+    },
+}
+
+impl Error {
+    /// Whether retrying the same call cannot help: the guest itself
+    /// misbehaved (deadline, memory, fuel, trap, bad response). Such errors
+    /// are reported on the object and wait for the object or the plugin to
+    /// change; instantiation and engine errors are retried.
+    pub fn is_guest_fault(&self) -> bool {
+        matches!(
+            self,
+            Error::DeadlineExceeded(_)
+                | Error::MemoryExceeded(_)
+                | Error::FuelExhausted(_)
+                | Error::Trap(_)
+                | Error::BadResponse(_)
+        )
+    }
+}
+
+/// What the store saw during the failed call, to classify the error.
+pub(super) struct CallFacts<'a> {
+    /// The call's deadline.
+    pub deadline: Duration,
+    /// The memory cap, if the limiter refused a growth.
+    pub memory_exceeded: Option<usize>,
+    /// The fuel given to the call, if metering is on.
+    pub fuel: Option<u64>,
+    /// The last lines the guest wrote to stderr (a Rust panic's message).
+    pub stderr_tail: &'a str,
+    /// Whether the guest was already instantiated when the error happened.
+    pub instantiated: bool,
 }
 
 /// Classify an error from instantiating or calling a guest.
-pub(super) fn classify(
-    err: wasmtime::Error,
-    deadline: Duration,
-    memory_exceeded: Option<usize>,
-    stderr_tail: &str,
-) -> Error {
-    if let Some(cap) = memory_exceeded {
+pub(super) fn classify(err: wasmtime::Error, facts: CallFacts<'_>) -> Error {
+    if let Some(cap) = facts.memory_exceeded {
         return Error::MemoryExceeded(cap);
     }
-    if let Some(trap) = err.downcast_ref::<wasmtime::Trap>()
-        && *trap == wasmtime::Trap::Interrupt
-    {
-        return Error::DeadlineExceeded(deadline);
+    let trap = err.downcast_ref::<wasmtime::Trap>().copied();
+    match trap {
+        Some(wasmtime::Trap::Interrupt) => return Error::DeadlineExceeded(facts.deadline),
+        Some(wasmtime::Trap::OutOfFuel) => {
+            return Error::FuelExhausted(facts.fuel.unwrap_or_default());
+        }
+        None if !facts.instantiated => return Error::Instantiate(format!("{err:#}")),
+        _ => {}
     }
-    let mut message = match err.downcast_ref::<wasmtime::Trap>() {
+    let mut message = match trap {
         Some(trap) => trap.to_string(),
         None => format!("{err:#}"),
     };
-    if !stderr_tail.is_empty() {
+    if !facts.stderr_tail.is_empty() {
         // A Rust guest's panic message goes to stderr just before the trap.
-        message = format!("{message}; guest stderr: {stderr_tail}");
+        message = format!("{message}; guest stderr: {}", facts.stderr_tail);
     }
     Error::Trap(message)
+}
+
+/// A compile error's text.
+pub(super) fn compile(err: wasmtime::Error) -> Error {
+    Error::Compile(format!("{err:#}"))
+}
+
+/// A link (world mismatch) error's text.
+pub(super) fn link(err: wasmtime::Error) -> Error {
+    Error::Link {
+        detail: format!("{err:#}"),
+    }
+}
+
+/// An engine set-up error's text.
+pub(super) fn engine(err: wasmtime::Error) -> Error {
+    Error::Engine(format!("{err:#}"))
 }

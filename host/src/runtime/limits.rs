@@ -13,6 +13,14 @@ pub struct Limits {
     pub output_bytes: usize,
     /// Cap on the response size, in bytes.
     pub response_bytes: usize,
+    /// Fuel (roughly, Wasm instructions) per call when the runtime meters
+    /// fuel ([`RuntimeConfig::fuel_metering`](super::RuntimeConfig)); `None`
+    /// means unlimited. Ignored when metering is off.
+    pub fuel: Option<u64>,
+    /// Give the guest the host's real clocks. Off by default: the guest's
+    /// wall clock reads the request's `now-unix-ms` and its monotonic clock
+    /// stands still, so a reconcile is a function of its request.
+    pub host_clock: bool,
 }
 
 impl Default for Limits {
@@ -22,6 +30,8 @@ impl Default for Limits {
             memory_bytes: 64 << 20,
             output_bytes: 64 << 10,
             response_bytes: 4 << 20,
+            fuel: None,
+            host_clock: false,
         }
     }
 }
@@ -54,5 +64,33 @@ impl wasmtime::ResourceLimiter for Limiter {
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         Ok(desired <= 1_000_000)
+    }
+}
+
+/// The guest's wall clock when the host clock is not granted: fixed at the
+/// request's time.
+pub(super) struct FixedWallClock(pub Duration);
+
+impl wasmtime_wasi::HostWallClock for FixedWallClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_millis(1)
+    }
+
+    fn now(&self) -> Duration {
+        self.0
+    }
+}
+
+/// The guest's monotonic clock when the host clock is not granted: it stands
+/// still, so the guest cannot time anything.
+pub(super) struct FrozenMonotonicClock;
+
+impl wasmtime_wasi::HostMonotonicClock for FrozenMonotonicClock {
+    fn resolution(&self) -> u64 {
+        1_000_000
+    }
+
+    fn now(&self) -> u64 {
+        0
     }
 }

@@ -13,6 +13,20 @@
 //! - Guests get no preopened directories, no environment, no arguments and
 //!   no network; stdout and stderr are captured and logged with the plugin's
 //!   name and the object's key.
+//! - Guests get no host clock unless granted ([`Limits::host_clock`]): the
+//!   wall clock reads the request's time and the monotonic clock stands still.
+//! - Fuel metering is optional ([`RuntimeConfig::fuel_metering`]): with it,
+//!   each call gets [`Limits::fuel`] units and stops when they run out.
+//! - A guest fault (deadline, memory, fuel, trap, bad response) fails that
+//!   one call with a precise [`Error`]; [`Error::is_guest_fault`] tells it
+//!   from host-side trouble worth retrying.
+//!
+//! # Compiled-code cache
+//!
+//! With [`RuntimeConfig::cache_dir`] set, compiled components are kept on
+//! disk by wasmtime's cache, keyed by the component's bytes, the compiler
+//! settings and the wasmtime version, and written atomically (temporary file,
+//! then rename); a restart loads them instead of compiling again.
 
 mod bindings;
 mod error;
@@ -21,11 +35,14 @@ mod limits;
 mod plugin;
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use wasmtime::component::{Component, Linker};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{
+    Cache, CacheConfig, Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig,
+};
 
 pub use error::Error;
 pub use limits::Limits;
@@ -46,6 +63,10 @@ pub struct RuntimeConfig {
     pub max_instances: u32,
     /// Default per-call limits.
     pub limits: Limits,
+    /// Count fuel in every call (slower; enables [`Limits::fuel`]).
+    pub fuel_metering: bool,
+    /// Keep compiled components in this directory across restarts.
+    pub cache_dir: Option<PathBuf>,
 }
 
 impl Default for RuntimeConfig {
@@ -53,8 +74,19 @@ impl Default for RuntimeConfig {
         Self {
             max_instances: 64,
             limits: Limits::default(),
+            fuel_metering: false,
+            cache_dir: None,
         }
     }
+}
+
+/// How often the on-disk compiled-code cache was used.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Components loaded from the cache.
+    pub hits: usize,
+    /// Components compiled (and then written to the cache).
+    pub misses: usize,
 }
 
 /// The shared engine, linker and compiled-component cache. Cheap to clone.
@@ -67,6 +99,7 @@ struct Inner {
     engine: Engine,
     linker: Linker<HostState>,
     config: RuntimeConfig,
+    disk_cache: Option<Cache>,
     slots: Slots,
     /// Compiled components by content hash, so the same bytes compile once.
     compiled: Mutex<HashMap<[u8; 32], Component>>,
@@ -75,22 +108,39 @@ struct Inner {
 impl Runtime {
     /// Build the engine and linker and start the epoch ticker.
     pub fn new(config: RuntimeConfig) -> Result<Self, Error> {
-        let engine = match Engine::new(&engine_config(Some(config.max_instances), &config.limits)) {
+        let disk_cache = match &config.cache_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir).map_err(|e| Error::Cache {
+                    path: dir.clone(),
+                    detail: e.to_string(),
+                })?;
+                let mut cache_config = CacheConfig::new();
+                cache_config.with_directory(dir);
+                Some(Cache::new(cache_config).map_err(|e| Error::Cache {
+                    path: dir.clone(),
+                    detail: format!("{e:#}"),
+                })?)
+            }
+            None => None,
+        };
+        let engine = match Engine::new(&engine_config(
+            Some(config.max_instances),
+            &config,
+            &disk_cache,
+        )) {
             Ok(engine) => engine,
             Err(err) => {
                 tracing::warn!(%err, "pooling allocator unavailable; using on-demand instance allocation");
-                Engine::new(&engine_config(None, &config.limits))
-                    .map_err(|e| Error::Engine(format!("{e:#}")))?
+                Engine::new(&engine_config(None, &config, &disk_cache)).map_err(error::engine)?
             }
         };
         let mut linker = Linker::<HostState>::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
-            .map_err(|e| Error::Engine(format!("{e:#}")))?;
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(error::engine)?;
         bindings::Reconciler::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
             &mut linker,
             |s| s,
         )
-        .map_err(|e| Error::Engine(format!("{e:#}")))?;
+        .map_err(error::engine)?;
         start_epoch_ticker(&engine);
         Ok(Self {
             inner: Arc::new(Inner {
@@ -98,6 +148,7 @@ impl Runtime {
                 linker,
                 slots: Slots::new(config.max_instances as usize),
                 config,
+                disk_cache,
                 compiled: Mutex::default(),
             }),
         })
@@ -106,6 +157,24 @@ impl Runtime {
     /// The default per-call limits.
     pub fn limits(&self) -> &Limits {
         &self.inner.config.limits
+    }
+
+    /// Whether calls count fuel.
+    pub fn fuel_metering(&self) -> bool {
+        self.inner.config.fuel_metering
+    }
+
+    /// Use of the on-disk compiled-code cache since this runtime started
+    /// (zero without [`RuntimeConfig::cache_dir`]).
+    pub fn cache_stats(&self) -> CacheStats {
+        self.inner
+            .disk_cache
+            .as_ref()
+            .map(|c| CacheStats {
+                hits: c.cache_hits(),
+                misses: c.cache_misses(),
+            })
+            .unwrap_or_default()
     }
 
     /// Compile (or reuse) a component, link it against the plugin world and
@@ -123,8 +192,8 @@ impl Runtime {
         let component = match cached {
             Some(component) => component,
             None => {
-                let component = Component::new(&self.inner.engine, bytes)
-                    .map_err(|e| Error::Compile(format!("{e:#}")))?;
+                let component =
+                    Component::new(&self.inner.engine, bytes).map_err(error::compile)?;
                 self.inner
                     .compiled
                     .lock()
@@ -137,12 +206,8 @@ impl Runtime {
             .inner
             .linker
             .instantiate_pre(&component)
-            .map_err(|e| Error::Link {
-                detail: format!("{e:#}"),
-            })?;
-        let pre = bindings::ReconcilerPre::new(pre).map_err(|e| Error::Link {
-            detail: format!("{e:#}"),
-        })?;
+            .map_err(error::link)?;
+        let pre = bindings::ReconcilerPre::new(pre).map_err(error::link)?;
         WasmPlugin::new(
             self.clone(),
             pre,
@@ -156,10 +221,13 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn engine_config(pool: Option<u32>, limits: &Limits) -> Config {
+fn engine_config(pool: Option<u32>, settings: &RuntimeConfig, cache: &Option<Cache>) -> Config {
+    let limits = &settings.limits;
     let mut config = Config::new();
     config.wasm_component_model(true);
     config.epoch_interruption(true);
+    config.consume_fuel(settings.fuel_metering);
+    config.cache(cache.clone());
     if let Some(n) = pool {
         let mut pooling = PoolingAllocationConfig::new();
         pooling

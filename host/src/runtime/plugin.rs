@@ -13,9 +13,9 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
 use super::bindings::setpoint::plugin::types as wit;
 use super::bindings::{Reconciler as Bindings, ReconcilerPre};
-use super::error::{Error, classify};
+use super::error::{CallFacts, Error, classify};
 use super::host_api::HostState;
-use super::limits::{Limiter, Limits};
+use super::limits::{FixedWallClock, FrozenMonotonicClock, Limiter, Limits};
 use super::{EPOCH_TICK, Runtime};
 use crate::controller::{
     self, CacheView, EventRecord, Manifest, ReconcileError, Request, Response, Severity,
@@ -54,7 +54,7 @@ impl WasmPlugin {
             limits,
             name: Arc::from("(loading)"),
         };
-        let manifest = plugin.call(None, String::new(), |bindings, store| {
+        let manifest = plugin.call(None, String::new(), 0, |bindings, store| {
             bindings.call_manifest(store)
         })?;
         plugin.manifest = convert_manifest(manifest)?;
@@ -72,23 +72,34 @@ impl WasmPlugin {
         &self.limits
     }
 
-    /// Run `f` against a fresh instance with the plugin's limits.
+    /// The plugin's name, from its manifest.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Run `f` against a fresh instance with the plugin's limits. `now_unix_ms`
+    /// is what the guest's wall clock reads unless the host clock is granted.
     fn call<T>(
         &self,
         cache: Option<Arc<dyn CacheView>>,
         object: String,
+        now_unix_ms: u64,
         f: impl FnOnce(&Bindings, &mut Store<HostState>) -> wasmtime::Result<T>,
     ) -> Result<T, Error> {
         let _slot = self.runtime.inner.slots.acquire();
         let stdout = MemoryOutputPipe::new(self.limits.output_bytes);
         let stderr = MemoryOutputPipe::new(self.limits.output_bytes);
-        let wasi = WasiCtxBuilder::new()
-            .stdout(stdout.clone())
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdout(stdout.clone())
             .stderr(stderr.clone())
             .allow_tcp(false)
             .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .build();
+            .allow_ip_name_lookup(false);
+        if !self.limits.host_clock {
+            wasi.wall_clock(FixedWallClock(Duration::from_millis(now_unix_ms)))
+                .monotonic_clock(FrozenMonotonicClock);
+        }
+        let wasi = wasi.build();
         let state = HostState {
             wasi,
             table: ResourceTable::new(),
@@ -113,10 +124,21 @@ impl WasmPlugin {
             .max(1) as u64;
         store.set_epoch_deadline(ticks);
         store.epoch_deadline_trap();
-        let result = self
-            .pre
-            .instantiate(&mut store)
-            .and_then(|bindings| f(&bindings, &mut store));
+        let fuel = self
+            .runtime
+            .inner
+            .config
+            .fuel_metering
+            .then(|| self.limits.fuel.unwrap_or(u64::MAX));
+        if let Some(fuel) = fuel {
+            // Cannot fail: metering is on for this engine.
+            let _ = store.set_fuel(fuel);
+        }
+        let mut instantiated = false;
+        let result = self.pre.instantiate(&mut store).and_then(|bindings| {
+            instantiated = true;
+            f(&bindings, &mut store)
+        });
         let state = store.data();
         forward_output(state);
         result.map_err(|err| {
@@ -136,7 +158,18 @@ impl WasmPlugin {
                 .rev()
                 .collect::<Vec<_>>()
                 .join(" | ");
-            classify(err, self.limits.deadline, memory, &tail)
+            let err = classify(
+                err,
+                CallFacts {
+                    deadline: self.limits.deadline,
+                    memory_exceeded: memory,
+                    fuel,
+                    stderr_tail: &tail,
+                    instantiated,
+                },
+            );
+            tracing::warn!(plugin = %state.plugin, object = %state.object, error = %err, "plugin call failed");
+            err
         })
     }
 }
@@ -264,15 +297,34 @@ impl controller::Reconciler for WasmPlugin {
             finalizing: request.finalizing,
             now_unix_ms: request.now_unix_ms,
         };
-        let result = self.call(Some(cache.clone()), key, |bindings, store| {
-            bindings.call_reconcile(store, &input)
-        });
-        match result {
+        let result = self.call(
+            Some(cache.clone()),
+            key.clone(),
+            request.now_unix_ms,
+            |bindings, store| bindings.call_reconcile(store, &input),
+        );
+        let result = match result {
             Ok(Ok(response)) => convert_response(response, self.limits.response_bytes)
-                .map_err(|e| ReconcileError::Transient(e.to_string())),
-            Ok(Err(wit::ReconcileError::Transient(msg))) => Err(ReconcileError::Transient(msg)),
-            Ok(Err(wit::ReconcileError::Permanent(msg))) => Err(ReconcileError::Permanent(msg)),
-            Err(err) => Err(ReconcileError::Transient(err.to_string())),
-        }
+                .inspect_err(|err| {
+                    tracing::warn!(plugin = %self.name, object = %key, error = %err, "plugin response refused");
+                }),
+            Ok(Err(wit::ReconcileError::Transient(msg))) => {
+                return Err(ReconcileError::Transient(msg));
+            }
+            Ok(Err(wit::ReconcileError::Permanent(msg))) => {
+                return Err(ReconcileError::Permanent(msg));
+            }
+            Err(err) => Err(err),
+        };
+        // A guest fault happens again on the same input: report it on the
+        // object and wait for the object (or the plugin, whose reload
+        // requeues everything) to change. Anything else is retried.
+        result.map_err(|err| {
+            if err.is_guest_fault() {
+                ReconcileError::Permanent(err.to_string())
+            } else {
+                ReconcileError::Transient(err.to_string())
+            }
+        })
     }
 }

@@ -43,6 +43,9 @@ pub(super) async fn plugins(State(host): State<Arc<Host>>) -> Json<Value> {
                 "loadedAt": unix_seconds(p.loaded_at),
                 "state": state,
                 "reason": reason,
+                "lastError": p.last_error,
+                "reconciles": p.reconciles,
+                "errors": p.errors,
             })
         })
         .collect();

@@ -21,6 +21,7 @@
 mod conformance;
 pub mod embedded;
 mod error;
+pub mod etcd;
 pub mod memory;
 
 use std::sync::Arc;
@@ -30,6 +31,7 @@ use tokio::sync::mpsc;
 
 pub use embedded::EmbeddedBackend;
 pub use error::Error;
+pub use etcd::{EtcdBackend, EtcdConfig};
 pub use memory::MemoryBackend;
 
 /// A global, gap-free write counter. Revision 0 means "nothing written yet".

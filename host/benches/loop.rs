@@ -1,0 +1,296 @@
+//! The whole reconcile loop on the durable embedded store: write → watch →
+//! informer → queue → worker → reconciler → status write, for 10,000
+//! objects.
+//!
+//! `cargo bench -p setpoint --bench loop [-- OBJECTS [WORKERS]]`. The store
+//! lives in a fresh directory under `$SETPOINT_BENCH_DIR` (default: the
+//! system temp dir). The reconciler is native (a `controller::Reconciler`,
+//! not Wasm), so this measures the host's loop, not a plugin: it writes
+//! `status.observedGeneration` and `status.value` from the spec. Two phases:
+//!
+//! 1. **create**: 64 writer tasks create OBJECTS objects as fast as the store
+//!    takes them while the controller reconciles them;
+//! 2. **update**: the same writers change every object's spec once;
+//! 3. **resync**: every converged object is queued again (`Host::resync`):
+//!    reconciles that write nothing, the loop's own ceiling without the store.
+//!
+//! For each phase it reports the reconciles per second (from the first write
+//! until every object's status shows the phase's generation), how many
+//! reconciles wrote a status (the others are the echo of the controller's own
+//! status write, which a converged reconcile turns into no write), and the
+//! latency from a write's acknowledgement to the start of the reconcile that
+//! first sees it (p50, p99).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use setpoint::controller::{
+    self, CacheView, Manifest, ReconcileError, Reconciler, Request, Response,
+};
+use setpoint::object::{KindRef, meta};
+use setpoint::store::EmbeddedBackend;
+use setpoint::{Host, queue};
+
+const WRITERS: usize = 64;
+
+fn bench_dir() -> PathBuf {
+    std::env::var_os("SETPOINT_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir)
+}
+
+fn definition() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "items.bench.setpoint.dev"},
+        "spec": {"group": "bench.setpoint.dev", "scope": "Namespaced",
+            "names": {"kind": "Item", "plural": "items", "singular": "item", "listKind": "ItemList"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {"value": {"type": "integer"}}},
+                    "status": {"type": "object", "properties": {
+                        "value": {"type": "integer"},
+                        "observedGeneration": {"type": "integer"}}}}}}}]}
+    })
+}
+
+/// Write acknowledgements and first reconcile starts, per (name, generation).
+#[derive(Default)]
+struct Clock {
+    acked: Mutex<HashMap<(String, i64), Instant>>,
+    started: Mutex<HashMap<(String, i64), Instant>>,
+}
+
+struct StatusWriter {
+    manifest: Manifest,
+    clock: Arc<Clock>,
+    calls: AtomicU64,
+    writes: AtomicU64,
+}
+
+impl Reconciler for StatusWriter {
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    fn reconcile(
+        &self,
+        request: &Request,
+        _cache: &Arc<dyn CacheView>,
+    ) -> Result<Response, ReconcileError> {
+        let now = Instant::now();
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let object = &request.object;
+        let generation = meta::generation(object);
+        if object["status"]["observedGeneration"] != json!(generation) {
+            self.writes.fetch_add(1, Ordering::Relaxed);
+            self.clock
+                .started
+                .lock()
+                .unwrap()
+                .entry((meta::name(object).to_owned(), generation))
+                .or_insert(now);
+        }
+        Ok(Response {
+            status: Some(
+                json!({"value": object["spec"]["value"], "observedGeneration": generation}),
+            ),
+            ..Default::default()
+        })
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+async fn phase(
+    name: &str,
+    host: &Arc<Host>,
+    reconciler: &Arc<StatusWriter>,
+    clock: &Arc<Clock>,
+    objects: usize,
+    generation: i64,
+) {
+    let kind = host
+        .api()
+        .kinds()
+        .require("bench.setpoint.dev/v1", "Item")
+        .unwrap();
+    let calls_before = reconciler.calls.load(Ordering::Relaxed);
+    let writes_before = reconciler.writes.load(Ordering::Relaxed);
+    let started = Instant::now();
+    let mut writers = Vec::new();
+    for w in 0..WRITERS {
+        let (host, kind, clock) = (host.clone(), kind.clone(), clock.clone());
+        writers.push(tokio::spawn(async move {
+            for i in (w..objects).step_by(WRITERS) {
+                let name = format!("item-{i:05}");
+                let object = if generation == 1 {
+                    let object = json!({"apiVersion": "bench.setpoint.dev/v1", "kind": "Item",
+                        "metadata": {"name": name, "namespace": "default"},
+                        "spec": {"value": 1}});
+                    host.api().create(&kind, object).await.unwrap()
+                } else {
+                    loop {
+                        let mut next = host.api().get(&kind, Some("default"), &name).await.unwrap();
+                        next["spec"]["value"] = json!(generation);
+                        match host.api().update(&kind, next).await {
+                            Ok(updated) => break updated,
+                            Err(setpoint::api::Error::Conflict { .. }) => continue,
+                            Err(err) => panic!("{err}"),
+                        }
+                    }
+                };
+                let acked = Instant::now();
+                clock
+                    .acked
+                    .lock()
+                    .unwrap()
+                    .insert((name, meta::generation(&object)), acked);
+            }
+        }));
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    let written = started.elapsed();
+    // Done when every object's status shows this generation.
+    loop {
+        let done = clock
+            .started
+            .lock()
+            .unwrap()
+            .keys()
+            .filter(|(_, g)| *g == generation)
+            .count();
+        if done == objects {
+            let list = host.api().list(&kind, &Default::default()).await.unwrap();
+            if list
+                .items
+                .iter()
+                .all(|o| o["status"]["observedGeneration"] == json!(generation))
+            {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let elapsed = started.elapsed();
+    let calls = reconciler.calls.load(Ordering::Relaxed) - calls_before;
+    let writes = reconciler.writes.load(Ordering::Relaxed) - writes_before;
+    let acked = clock.acked.lock().unwrap();
+    let starts = clock.started.lock().unwrap();
+    let mut latencies: Vec<Duration> = starts
+        .iter()
+        .filter(|((_, g), _)| *g == generation)
+        .filter_map(|(key, start)| {
+            acked
+                .get(key)
+                .map(|ack| start.saturating_duration_since(*ack))
+        })
+        .collect();
+    latencies.sort();
+    println!(
+        "{name:>6}: {objects} objects, writes done in {:.2}s, converged in {:.2}s: \
+         {:.0} reconciles/s ({calls} reconciles, {writes} wrote status; {:.0} status-writing reconciles/s), \
+         write-to-reconcile-start p50 {:.2?} p99 {:.2?}",
+        written.as_secs_f64(),
+        elapsed.as_secs_f64(),
+        calls as f64 / elapsed.as_secs_f64(),
+        writes as f64 / elapsed.as_secs_f64(),
+        percentile(&latencies, 0.50),
+        percentile(&latencies, 0.99),
+    );
+}
+
+/// Queue every converged object again; done when each was reconciled once more.
+async fn resync(host: &Arc<Host>, reconciler: &Arc<StatusWriter>, objects: usize) {
+    let before = reconciler.calls.load(Ordering::Relaxed);
+    let writes_before = reconciler.writes.load(Ordering::Relaxed);
+    let started = Instant::now();
+    host.resync().await;
+    while reconciler.calls.load(Ordering::Relaxed) - before < objects as u64 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let elapsed = started.elapsed();
+    println!(
+        "{:>6}: {objects} converged objects reconciled again in {:.2}s: {:.0} reconciles/s ({} wrote)",
+        "resync",
+        elapsed.as_secs_f64(),
+        objects as f64 / elapsed.as_secs_f64(),
+        reconciler.writes.load(Ordering::Relaxed) - writes_before,
+    );
+}
+
+fn main() {
+    let mut args = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .filter_map(|a| a.parse::<usize>().ok());
+    let objects = args.next().unwrap_or(10_000);
+    let workers = args.next().unwrap_or(4);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let dir = tempfile::Builder::new()
+            .prefix("setpoint-loop-bench")
+            .tempdir_in(bench_dir())
+            .unwrap();
+        let backend = {
+            let path = dir.path().to_owned();
+            tokio::task::spawn_blocking(move || EmbeddedBackend::open(&path))
+                .await
+                .unwrap()
+                .unwrap()
+        };
+        let config = controller::Config {
+            workers,
+            queue: queue::Config {
+                qps: f64::INFINITY,
+                ..queue::Config::named("items")
+            },
+            resync: None,
+            ..Default::default()
+        };
+        let host = Arc::new(
+            Host::builder()
+                .backend(Arc::new(backend))
+                .controller(config)
+                .build()
+                .await
+                .unwrap(),
+        );
+        let clock = Arc::new(Clock::default());
+        let reconciler = Arc::new(StatusWriter {
+            manifest: Manifest {
+                name: "status-writer".into(),
+                version: "1.0.0".into(),
+                reconciles: KindRef::new("bench.setpoint.dev/v1", "Item"),
+                owns: vec![],
+                definitions: vec![definition()],
+                finalizer: None,
+            },
+            clock: clock.clone(),
+            calls: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+        });
+        host.add_reconciler(reconciler.clone()).await.unwrap();
+        println!(
+            "whole loop, embedded durable store in {}, {workers} workers, native status-writing reconciler, {} CPUs",
+            dir.path().display(),
+            std::thread::available_parallelism().map_or(0, |n| n.get())
+        );
+        phase("create", &host, &reconciler, &clock, objects, 1).await;
+        phase("update", &host, &reconciler, &clock, objects, 2).await;
+        resync(&host, &reconciler, objects).await;
+        host.shutdown().await;
+    });
+}

@@ -1,0 +1,283 @@
+//! Cost of a reconcile through a fresh Wasm instance, against the same
+//! reconcile logic compiled natively, and the time a plugin file takes from
+//! being written to reconciling.
+//!
+//! `cargo bench -p setpoint --bench plugin_call [-- SECONDS_PER_CASE]`
+//!
+//! - Reconcile throughput (1 thread) of the `replicaset` example plugin on a
+//!   ReplicaSet padded to 1 KiB and 16 KiB (annotations), through
+//!   `WasmPlugin` (fresh instance per call, pooling allocator) and through
+//!   the SDK's `wire::reconcile` natively. Both paths do the same host-side
+//!   work: the object is serialised to JSON once and the response's JSON is
+//!   parsed once; the reconciler parses the object once on either side.
+//! - Per-call overhead: the Wasm time per call minus the native time.
+//! - Reload latency: a host watches a plugins directory; each round writes a
+//!   new build of the `versioned` test plugin (a distinct custom section, so
+//!   it is compiled afresh) and measures until an object's status shows the
+//!   new version (median and p99, includes the watcher's debounce).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use setpoint::controller::{CacheView, Reconciler as _, Request};
+use setpoint::object::Object;
+use setpoint::runtime::{Runtime, RuntimeConfig};
+use setpoint_plugin_sdk::wire::{self, RawRequest};
+use setpoint_plugin_sdk::{DynamicObject, Error, Host, LogLevel, ObjectRef};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
+
+fn built_plugins() -> PathBuf {
+    let target = workspace().join("target").join("wasm");
+    let status = Command::new(env!("CARGO"))
+        .current_dir(workspace())
+        .args([
+            "build",
+            "--profile",
+            "plugin",
+            "--target",
+            "wasm32-wasip2",
+            "--target-dir",
+        ])
+        .arg(&target)
+        .args(["-p", "replicaset", "-p", "versioned", "-p", "versioned2"])
+        .status()
+        .expect("running cargo");
+    assert!(status.success(), "building the plugins failed");
+    target.join("wasm32-wasip2").join("plugin")
+}
+
+/// A ReplicaSet padded with annotations to about `size` bytes of JSON.
+fn replicaset(size: usize) -> Value {
+    let mut object = json!({
+        "apiVersion": "demo.setpoint.dev/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "web", "namespace": "default", "uid": "6f1c0d1e-0000-4000-8000-000000000001",
+            "resourceVersion": "42", "generation": 3, "annotations": {}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"image": "nginx", "startupDelayMs": 0}}},
+        "status": {"replicas": 1, "readyReplicas": 1, "observedGeneration": 3}
+    });
+    let mut i = 0;
+    while object.to_string().len() < size {
+        object["metadata"]["annotations"][format!("example.com/note-{i}")] = json!("x".repeat(96));
+        i += 1;
+    }
+    object
+}
+
+struct NoCache;
+
+impl CacheView for NoCache {
+    fn get(&self, _: &str, _: &str, _: Option<&str>, _: &str) -> Option<Arc<Object>> {
+        None
+    }
+    fn list(&self, _: &str, _: &str, _: Option<&str>, _: &str) -> Result<Vec<Arc<Object>>, String> {
+        Ok(vec![])
+    }
+}
+
+struct NoHost;
+
+impl Host for NoHost {
+    fn log(&self, _: LogLevel, _: &str) {}
+    fn get(&self, _: &ObjectRef) -> Result<Option<DynamicObject>, Error> {
+        Ok(None)
+    }
+    fn list(
+        &self,
+        _: &str,
+        _: &str,
+        _: Option<&str>,
+        _: &str,
+    ) -> Result<Vec<DynamicObject>, Error> {
+        Ok(vec![])
+    }
+}
+
+/// Calls per second of `f`, run for about `budget`.
+fn rate(budget: Duration, mut f: impl FnMut()) -> f64 {
+    for _ in 0..200 {
+        f();
+    }
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < budget {
+        for _ in 0..50 {
+            f();
+        }
+        n += 50;
+    }
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+fn native_call(request: &Request) {
+    // Same host-side work as the Wasm path: serialise the object once,
+    // parse the response's JSON once.
+    let raw = RawRequest {
+        object: request.object.to_string(),
+        owned: request.owned.iter().map(|o| o.to_string()).collect(),
+        finalizing: request.finalizing,
+        now_unix_ms: request.now_unix_ms,
+    };
+    let response = wire::reconcile(&replicaset::ReplicaSetReconciler, raw, NoHost).unwrap();
+    for child in response.children.iter().flatten() {
+        std::hint::black_box(serde_json::from_str::<Value>(child).unwrap());
+    }
+    if let Some(status) = &response.status {
+        std::hint::black_box(serde_json::from_str::<Value>(status).unwrap());
+    }
+}
+
+/// Append a custom section, so the bytes (and the content hash) differ but
+/// the component is the same.
+fn with_custom_section(mut bytes: Vec<u8>, tag: u32) -> Vec<u8> {
+    let name = b"setpoint-bench";
+    let payload = tag.to_le_bytes();
+    let size = 1 + name.len() + payload.len();
+    bytes.push(0);
+    bytes.push(size as u8);
+    bytes.push(name.len() as u8);
+    bytes.extend_from_slice(name);
+    bytes.extend_from_slice(&payload);
+    bytes
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+async fn reload_latency(plugins: &Path, rounds: u32) -> Vec<Duration> {
+    let dir = tempfile::tempdir().unwrap();
+    let builds = [
+        (
+            std::fs::read(plugins.join("versioned.wasm")).unwrap(),
+            "1.0.0",
+        ),
+        (
+            std::fs::read(plugins.join("versioned2.wasm")).unwrap(),
+            "2.0.0",
+        ),
+    ];
+    std::fs::write(dir.path().join("versioned.wasm"), &builds[0].0).unwrap();
+    let host = setpoint::Host::builder()
+        .plugins_dir(dir.path())
+        .build()
+        .await
+        .unwrap();
+    let api = host.api().clone();
+    let kind = api
+        .kinds()
+        .require("test.setpoint.dev/v1", "Versioned")
+        .unwrap();
+    api.create(
+        &kind,
+        json!({"apiVersion": "test.setpoint.dev/v1", "kind": "Versioned",
+            "metadata": {"name": "probe", "namespace": "default"}, "spec": {"n": 1}}),
+    )
+    .await
+    .unwrap();
+    let version_of = |object: &Value| {
+        object["status"]["version"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    let mut latencies = Vec::new();
+    for round in 1..=rounds {
+        let (bytes, version) = &builds[round as usize % 2];
+        let bytes = with_custom_section(bytes.clone(), round);
+        let tmp = dir.path().join(".versioned.wasm.tmp");
+        std::fs::write(&tmp, &bytes).unwrap();
+        let start = Instant::now();
+        std::fs::rename(&tmp, dir.path().join("versioned.wasm")).unwrap();
+        loop {
+            let object = api.get(&kind, Some("default"), "probe").await.unwrap();
+            if version_of(&object) == *version {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "reload {round} never applied"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        latencies.push(start.elapsed());
+    }
+    host.shutdown().await;
+    latencies
+}
+
+fn main() {
+    let seconds: f64 = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(3.0);
+    let budget = Duration::from_secs_f64(seconds);
+    let plugins = built_plugins();
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let bytes = std::fs::read(plugins.join("replicaset.wasm")).unwrap();
+    let plugin = runtime.load(&bytes, None).unwrap();
+    let cache: Arc<dyn CacheView> = Arc::new(NoCache);
+
+    println!("plugin_call: replicaset reconcile, 1 thread, {seconds} s per case");
+    println!(
+        "| object | native calls/s | wasm calls/s | ratio | native µs/call | wasm µs/call | overhead µs/call |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for size in [1024, 16 * 1024] {
+        let object = replicaset(size);
+        let actual = object.to_string().len();
+        let request = Request {
+            object: Arc::new(object),
+            owned: vec![],
+            finalizing: false,
+            now_unix_ms: 1_700_000_000_000,
+        };
+        // Interleave to share any machine noise evenly.
+        let mut native = Vec::new();
+        let mut wasm = Vec::new();
+        for _ in 0..3 {
+            native.push(rate(budget / 3, || native_call(&request)));
+            wasm.push(rate(budget / 3, || {
+                std::hint::black_box(plugin.reconcile(&request, &cache).unwrap());
+            }));
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (native, wasm) = (median(&mut native), median(&mut wasm));
+        println!(
+            "| {:.1} KiB | {native:.0} | {wasm:.0} | {:.2}x | {:.1} | {:.1} | {:.1} |",
+            actual as f64 / 1024.0,
+            native / wasm,
+            1e6 / native,
+            1e6 / wasm,
+            1e6 / wasm - 1e6 / native
+        );
+    }
+
+    let rounds = 40;
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut latencies = tokio.block_on(reload_latency(&plugins, rounds));
+    latencies.sort();
+    println!(
+        "reload: file written -> new version reconciling, {rounds} rounds (debounce {:?}): median {:.0} ms, p99 {:.0} ms",
+        setpoint::plugins::watch::DEBOUNCE,
+        percentile(&latencies, 0.5).as_secs_f64() * 1e3,
+        percentile(&latencies, 0.99).as_secs_f64() * 1e3,
+    );
+}

@@ -1,0 +1,302 @@
+//! `setpoint new-plugin NAME`: write a plugin crate from the SDK's template
+//! that builds to a component and reconciles out of the box, with a native
+//! unit test. Owns the template; does not build anything.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+
+/// Where the generated crate finds the SDK.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SdkSource {
+    /// A path dependency on a Setpoint checkout's `plugin-sdk` directory.
+    Path(PathBuf),
+    /// A version requirement, for when the SDK comes from a registry.
+    Version(String),
+}
+
+impl SdkSource {
+    /// The SDK to use for a crate created in `target`: `explicit` if given;
+    /// else the `plugin-sdk` of an enclosing Setpoint checkout; else the SDK
+    /// this binary was built from, if it is still there; else the registry
+    /// version matching this binary.
+    pub fn detect(explicit: Option<PathBuf>, target: &Path) -> Self {
+        if let Some(path) = explicit {
+            return Self::Path(path);
+        }
+        let absolute = std::path::absolute(target).unwrap_or_else(|_| target.to_owned());
+        for dir in absolute.ancestors() {
+            let sdk = dir.join("plugin-sdk");
+            if sdk.join("Cargo.toml").is_file() && dir.join("wit").is_dir() {
+                return Self::Path(sdk);
+            }
+        }
+        let built_from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugin-sdk");
+        if built_from.join("Cargo.toml").is_file() {
+            return Self::Path(std::fs::canonicalize(&built_from).unwrap_or(built_from));
+        }
+        Self::Version(env!("CARGO_PKG_VERSION").to_owned())
+    }
+
+    fn dependency(&self) -> String {
+        match self {
+            Self::Path(path) => format!("{{ path = {:?} }}", path.display().to_string()),
+            Self::Version(version) => format!("{version:?}"),
+        }
+    }
+}
+
+/// `my-thing` → `MyThing`.
+fn kind_name(name: &str) -> String {
+    name.split(['-', '_'])
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let mut chars = p.chars();
+            chars
+                .next()
+                .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// Check a plugin name: lowercase ASCII letters, digits and `-`, starting
+/// with a letter (it becomes the crate, the plugin and the kind's name).
+pub fn validate_name(name: &str) -> anyhow::Result<()> {
+    let ok = name.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.ends_with('-');
+    if !ok {
+        bail!(
+            "plugin name {name:?} must be lowercase letters, digits and '-', starting with a letter"
+        );
+    }
+    Ok(())
+}
+
+/// Write the crate `dir/NAME` and return its path. Refuses to overwrite an
+/// existing directory.
+pub fn generate(name: &str, dir: &Path, sdk: &SdkSource) -> anyhow::Result<PathBuf> {
+    validate_name(name)?;
+    let root = dir.join(name);
+    if root.exists() {
+        bail!("{} already exists", root.display());
+    }
+    let kind = kind_name(name);
+    let files = [
+        ("Cargo.toml", cargo_toml(name, sdk)),
+        ("rust-toolchain.toml", TOOLCHAIN.to_owned()),
+        ("src/lib.rs", lib_rs(name, &kind)),
+        ("example.yaml", example_yaml(&kind)),
+        (".gitignore", "/target\n".to_owned()),
+    ];
+    for (path, text) in files {
+        let path = root.join(path);
+        std::fs::create_dir_all(path.parent().expect("has a parent"))
+            .with_context(|| format!("creating {}", root.display()))?;
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(root)
+}
+
+const TOOLCHAIN: &str = r#"[toolchain]
+channel = "1.95.0"
+components = ["rustfmt", "clippy"]
+targets = ["wasm32-wasip2"]
+profile = "minimal"
+"#;
+
+fn cargo_toml(name: &str, sdk: &SdkSource) -> String {
+    format!(
+        r#"[package]
+name = "{name}"
+version = "0.1.0"
+edition = "2024"
+publish = false
+
+# Its own workspace, even when created inside another one.
+[workspace]
+
+[lib]
+# cdylib: the Wasm component the host loads; rlib: native unit tests.
+crate-type = ["cdylib", "rlib"]
+
+[dependencies]
+setpoint-plugin-sdk = {sdk}
+serde = {{ version = "1", features = ["derive"] }}
+
+# Small components compile and instantiate faster.
+[profile.release]
+opt-level = "s"
+lto = true
+codegen-units = 1
+strip = true
+"#,
+        sdk = sdk.dependency()
+    )
+}
+
+fn example_yaml(kind: &str) -> String {
+    format!(
+        r#"apiVersion: example.setpoint.dev/v1
+kind: {kind}
+metadata:
+  name: hello
+  namespace: default
+spec:
+  greeting: Hello, world!
+"#
+    )
+}
+
+fn lib_rs(name: &str, kind: &str) -> String {
+    let lower = kind.to_lowercase();
+    TEMPLATE
+        .replace("__NAME__", name)
+        .replace("__KIND__", kind)
+        .replace("__LOWER__", &lower)
+}
+
+const TEMPLATE: &str = r##"//! `__NAME__`: a Setpoint plugin that reconciles `__KIND__` objects.
+//!
+//! Build the component with `cargo build --release --target wasm32-wasip2`
+//! and copy `target/wasm32-wasip2/release/<crate>.wasm` into the host's
+//! plugins directory; `cargo test` runs the reconcile natively.
+
+use serde::{Deserialize, Serialize};
+use setpoint_plugin_sdk::{
+    Condition, ConditionStatus, Ctx, Error, Event, KindRef, Manifest, Object, Reconciler,
+    Response, export_reconciler, set_condition,
+};
+
+/// What a user asks for.
+#[derive(Debug, Default, Deserialize)]
+pub struct __KIND__Spec {
+    /// The greeting to publish.
+    #[serde(default)]
+    pub greeting: String,
+}
+
+/// What the plugin reports.
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct __KIND__Status {
+    /// The greeting last published.
+    #[serde(default)]
+    pub published: String,
+    /// Standard conditions (`Ready`).
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
+/// The kind's definition, registered by the host when the plugin loads.
+const CRD: &str = r#"{
+  "apiVersion": "apiextensions.k8s.io/v1",
+  "kind": "CustomResourceDefinition",
+  "metadata": {"name": "__LOWER__s.example.setpoint.dev"},
+  "spec": {
+    "group": "example.setpoint.dev",
+    "scope": "Namespaced",
+    "names": {"kind": "__KIND__", "plural": "__LOWER__s", "singular": "__LOWER__", "listKind": "__KIND__List"},
+    "versions": [{"name": "v1", "served": true, "storage": true,
+      "subresources": {"status": {}},
+      "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+  }
+}"#;
+
+/// The reconciler. Keep it stateless: each call runs in a fresh instance.
+#[derive(Debug, Default)]
+pub struct __KIND__Reconciler;
+
+impl Reconciler for __KIND__Reconciler {
+    type Spec = __KIND__Spec;
+    type Status = __KIND__Status;
+
+    fn manifest(&self) -> Manifest {
+        Manifest::new(
+            "__NAME__",
+            env!("CARGO_PKG_VERSION"),
+            KindRef::new("example.setpoint.dev/v1", "__KIND__"),
+        )
+        .definition_json(CRD)
+    }
+
+    fn reconcile(
+        &self,
+        object: &Object<__KIND__Spec, __KIND__Status>,
+        ctx: &Ctx,
+    ) -> Result<Response<__KIND__Status>, Error> {
+        if object.spec.greeting.is_empty() {
+            return Err(Error::permanent("spec.greeting must not be empty"));
+        }
+        let mut status = object.status.clone();
+        let mut response = Response::new();
+        if status.published != object.spec.greeting {
+            ctx.info(format!("publishing {:?}", object.spec.greeting));
+            response = response.event(Event::normal("Published", &object.spec.greeting));
+            status.published = object.spec.greeting.clone();
+        }
+        let ready = Condition::new("Ready", ConditionStatus::True, "Published", "greeting published")
+            .with_observed_generation(object.metadata.generation);
+        set_condition(&mut status.conditions, ready, ctx.now());
+        Ok(response.status(status))
+    }
+}
+
+export_reconciler!(__KIND__Reconciler);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use setpoint_plugin_sdk::testing::FakeCtx;
+
+    fn object(greeting: &str) -> Object<__KIND__Spec, __KIND__Status> {
+        Object::from_value(setpoint_plugin_sdk::serde_json::json!({
+            "apiVersion": "example.setpoint.dev/v1", "kind": "__KIND__",
+            "metadata": {"name": "hello", "namespace": "default", "generation": 1},
+            "spec": {"greeting": greeting},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_new_greeting_is_published_and_ready() {
+        let response = __KIND__Reconciler
+            .reconcile(&object("Hello"), &FakeCtx::new())
+            .unwrap();
+        let status = response.status.unwrap();
+        assert_eq!(status.published, "Hello");
+        assert!(status.conditions.iter().any(|c| c.type_ == "Ready" && c.is_true()));
+        assert_eq!(response.events.len(), 1);
+    }
+
+    #[test]
+    fn an_empty_greeting_is_a_permanent_error() {
+        let err = __KIND__Reconciler
+            .reconcile(&object(""), &FakeCtx::new())
+            .unwrap_err();
+        assert!(err.is_permanent());
+    }
+}
+"##;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_become_kinds_in_upper_camel_case() {
+        assert_eq!(kind_name("web-app"), "WebApp");
+        assert_eq!(kind_name("cron"), "Cron");
+    }
+
+    #[test]
+    fn names_that_cannot_be_crates_and_kinds_are_refused() {
+        for bad in ["", "Web", "1app", "web_app", "web-", "we b"] {
+            assert!(validate_name(bad).is_err(), "{bad:?}");
+        }
+        validate_name("web-app2").unwrap();
+    }
+}

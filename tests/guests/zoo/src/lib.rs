@@ -1,0 +1,158 @@
+//! `zoo`: a test plugin that misbehaves on purpose, one way per object.
+//! `spec.fault` picks how: `spin` loops forever, `membomb` allocates without
+//! end, `panic` panics, `badstatus` returns a status that is not an object,
+//! `oversized` returns a status over the host's response cap, `undeclared`
+//! writes a child of a kind it did not declare, `crossns` writes a child in
+//! another namespace, `escape` tries to read a file and open a socket, `clock`
+//! reports what its clocks say across busy work, `log`
+//! logs through the `log` import and stdout; anything else succeeds.
+
+use serde::Deserialize;
+use setpoint_plugin_sdk::serde_json::{Value, json};
+use setpoint_plugin_sdk::{
+    Ctx, DynamicObject, Error, KindRef, Manifest, Object, Reconciler, Response, export_reconciler,
+};
+
+/// The Zoo spec.
+#[derive(Debug, Deserialize)]
+pub struct ZooSpec {
+    /// Which fault to commit.
+    #[serde(default)]
+    pub fault: String,
+}
+
+const CRD: &str = r#"{
+  "apiVersion": "apiextensions.k8s.io/v1",
+  "kind": "CustomResourceDefinition",
+  "metadata": {"name": "zoos.test.setpoint.dev"},
+  "spec": {
+    "group": "test.setpoint.dev",
+    "scope": "Namespaced",
+    "names": {"kind": "Zoo", "plural": "zoos", "singular": "zoo", "listKind": "ZooList"},
+    "versions": [{"name": "v1", "served": true, "storage": true,
+      "subresources": {"status": {}},
+      "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+  }
+}"#;
+
+const CHILD_CRD: &str = r#"{
+  "apiVersion": "apiextensions.k8s.io/v1",
+  "kind": "CustomResourceDefinition",
+  "metadata": {"name": "zoochildren.test.setpoint.dev"},
+  "spec": {
+    "group": "test.setpoint.dev",
+    "scope": "Namespaced",
+    "names": {"kind": "ZooChild", "plural": "zoochildren", "singular": "zoochild", "listKind": "ZooChildList"},
+    "versions": [{"name": "v1", "served": true, "storage": true,
+      "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+  }
+}"#;
+
+/// The reconciler.
+#[derive(Debug, Default)]
+pub struct Zoo;
+
+impl Reconciler for Zoo {
+    type Spec = ZooSpec;
+    type Status = Value;
+
+    fn manifest(&self) -> Manifest {
+        Manifest::new(
+            "zoo",
+            env!("CARGO_PKG_VERSION"),
+            KindRef::new("test.setpoint.dev/v1", "Zoo"),
+        )
+        .owns(KindRef::new("test.setpoint.dev/v1", "ZooChild"))
+        .definition_json(CRD)
+        .definition_json(CHILD_CRD)
+    }
+
+    fn reconcile(
+        &self,
+        object: &Object<ZooSpec, Value>,
+        ctx: &Ctx,
+    ) -> Result<Response<Value>, Error> {
+        match object.spec.fault.as_str() {
+            "spin" => {
+                let mut n: u64 = 0;
+                loop {
+                    n = std::hint::black_box(n.wrapping_add(1));
+                }
+            }
+            "membomb" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 1 << 20]);
+                    std::hint::black_box(&hoard);
+                }
+            }
+            "panic" => panic!("zoo panicked on purpose in {}", object.name()),
+            "badstatus" => Ok(Response::new().status(json!("not an object"))),
+            "oversized" => Ok(Response::new().status(json!({"blob": "x".repeat(1 << 20)}))),
+            "undeclared" => {
+                Ok(Response::new().children(vec![child("v1", "ConfigMap", object.name(), None)?]))
+            }
+            "crossns" => Ok(Response::new().children(vec![child(
+                "test.setpoint.dev/v1",
+                "ZooChild",
+                object.name(),
+                Some("elsewhere"),
+            )?])),
+            "escape" => {
+                let file = std::fs::read("/etc/passwd")
+                    .map(|b| format!("read {} bytes", b.len()))
+                    .unwrap_or_else(|e| format!("file: {e}"));
+                let socket = std::net::TcpStream::connect("127.0.0.1:80")
+                    .map(|_| "connected".to_owned())
+                    .unwrap_or_else(|e| format!("socket: {e}"));
+                let env = std::env::vars().count();
+                Err(Error::permanent(format!(
+                    "escape attempt: {file}; {socket}; {env} environment variables"
+                )))
+            }
+            "clock" => {
+                let start = std::time::Instant::now();
+                let mut n: u64 = 0;
+                for i in 0..5_000_000u64 {
+                    n = std::hint::black_box(n.wrapping_add(i));
+                }
+                let elapsed_ns = start.elapsed().as_nanos() as u64;
+                let wall_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_millis() as u64)
+                    .unwrap_or(0);
+                Ok(Response::new().status(json!({
+                    "elapsedNs": elapsed_ns,
+                    "wallMs": wall_ms,
+                    "requestMs": ctx.now().unix_ms(),
+                })))
+            }
+            "log" => {
+                ctx.info(format!("zoo log import for {}", object.name()));
+                println!("zoo stdout for {}", object.name());
+                Ok(Response::new().status(json!({"logged": true})))
+            }
+            _ => Ok(Response::new().status(json!({"fine": true}))),
+        }
+    }
+}
+
+fn child(
+    api_version: &str,
+    kind: &str,
+    name: &str,
+    namespace: Option<&str>,
+) -> Result<DynamicObject, Error> {
+    let mut metadata = json!({"name": name});
+    if let Some(ns) = namespace {
+        metadata["namespace"] = json!(ns);
+    }
+    DynamicObject::from_value(json!({
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": metadata,
+        "data": {"a": "b"},
+    }))
+}
+
+export_reconciler!(Zoo);
