@@ -33,3 +33,27 @@ ensure_apt() {
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 }
+
+# ensure_kubectl : a real kubectl for tests/kubectl.rs. Installs Debian's
+# kubernetes-client; when another package owns /usr/bin/kubectl (the gcloud
+# SDK's dispatcher), unpacks the same package into
+# target/tools/kubernetes-client instead, where the tests look for it.
+ensure_kubectl() {
+  dpkg-query -W -f='${Status}' kubernetes-client 2>/dev/null | grep -q "ok installed" && return 0
+  if [ ! -e /usr/bin/kubectl ]; then
+    ensure_apt kubernetes-client
+    return 0
+  fi
+  local dir=target/tools/kubernetes-client
+  [ -x "$dir/usr/bin/kubectl" ] && return 0
+  echo "==> unpacking Debian's kubernetes-client into $dir (/usr/bin/kubectl belongs to another package)"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  local tmp
+  tmp=$(mktemp -d)
+  (cd "$tmp" && apt-get download -qq kubernetes-client)
+  mkdir -p "$dir"
+  dpkg-deb -x "$tmp"/kubernetes-client_*.deb "$dir"
+  rm -rf "$tmp"
+}

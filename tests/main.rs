@@ -4,6 +4,8 @@
 
 mod support;
 
+/// The HTTP API's gate: 401/403/429/413, binding, tokens and kubeconfig.
+mod api_http;
 /// The `setpoint` binary: serve, apply, get, delete, and bad input.
 mod cli;
 /// Controller runtime fidelity: rollouts, stacks, finalizers, GC, coalescing,
@@ -15,6 +17,10 @@ mod crash;
 mod embedding;
 /// The host on a real etcd.
 mod etcd;
+/// The Rust `kube` crate against a running host.
+mod kube_client;
+/// A real kubectl against a running host.
+mod kubectl;
 /// `setpoint new-plugin` and `setpoint plugins`.
 mod new_plugin;
 /// Hot reload of the plugins directory.

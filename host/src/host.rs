@@ -329,6 +329,18 @@ impl Host {
             .map(Controller::stats)
     }
 
+    /// A snapshot of each running reconciler's workqueue metrics, by
+    /// reconciler name (for `/metrics`).
+    pub async fn queue_metrics(&self) -> Vec<(String, crate::queue::MetricsSnapshot)> {
+        self.shared
+            .controllers
+            .lock()
+            .await
+            .iter()
+            .map(|(name, c)| (name.clone(), c.queue().metrics()))
+            .collect()
+    }
+
     /// Names of the running reconcilers.
     pub async fn reconcilers(&self) -> Vec<String> {
         self.shared

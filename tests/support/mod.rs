@@ -85,9 +85,16 @@ pub struct TestHost {
 impl TestHost {
     /// Start a host with the named plugins, every one of which must load.
     pub async fn start(plugins: &[&str]) -> Self {
-        let host = Self::start_in(
+        Self::start_with(plugins, setpoint::server::Config::default()).await
+    }
+
+    /// Start a host with the named plugins, every one of which must load,
+    /// its API behind the gate `config` (tokens, rate limits, body limit).
+    pub async fn start_with(plugins: &[&str], config: setpoint::server::Config) -> Self {
+        let host = Self::start_in_with(
             plugins_dir(plugins),
             setpoint::runtime::RuntimeConfig::default(),
+            config,
         )
         .await;
         for plugin in host.host.plugins().await {
@@ -107,6 +114,15 @@ impl TestHost {
         dir: tempfile::TempDir,
         runtime: setpoint::runtime::RuntimeConfig,
     ) -> Self {
+        Self::start_in_with(dir, runtime, setpoint::server::Config::default()).await
+    }
+
+    /// [`TestHost::start_in`] with the API behind the gate `config`.
+    pub async fn start_in_with(
+        dir: tempfile::TempDir,
+        runtime: setpoint::runtime::RuntimeConfig,
+        config: setpoint::server::Config,
+    ) -> Self {
         let controller = setpoint::controller::Config {
             workers: 2,
             ..Default::default()
@@ -125,7 +141,8 @@ impl TestHost {
             .unwrap();
         let addr = listener.local_addr().unwrap();
         let server = tokio::spawn(
-            setpoint::server::serve(listener, host.clone(), std::future::pending()).map_unit(),
+            setpoint::server::serve_with(listener, host.clone(), config, std::future::pending())
+                .map_unit(),
         );
         Self {
             host,

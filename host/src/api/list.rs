@@ -68,9 +68,24 @@ impl FieldSelector {
                 )));
             };
             let field = field.trim();
-            if !matches!(field, "metadata.name" | "metadata.namespace") {
+            // Besides name and namespace, the fields `kubectl describe`
+            // selects events by (they exist on core Events only).
+            if !matches!(
+                field,
+                "metadata.name"
+                    | "metadata.namespace"
+                    | "involvedObject.name"
+                    | "involvedObject.namespace"
+                    | "involvedObject.uid"
+                    | "involvedObject.kind"
+                    | "involvedObject.apiVersion"
+                    | "involvedObject.resourceVersion"
+                    | "involvedObject.fieldPath"
+                    | "reason"
+                    | "type"
+            ) {
                 return Err(Error::BadRequest(format!(
-                    "field selector {field:?} is not supported (use metadata.name or metadata.namespace)"
+                    "field selector {field:?} is not supported (use metadata.name, metadata.namespace, or involvedObject.*, reason, type on events)"
                 )));
             }
             reqs.push((field.to_owned(), equal, value.trim().to_owned()));
@@ -80,10 +95,14 @@ impl FieldSelector {
 
     fn matches(&self, object: &Object) -> bool {
         self.0.iter().all(|(field, equal, value)| {
-            let actual = if field == "metadata.name" {
-                meta::name(object)
-            } else {
-                meta::namespace(object).unwrap_or("")
+            let actual = match field.as_str() {
+                "metadata.name" => meta::name(object),
+                "metadata.namespace" => meta::namespace(object).unwrap_or(""),
+                other => other
+                    .split('.')
+                    .try_fold(object, |v, key| v.get(key))
+                    .and_then(Value::as_str)
+                    .unwrap_or(""),
             };
             (actual == value) == *equal
         })
@@ -200,7 +219,7 @@ mod tests {
     }
 
     #[test]
-    fn field_selectors_support_name_and_namespace_only() {
+    fn field_selectors_support_name_namespace_and_event_fields_only() {
         let obj = json!({"metadata": {"name": "a", "namespace": "ns"}});
         assert!(
             FieldSelector::parse("metadata.name=a")
@@ -218,5 +237,17 @@ mod tests {
                 .matches(&obj)
         );
         assert!(FieldSelector::parse("spec.x=1").is_err());
+        let event =
+            json!({"metadata": {"name": "e"}, "involvedObject": {"name": "a", "kind": "Pod"}});
+        assert!(
+            FieldSelector::parse("involvedObject.name=a,involvedObject.kind=Pod")
+                .unwrap()
+                .matches(&event)
+        );
+        assert!(
+            !FieldSelector::parse("involvedObject.name=b")
+                .unwrap()
+                .matches(&event)
+        );
     }
 }

@@ -83,6 +83,22 @@ impl Client {
         })
     }
 
+    /// Send `token` as a bearer token with every request.
+    pub fn with_token(mut self, token: Option<&str>) -> anyhow::Result<Self> {
+        if let Some(token) = token {
+            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+                .context("the token is not a valid HTTP header value")?;
+            value.set_sensitive(true);
+            let mut headers = reqwest::header::HeaderMap::new();
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+            self.http = reqwest::Client::builder()
+                .default_headers(headers)
+                .build()
+                .context("building the HTTP client")?;
+        }
+        Ok(self)
+    }
+
     async fn send(&self, request: reqwest::RequestBuilder) -> anyhow::Result<(StatusCode, Value)> {
         let response = request.send().await.map_err(|e| {
             anyhow!(

@@ -49,6 +49,9 @@ pub struct ServerArgs {
     /// The host's API address.
     #[arg(long, env = "SETPOINT_SERVER", default_value = "http://127.0.0.1:8490")]
     pub server: String,
+    /// A bearer token, when the host was started with `--tokens`.
+    #[arg(long, env = "SETPOINT_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
 }
 
 /// A `setpoint` subcommand.
@@ -158,7 +161,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Apply { files, server } => block_on(async move {
-            let client = Client::new(&server.server)?;
+            let client = Client::new(&server.server)?.with_token(server.token.as_deref())?;
             let mut manifests = Vec::new();
             for file in &files {
                 manifests.extend(read_manifests(file)?);
@@ -177,7 +180,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             output,
             server,
         } => block_on(async move {
-            let client = Client::new(&server.server)?;
+            let client = Client::new(&server.server)?.with_token(server.token.as_deref())?;
             let resource = client.resolve(&kind).await?;
             let namespace = (!all_namespaces).then_some(namespace.as_str());
             let columns = if output == Format::Table {
@@ -207,7 +210,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
             server,
         } => block_on(async move {
-            let client = Client::new(&server.server)?;
+            let client = Client::new(&server.server)?.with_token(server.token.as_deref())?;
             let resource = client.resolve(&kind).await?;
             let namespace = (!all_namespaces).then_some(namespace.as_str());
             client
@@ -263,7 +266,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             namespace,
             server,
         } => block_on(async move {
-            let client = Client::new(&server.server)?;
+            let client = Client::new(&server.server)?.with_token(server.token.as_deref())?;
             let resource = client.resolve(&kind).await?;
             client.delete(&resource, Some(&namespace), &name).await?;
             println!(

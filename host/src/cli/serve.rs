@@ -1,20 +1,50 @@
-//! `setpoint serve`: run a host with its plugins and HTTP API until Ctrl-C.
+//! `setpoint serve`: run a host with its plugins and HTTP API until Ctrl-C,
+//! and print how to point kubectl at it.
+//!
+//! Without `--tokens` the API is open and binds loopback only. With
+//! `--tokens FILE` callers need a bearer token from that file (created with
+//! one administrator token when missing), any address may be used, and a
+//! kubeconfig carrying the first token is written beside the file.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
 
 use crate::Host;
+use crate::server::auth::Tokens;
 
 /// Arguments of `setpoint serve`.
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
-    /// Address of the HTTP API (loopback only).
+    /// Address of the HTTP API (loopback only unless `--tokens` is given).
     #[arg(long, default_value = super::DEFAULT_ADDR)]
     pub addr: SocketAddr,
+    /// Bearer tokens file (see docs/api.md); created with an administrator
+    /// token if missing. Required to listen on a non-loopback address.
+    #[arg(long)]
+    pub tokens: Option<PathBuf>,
+    /// Where to write a kubeconfig for the first token (default: beside the
+    /// tokens file).
+    #[arg(long, requires = "tokens")]
+    pub kubeconfig: Option<PathBuf>,
+    /// PEM certificate chain: serve HTTPS (rustls) instead of HTTP.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `--tls-cert`.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Requests (other than watches) handled at once; more are answered 429.
+    #[arg(long, default_value_t = 400)]
+    pub max_in_flight: usize,
+    /// Requests per second allowed per user (0: unlimited); more are answered 429.
+    #[arg(long, default_value_t = 0.0)]
+    pub rate_limit_qps: f64,
+    /// Burst allowed per user above `--rate-limit-qps`.
+    #[arg(long, default_value_t = 100)]
+    pub rate_limit_burst: u32,
     /// Directory of `*.wasm` reconcile plugins.
     #[arg(long, default_value = "plugins")]
     pub plugins: PathBuf,
@@ -59,10 +89,28 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
-        let listener = crate::server::bind_loopback(args.addr)
+        let tokens = match &args.tokens {
+            Some(path) => Some(Arc::new(load_or_generate_tokens(path)?)),
+            None => None,
+        };
+        let tls = match (&args.tls_cert, &args.tls_key) {
+            (Some(cert), Some(key)) => Some(crate::server::tls::load(cert, key)?),
+            _ => None,
+        };
+        let listener = crate::server::bind(args.addr, tokens.is_some())
             .await
             .with_context(|| format!("cannot listen on {}", args.addr))?;
         let addr = listener.local_addr()?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let config = crate::server::Config {
+            tokens: tokens.clone(),
+            max_in_flight: args.max_in_flight,
+            rate_limit: (args.rate_limit_qps > 0.0).then_some(crate::server::RateLimit {
+                qps: args.rate_limit_qps,
+                burst: args.rate_limit_burst.max(1),
+            }),
+            ..Default::default()
+        };
         let controller = crate::controller::Config { workers: args.workers, ..Default::default() };
         let (backend, store_description): (Arc<dyn crate::store::Backend>, String) = if args.in_memory {
             (Arc::new(crate::store::MemoryBackend::new()), "in-memory store".into())
@@ -112,14 +160,154 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }
         }
         let host = Arc::new(host);
-        eprintln!("Setpoint API listening on http://{addr} ({store_description}; plugins from {})", args.plugins.display());
-        eprintln!("Try: setpoint --server http://{addr} get replicasets");
+        eprintln!("Setpoint API listening on {scheme}://{addr} ({store_description}; plugins from {})", args.plugins.display());
+        print_instructions(&args, addr, tokens.as_deref())?;
         let shutdown = async {
             let _ = tokio::signal::ctrl_c().await;
         };
-        crate::server::serve(listener, host.clone(), shutdown).await.context("serving the API")?;
+        match tls {
+            Some(tls) => {
+                let listener = crate::server::tls::TlsListener::new(listener, tls)?;
+                crate::server::serve_tls(listener, host.clone(), config, shutdown).await
+            }
+            None => crate::server::serve_with(listener, host.clone(), config, shutdown).await,
+        }
+        .context("serving the API")?;
         eprintln!("shutting down: letting in-flight reconciles finish");
         host.shutdown().await;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Read the tokens file, or create it with one administrator token.
+fn load_or_generate_tokens(path: &Path) -> anyhow::Result<Tokens> {
+    if path.exists() {
+        return Ok(Tokens::load(path)?);
+    }
+    let tokens = Tokens::generate_admin();
+    tokens.save(path)?;
+    eprintln!(
+        "Generated {} with an administrator token (user \"admin\")",
+        path.display()
+    );
+    Ok(tokens)
+}
+
+/// A kubeconfig for `server`, authenticating with `token` if given and
+/// trusting `ca_pem` (the served certificate, for HTTPS) if given.
+pub fn kubeconfig(server: &str, token: Option<(&str, &str)>, ca_pem: Option<&[u8]>) -> String {
+    let ca_line = ca_pem
+        .map(|pem| format!("    certificate-authority-data: {}\n", base64(pem)))
+        .unwrap_or_default();
+    let (user, token_line) = match token {
+        Some((user, token)) => (user, format!("    token: {token}\n")),
+        None => ("anonymous", String::new()),
+    };
+    format!(
+        "apiVersion: v1\nkind: Config\n\
+         clusters:\n- name: setpoint\n  cluster:\n    server: {server}\n{ca_line}\
+         users:\n- name: {user}\n  user:\n{token_line}\
+         contexts:\n- name: setpoint\n  context:\n    cluster: setpoint\n    user: {user}\n    namespace: default\n\
+         current-context: setpoint\n"
+    )
+}
+
+/// Say how to reach the API: with tokens, write a kubeconfig for the first
+/// user and name it; without, the flags to use.
+fn print_instructions(
+    args: &ServeArgs,
+    addr: SocketAddr,
+    tokens: Option<&Tokens>,
+) -> anyhow::Result<()> {
+    let shown = if addr.ip().is_unspecified() {
+        SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), addr.port())
+    } else {
+        addr
+    };
+    let scheme = if args.tls_cert.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let server = format!("{scheme}://{shown}");
+    match (tokens.and_then(|t| t.users.first()), &args.tokens) {
+        (Some(user), Some(tokens_path)) => {
+            let path = args
+                .kubeconfig
+                .clone()
+                .unwrap_or_else(|| tokens_path.with_file_name("kubeconfig"));
+            let ca = match &args.tls_cert {
+                Some(cert) => Some(
+                    std::fs::read(cert).with_context(|| format!("reading {}", cert.display()))?,
+                ),
+                None => None,
+            };
+            let text = kubeconfig(&server, Some((&user.name, &user.token)), ca.as_deref());
+            crate::server::auth::write_private(&path, &text)
+                .with_context(|| format!("writing {}", path.display()))?;
+            let path = std::path::absolute(&path).unwrap_or(path);
+            eprintln!("Point kubectl at it (as user {:?}):", user.name);
+            eprintln!("  export KUBECONFIG={}", path.display());
+            eprintln!("  kubectl get crds");
+            eprintln!(
+                "Or: setpoint --server {server} --token <token from {}> get replicasets",
+                tokens_path.display()
+            );
+        }
+        _ => {
+            let ca = args
+                .tls_cert
+                .as_ref()
+                .map(|c| format!(" --certificate-authority {}", c.display()))
+                .unwrap_or_default();
+            eprintln!("Point kubectl at it:  kubectl --server {server}{ca} get crds");
+            eprintln!("Or:                   setpoint --server {server} get replicasets");
+        }
+    }
+    Ok(())
+}
+
+/// Standard base64 with padding (for kubeconfig `*-data` fields).
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_the_standard_alphabet_with_padding() {
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        assert_eq!(base64(b"foobar"), "Zm9vYmFy");
+    }
+
+    #[test]
+    fn a_kubeconfig_carries_server_token_and_certificate_authority() {
+        let text = kubeconfig("https://127.0.0.1:1", Some(("admin", "tok")), Some(b"foo"));
+        assert!(text.contains("server: https://127.0.0.1:1"));
+        assert!(text.contains("token: tok"));
+        assert!(text.contains("certificate-authority-data: Zm9v"));
+        assert!(text.contains("current-context: setpoint"));
+    }
 }

@@ -1,12 +1,20 @@
 //! The HTTP API, following Kubernetes' REST conventions for custom
 //! resources: discovery under `/api` and `/apis`, collection and item paths
 //! per kind (namespaced or cluster-scoped), the `status` sub-resource, and
-//! `Status` error bodies.
+//! `Status` error bodies. Every request first passes the gate in
+//! [`guard`]: bearer tokens ([`auth`]), rate limits, the in-flight bound and
+//! the body size limit.
 
+pub mod auth;
 mod discovery;
+pub mod guard;
 mod host_info;
+mod metrics;
 mod objects;
+mod openapi;
 mod status;
+mod table;
+pub mod tls;
 mod watch;
 
 use std::net::SocketAddr;
@@ -18,20 +26,37 @@ use axum::routing::get;
 
 use crate::Host;
 
+pub use guard::{Config, RateLimit};
 pub use status::status_body;
 
 /// The largest request body accepted (a little over the object size limit).
 pub const MAX_BODY_BYTES: usize = 3 << 20;
 
-/// Build the router for a host.
+/// Build the router for a host, open to every caller (loopback use).
 pub fn router(host: Arc<Host>) -> Router {
+    router_with(host, Config::default())
+}
+
+/// Build the router for a host behind the gate configured by `config`.
+pub fn router_with(host: Arc<Host>, config: Config) -> Router {
+    let max_body = config.max_body_bytes;
+    let guard = guard::Guard::new(config);
+    let requests = guard.metrics.clone();
+    let metrics_host = host.clone();
     Router::new()
+        .route(
+            "/metrics",
+            get(move || metrics::metrics(metrics_host.clone(), requests.clone())),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(|| async { "ok" }))
         .route("/livez", get(|| async { "ok" }))
         .route("/version", get(discovery::version))
         .route("/setpoint/v1/plugins", get(host_info::plugins))
         .route("/setpoint/v1/history", get(host_info::history))
+        .route("/openapi/v2", get(openapi::v2))
+        .route("/openapi/v3", get(openapi::v3_index))
+        .route("/openapi/v3/{*rest}", get(openapi::v3_group_version))
         .route("/api", get(discovery::core_versions))
         .route("/api/v1", get(discovery::core_resources))
         .route("/apis", get(discovery::groups))
@@ -41,7 +66,15 @@ pub fn router(host: Arc<Host>) -> Router {
             "/apis/{group}/{version}/{*rest}",
             axum::routing::any(objects::grouped),
         )
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .fallback(|| async {
+            status::error_response(
+                axum::http::StatusCode::NOT_FOUND,
+                "NotFound",
+                "the server could not find the requested resource",
+            )
+        })
+        .layer(DefaultBodyLimit::max(max_body))
+        .layer(axum::middleware::from_fn_with_state(guard, guard::check))
         .with_state(host)
 }
 
@@ -51,19 +84,56 @@ pub async fn serve(
     host: Arc<Host>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(host))
+    serve_with(listener, host, Config::default(), shutdown).await
+}
+
+/// Serve the API behind the gate configured by `config` on `listener`
+/// until `shutdown` resolves.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    host: Arc<Host>,
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router_with(host, config))
         .with_graceful_shutdown(shutdown)
         .await
 }
 
-/// Bind a listener, refusing anything but loopback: the API has no
-/// authentication yet, so it must not be reachable from other machines.
+/// Serve the API over TLS (see [`tls`]) behind the gate configured by
+/// `config` until `shutdown` resolves.
+pub async fn serve_tls(
+    listener: tls::TlsListener,
+    host: Arc<Host>,
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router_with(host, config))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Bind a listener: any address when the API authenticates its callers,
+/// loopback only when it does not (see [`bind_loopback`]).
+pub async fn bind(
+    addr: SocketAddr,
+    authenticated: bool,
+) -> std::io::Result<tokio::net::TcpListener> {
+    if authenticated {
+        tokio::net::TcpListener::bind(addr).await
+    } else {
+        bind_loopback(addr).await
+    }
+}
+
+/// Bind a listener, refusing anything but loopback: without authentication
+/// the API must not be reachable from other machines.
 pub async fn bind_loopback(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     if !addr.ip().is_loopback() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
             format!(
-                "refusing to listen on {addr}: without authentication the API only binds to loopback (127.0.0.1 or ::1)"
+                "refusing to listen on {addr}: without authentication the API only binds to loopback (127.0.0.1 or ::1); give a tokens file (--tokens) to listen elsewhere"
             ),
         ));
     }

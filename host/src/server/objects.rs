@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
 use super::status::{ApiError, error_response};
+use super::table;
 use crate::Host;
 use crate::api::{DeleteOptions, Error, ListOptions, Propagation};
 use crate::object::patch::JsonPatch;
@@ -134,15 +135,27 @@ async fn handle(
                 target.kind.clone(),
                 target.namespace.clone(),
                 &query,
+                table::requested(&headers, &query),
             )
             .await;
         }
-        (&Method::GET, None) => list(&host, &target, &query).await,
+        (&Method::GET, None) => list(&host, &target, &query, &headers).await,
         (&Method::GET, Some(name)) => host
             .api()
             .get(&target.kind, target.namespace.as_deref(), name)
             .await
-            .map(|o| (StatusCode::OK, o)),
+            .map(|o| match table::requested(&headers, &query) {
+                Some(include) => (
+                    StatusCode::OK,
+                    table::table(
+                        &target.kind,
+                        std::slice::from_ref(&o),
+                        serde_json::json!({"resourceVersion": meta::resource_version(&o)}),
+                        include,
+                    ),
+                ),
+                None => (StatusCode::OK, o),
+            }),
         (&Method::POST, None) => match parse_body(&body) {
             Ok(object) => create(&host, &target, object).await,
             Err(r) => return *r,
@@ -191,6 +204,7 @@ async fn list(
     host: &Host,
     target: &Target,
     query: &HashMap<String, String>,
+    headers: &HeaderMap,
 ) -> Result<(StatusCode, Value), Error> {
     let limit = match query.get("limit") {
         Some(l) => l
@@ -206,7 +220,16 @@ async fn list(
         continue_token: query.get("continue").filter(|c| !c.is_empty()).cloned(),
     };
     let list = host.api().list(&target.kind, &options).await?;
-    Ok((StatusCode::OK, list.to_json(&target.kind)))
+    let json = list.to_json(&target.kind);
+    Ok((
+        StatusCode::OK,
+        match table::requested(headers, query) {
+            Some(include) => {
+                table::table(&target.kind, &list.items, json["metadata"].clone(), include)
+            }
+            None => json,
+        },
+    ))
 }
 
 /// Put the path's namespace into the body, refusing a contradicting one.
@@ -375,7 +398,7 @@ async fn patch(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "UnsupportedMediaType",
             &format!(
-                "the body of the request was in an unknown format ({other:?}); accepted: application/merge-patch+json, application/json-patch+json, application/apply-patch+yaml"
+                "the body of the request was in an unknown format ({other:?}) - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
             ),
         )))),
     }

@@ -86,3 +86,40 @@ pub fn error_response(code: StatusCode, reason: &str, message: &str) -> Response
     )
         .into_response()
 }
+
+impl IntoResponse for super::guard::Refusal {
+    fn into_response(self) -> Response {
+        use super::guard::Refusal;
+        let (code, reason) = match &self {
+            Refusal::Unauthorized => (StatusCode::UNAUTHORIZED, "Unauthorized"),
+            Refusal::Forbidden(_) => (StatusCode::FORBIDDEN, "Forbidden"),
+            Refusal::TooManyRequests { .. } => (StatusCode::TOO_MANY_REQUESTS, "TooManyRequests"),
+            Refusal::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "RequestEntityTooLarge"),
+        };
+        let details = match &self {
+            Refusal::TooManyRequests {
+                retry_after_secs, ..
+            } => json!({"retryAfterSeconds": retry_after_secs}),
+            _ => Value::Null,
+        };
+        let mut response = error_response_with(code, reason, &self.to_string(), details);
+        if let Refusal::TooManyRequests {
+            retry_after_secs, ..
+        } = &self
+        {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(*retry_after_secs),
+            );
+        }
+        response
+    }
+}
+
+fn error_response_with(code: StatusCode, reason: &str, message: &str, details: Value) -> Response {
+    (
+        code,
+        Json(status_body(code.as_u16(), reason, message, details)),
+    )
+        .into_response()
+}

@@ -27,6 +27,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::status::{ApiError, status_body};
+use super::table::{self, IncludeObject};
 use crate::Host;
 use crate::api::{Api, Error, ListOptions};
 use crate::object::selector::LabelSelector;
@@ -84,6 +85,7 @@ pub(super) async fn watch(
     kind: std::sync::Arc<KindInfo>,
     namespace: Option<String>,
     query: &HashMap<String, String>,
+    table: Option<IncludeObject>,
 ) -> Response {
     let labels = match query
         .get("labelSelector")
@@ -158,8 +160,21 @@ pub(super) async fn watch(
                 return;
             }
         };
+        let render = |object: &Value| match table {
+            Some(include) => table::table(
+                &kind,
+                std::slice::from_ref(object),
+                json!({"resourceVersion": meta::resource_version(object)}),
+                include,
+            ),
+            None => object.clone(),
+        };
         for item in initial_items.iter().filter(|o| filter.matches(o)) {
-            if tx.send(Ok(event_line("ADDED", item))).await.is_err() {
+            if tx
+                .send(Ok(event_line("ADDED", &render(item))))
+                .await
+                .is_err()
+            {
                 return;
             }
         }
@@ -186,7 +201,7 @@ pub(super) async fn watch(
                             EventType::Modified => "MODIFIED",
                             EventType::Deleted => "DELETED",
                         };
-                        if tx.send(Ok(event_line(kind, &event.object))).await.is_err() {
+                        if tx.send(Ok(event_line(kind, &render(&event.object)))).await.is_err() {
                             return;
                         }
                     }

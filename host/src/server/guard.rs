@@ -1,0 +1,261 @@
+//! The gate every request passes before a handler: authentication (401),
+//! per-user rate limits and the bound on requests in flight (429 with
+//! `Retry-After`), authorisation (403), and the body size limit (413).
+//!
+//! # Order
+//!
+//! 1. Health checks (`/healthz`, `/readyz`, `/livez`) pass untouched.
+//! 2. With tokens configured, a request without a known bearer token is
+//!    refused with 401. Without tokens every caller is `system:anonymous`
+//!    and allowed everything (the server then binds loopback only).
+//! 3. The caller's token bucket must hold a token, else 429.
+//! 4. A request that is not a watch takes a slot of the in-flight bound for
+//!    as long as its handler runs, else 429. Watches are long-running and,
+//!    as in Kubernetes, not counted.
+//! 5. The caller's rules must allow the request, else 403.
+//! 6. A declared `Content-Length` over the limit is refused with 413 before
+//!    the body is read; a chunked body is cut off by the body limit layer,
+//!    whose plain-text 413 is replaced by a `Status`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use tokio::sync::Semaphore;
+
+use super::auth::{self, Tokens};
+
+/// Who may call the server, and how much.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Bearer tokens and their rules; `None` serves everyone (loopback only).
+    pub tokens: Option<Arc<Tokens>>,
+    /// Requests (other than watches) handled at once; more get 429.
+    pub max_in_flight: usize,
+    /// Per-user rate limit; `None` for none.
+    pub rate_limit: Option<RateLimit>,
+    /// The largest request body accepted; larger gets 413.
+    pub max_body_bytes: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            tokens: None,
+            max_in_flight: 400,
+            rate_limit: None,
+            max_body_bytes: super::MAX_BODY_BYTES,
+        }
+    }
+}
+
+/// A token bucket per user: `qps` sustained, `burst` at once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimit {
+    /// Requests per second refilled.
+    pub qps: f64,
+    /// Bucket size.
+    pub burst: u32,
+}
+
+/// Why the gate refused a request; `status.rs` turns it into a `Status`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// No token, or an unknown one.
+    #[error("Unauthorized")]
+    Unauthorized,
+    /// The caller's rules do not allow the request.
+    #[error("{0}")]
+    Forbidden(String),
+    /// Rate limited or too many requests in flight.
+    #[error("{message}")]
+    TooManyRequests {
+        /// What was exceeded.
+        message: String,
+        /// Seconds to wait before retrying.
+        retry_after_secs: u64,
+    },
+    /// The body is larger than the limit.
+    #[error("the request body is larger than the limit of {limit} bytes")]
+    TooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+}
+
+struct Bucket {
+    tokens: f64,
+    refilled: Instant,
+}
+
+/// The gate's state, shared by every request.
+pub(super) struct Guard {
+    config: Config,
+    pub(super) metrics: Arc<super::metrics::RequestMetrics>,
+    in_flight: Arc<Semaphore>,
+    buckets: Mutex<HashMap<String, Bucket>>,
+}
+
+impl Guard {
+    pub(super) fn new(config: Config) -> Arc<Self> {
+        Arc::new(Self {
+            in_flight: Arc::new(Semaphore::new(config.max_in_flight.max(1))),
+            config,
+            metrics: Arc::default(),
+            buckets: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Take a token from `user`'s bucket, or say how long until one is there.
+    fn take(&self, user: &str) -> Result<(), Duration> {
+        let Some(limit) = self.config.rate_limit else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        let mut buckets = self.buckets.lock().expect("rate limiter lock");
+        let bucket = buckets.entry(user.to_owned()).or_insert(Bucket {
+            tokens: f64::from(limit.burst),
+            refilled: now,
+        });
+        let elapsed = now.duration_since(bucket.refilled).as_secs_f64();
+        bucket.tokens = (bucket.tokens + elapsed * limit.qps).min(f64::from(limit.burst));
+        bucket.refilled = now;
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64(
+                (1.0 - bucket.tokens) / limit.qps.max(f64::MIN_POSITIVE),
+            ))
+        }
+    }
+}
+
+fn bearer(request: &Request) -> Option<&str> {
+    let value = request
+        .headers()
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
+}
+
+fn is_watch(request: &Request) -> bool {
+    request.uri().query().is_some_and(|q| {
+        q.split('&')
+            .any(|pair| matches!(pair, "watch=true" | "watch=1"))
+    })
+}
+
+/// The middleware: see the module doc for the order of checks. Every
+/// answer (refusals included) is counted for `/metrics`.
+pub(super) async fn check(
+    State(guard): State<Arc<Guard>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let watch = is_watch(&request);
+    let classified = auth::classify(request.method(), request.uri().path(), watch);
+    if classified == auth::Request::Health {
+        return next.run(request).await;
+    }
+    let started = Instant::now();
+    let (verb, resource) = match &classified {
+        auth::Request::Resource(r) => (r.verb.to_ascii_uppercase(), r.full_resource()),
+        _ => (request.method().as_str().to_owned(), String::new()),
+    };
+    let response = gate(&guard, request, next, watch, classified).await;
+    guard.metrics.observe(
+        &verb,
+        &resource,
+        response.status().as_u16(),
+        started.elapsed(),
+    );
+    if watch && response.status().is_success() {
+        // Count the stream as open until its body is dropped.
+        let gauge = guard.metrics.watch_started();
+        let (parts, body) = response.into_parts();
+        let stream = tokio_stream::StreamExt::map(body.into_data_stream(), move |chunk| {
+            let _open = &gauge;
+            chunk
+        });
+        return Response::from_parts(parts, axum::body::Body::from_stream(stream));
+    }
+    response
+}
+
+async fn gate(
+    guard: &Guard,
+    request: Request,
+    next: Next,
+    watch: bool,
+    classified: auth::Request,
+) -> Response {
+    let user = match &guard.config.tokens {
+        None => None,
+        Some(tokens) => match bearer(&request).and_then(|t| tokens.authenticate(t)) {
+            Some(user) => Some(user.clone()),
+            None => {
+                tracing::debug!(path = %request.uri().path(), "unauthenticated request refused");
+                return Refusal::Unauthorized.into_response();
+            }
+        },
+    };
+    let name = user
+        .as_ref()
+        .map_or("system:anonymous", |u| u.name.as_str());
+    if let Err(wait) = guard.take(name) {
+        return Refusal::TooManyRequests {
+            message: format!("too many requests from user {name:?}, please try again later"),
+            retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
+        }
+        .into_response();
+    }
+    let _permit = if watch {
+        None
+    } else {
+        match guard.in_flight.clone().try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                return Refusal::TooManyRequests {
+                    message: "too many requests in flight, please try again later".into(),
+                    retry_after_secs: 1,
+                }
+                .into_response();
+            }
+        }
+    };
+    if let Some(user) = &user
+        && !user.allows(&classified)
+    {
+        let message = auth::forbidden_message(&user.name, &classified);
+        tracing::debug!(user = %user.name, "{message}");
+        return Refusal::Forbidden(message).into_response();
+    }
+    let limit = guard.config.max_body_bytes;
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|len| len > limit) {
+        return Refusal::TooLarge { limit }.into_response();
+    }
+    let response = next.run(request).await;
+    let is_status_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if response.status() == StatusCode::PAYLOAD_TOO_LARGE && !is_status_json {
+        return Refusal::TooLarge { limit }.into_response();
+    }
+    response
+}
