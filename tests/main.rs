@@ -23,6 +23,8 @@ mod kube_client;
 mod kubectl;
 /// `setpoint new-plugin` and `setpoint plugins`.
 mod new_plugin;
+/// A plugin written in Python (componentize-py) on a real host.
+mod python_plugin;
 /// Hot reload of the plugins directory.
 mod reload;
 /// The sandbox: the fault zoo beside well-behaved plugins.

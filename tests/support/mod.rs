@@ -74,6 +74,26 @@ pub fn plugins_dir(names: &[&str]) -> tempfile::TempDir {
     dir
 }
 
+/// Build the Python plugin (`plugins/python-greeting/build.sh`, with
+/// componentize-py) once per test run into `target/python-plugin/`; returns
+/// the directory holding `python-greeting.wasm` and its settings file.
+pub fn built_python_plugin() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let out = workspace().join("target").join("python-plugin");
+        let status = Command::new("bash")
+            .arg(workspace().join("plugins/python-greeting/build.sh"))
+            .arg(&out)
+            .status()
+            .expect("running plugins/python-greeting/build.sh");
+        assert!(
+            status.success(),
+            "building the Python plugin failed (is componentize-py installed? scripts/test installs it)"
+        );
+        out
+    })
+}
+
 /// A running host with its HTTP API on an ephemeral loopback port.
 pub struct TestHost {
     pub host: Arc<Host>,
