@@ -1,0 +1,77 @@
+//! The read-only view of the host's caches a reconciler gets during a
+//! call (the `get-object`/`list-objects` imports): informer caches where a
+//! kind is watched, the store otherwise.
+
+use std::sync::Arc;
+
+use super::reconciler::CacheView;
+use crate::api::{self, Api};
+use crate::informer::Informers;
+use crate::object::{ObjectKey, meta};
+
+/// The plugin's read-only view: informer caches where a kind is watched,
+/// the store otherwise.
+pub(super) struct InformerView {
+    pub(super) informers: Informers,
+    pub(super) api: Api,
+}
+
+impl CacheView for InformerView {
+    fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Arc<crate::object::Object>> {
+        let info = self.api.kinds().by_kind(api_version, kind)?;
+        let namespace = if info.namespaced {
+            Some(namespace.unwrap_or("default"))
+        } else {
+            None
+        };
+        if let Some(informer) = self.informers.existing(&info.group, &info.plural) {
+            return informer.get(&ObjectKey::new(namespace, name));
+        }
+        let api = self.api.clone();
+        let name = name.to_owned();
+        let namespace = namespace.map(str::to_owned);
+        tokio::runtime::Handle::current()
+            .block_on(async move { api.get(&info, namespace.as_deref(), &name).await })
+            .ok()
+            .map(Arc::new)
+    }
+
+    fn list(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        label_selector: &str,
+    ) -> Result<Vec<Arc<crate::object::Object>>, String> {
+        let info = self
+            .api
+            .kinds()
+            .by_kind(api_version, kind)
+            .ok_or_else(|| format!("unknown kind {api_version}/{kind}"))?;
+        let selector = crate::object::selector::LabelSelector::parse(label_selector)
+            .map_err(|e| e.to_string())?;
+        if let Some(informer) = self.informers.existing(&info.group, &info.plural) {
+            return Ok(informer
+                .list(namespace)
+                .into_iter()
+                .filter(|o| selector.matches(meta::labels(o)))
+                .collect());
+        }
+        let api = self.api.clone();
+        let options = api::ListOptions {
+            namespace: namespace.map(str::to_owned),
+            label_selector: Some(label_selector.to_owned()),
+            ..Default::default()
+        };
+        tokio::runtime::Handle::current()
+            .block_on(async move { api.list(&info, &options).await })
+            .map(|l| l.items.into_iter().map(Arc::new).collect())
+            .map_err(|e| e.to_string())
+    }
+}
