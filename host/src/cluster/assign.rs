@@ -30,7 +30,7 @@ pub fn shard_of(store_key: &str, shards: u32) -> u32 {
 
 /// The member a shard belongs to: the highest rendezvous score. Adding or
 /// removing one member moves only the shards it wins or held.
-pub fn owner_of<'a>(shard: u32, members: &'a [String]) -> Option<&'a str> {
+pub fn owner_of(shard: u32, members: &[String]) -> Option<&str> {
     let shard = shard.to_le_bytes();
     members
         .iter()

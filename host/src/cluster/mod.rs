@@ -135,6 +135,20 @@ impl ShardClaim {
     pub fn api(&self) -> &Api {
         &self.api
     }
+
+    /// Whether the claim is still held under a lease with at least half its
+    /// time to live left: safe to start (more) work under it.
+    pub fn is_fresh(&self) -> bool {
+        let state = self.inner.lock();
+        let held = state.shards[self.shard as usize]
+            .held
+            .as_ref()
+            .is_some_and(|h| h.fence.create_revision == self.fence_revision && !h.draining);
+        held && state.lease.as_ref().is_some_and(|l| {
+            l.valid_until.saturating_duration_since(Instant::now())
+                >= self.inner.config.lease_ttl / 2
+        })
+    }
 }
 
 impl Drop for ShardClaim {
@@ -470,13 +484,14 @@ impl Inner {
             };
             let sent = Instant::now();
             let renewed = async {
-                if stream.is_none() {
+                let Some((keeper, responses)) = stream.as_mut() else {
+                    // Opening the stream renews once (it reads that answer
+                    // itself and fails if the lease is gone).
                     let mut leases = self.etcd.client().lease_client();
                     stream = Some(self.timed(leases.keep_alive(id)).await?);
-                } else if let Some((keeper, _)) = stream.as_mut() {
-                    self.timed(keeper.keep_alive()).await?;
-                }
-                let (_, responses) = stream.as_mut().expect("set above");
+                    return Ok(self.config.lease_ttl.as_secs() as i64);
+                };
+                self.timed(keeper.keep_alive()).await?;
                 match self.timed(responses.message()).await? {
                     Some(response) => Ok(response.ttl()),
                     None => Err(Error::Etcd("keep-alive stream ended".into())),
