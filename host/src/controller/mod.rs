@@ -197,6 +197,9 @@ impl Controller {
             .map(|k| informers.for_kind(k.clone()))
             .collect();
 
+        // Subscribed before the handlers list the cache, so a shard taken
+        // while they do is queued afterwards rather than missed.
+        let taken = cluster.as_ref().map(Cluster::acquisitions);
         let mut handlers = Vec::new();
         let q = queue.clone();
         let mine = ownership_filter(&cluster, &kind);
@@ -258,8 +261,7 @@ impl Controller {
         let workers = (0..config.workers.max(1))
             .map(|_| tokio::spawn(worker::worker(shared.clone())))
             .collect();
-        let acquisitions = shared.cluster.as_ref().map(|cluster| {
-            let mut taken = cluster.acquisitions();
+        let acquisitions = taken.map(|mut taken| {
             let shared = shared.clone();
             tokio::spawn(async move {
                 while taken.changed().await.is_ok() {
