@@ -282,6 +282,11 @@ impl Host {
         &self.shared.api
     }
 
+    /// A typed client of this host's objects (see [`crate::client`]).
+    pub fn client(&self) -> crate::Client {
+        crate::Client::new(self.shared.api.clone())
+    }
+
     /// The Wasm runtime.
     pub fn runtime(&self) -> &Runtime {
         &self.shared.runtime

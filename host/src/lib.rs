@@ -44,6 +44,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod client;
 pub mod controller;
 pub mod host;
 pub mod informer;
@@ -55,4 +56,5 @@ pub mod server;
 pub mod store;
 pub mod watch;
 
+pub use client::Client;
 pub use host::{Host, HostBuilder};

@@ -115,6 +115,45 @@ pub struct DeleteOptions {
     pub propagation_policy: Option<Propagation>,
 }
 
+impl DeleteOptions {
+    /// These options, with propagation policy `policy`.
+    ///
+    /// ```
+    /// use setpoint::api::{DeleteOptions, Propagation};
+    /// let options = DeleteOptions::default().with_propagation(Propagation::Orphan);
+    /// assert_eq!(options.propagation_policy, Some(Propagation::Orphan));
+    /// ```
+    pub fn with_propagation(mut self, policy: Propagation) -> Self {
+        self.propagation_policy = Some(policy);
+        self
+    }
+
+    /// These options, deleting only the object at `resource_version`.
+    ///
+    /// ```
+    /// use setpoint::api::DeleteOptions;
+    /// let options = DeleteOptions::default().with_resource_version("42");
+    /// assert_eq!(options.resource_version.as_deref(), Some("42"));
+    /// ```
+    pub fn with_resource_version(mut self, resource_version: impl Into<String>) -> Self {
+        self.resource_version = Some(resource_version.into());
+        self
+    }
+
+    /// These options, deleting only the object with `uid` (not a namesake
+    /// created since).
+    ///
+    /// ```
+    /// use setpoint::api::DeleteOptions;
+    /// let options = DeleteOptions::default().with_uid("4c1b…");
+    /// assert_eq!(options.uid.as_deref(), Some("4c1b…"));
+    /// ```
+    pub fn with_uid(mut self, uid: impl Into<String>) -> Self {
+        self.uid = Some(uid.into());
+        self
+    }
+}
+
 impl Api {
     /// Delete an object following the module's flow: preconditions, then the
     /// propagation policy's finalizer, then removal now (no finalizers) or a

@@ -24,6 +24,70 @@ pub struct ListOptions {
     pub continue_token: Option<String>,
 }
 
+impl ListOptions {
+    /// These options, in one namespace.
+    ///
+    /// ```
+    /// use setpoint::api::ListOptions;
+    /// let options = ListOptions::default().in_namespace("team-a");
+    /// assert_eq!(options.namespace.as_deref(), Some("team-a"));
+    /// ```
+    pub fn in_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// These options, keeping only objects whose labels match `selector`
+    /// (`app=web`, `tier!=db`, `env in (a,b)`, `!legacy`, comma-separated).
+    ///
+    /// ```
+    /// use setpoint::api::ListOptions;
+    /// let options = ListOptions::default().with_label_selector("app=web,tier!=db");
+    /// assert_eq!(options.label_selector.as_deref(), Some("app=web,tier!=db"));
+    /// ```
+    pub fn with_label_selector(mut self, selector: impl Into<String>) -> Self {
+        self.label_selector = Some(selector.into());
+        self
+    }
+
+    /// These options, keeping only objects whose fields match `selector`
+    /// (`metadata.name=web`, `metadata.namespace!=kube-system`; on events
+    /// also `involvedObject.*`, `reason` and `type`).
+    ///
+    /// ```
+    /// use setpoint::api::ListOptions;
+    /// let options = ListOptions::default().with_field_selector("metadata.name=web");
+    /// assert_eq!(options.field_selector.as_deref(), Some("metadata.name=web"));
+    /// ```
+    pub fn with_field_selector(mut self, selector: impl Into<String>) -> Self {
+        self.field_selector = Some(selector.into());
+        self
+    }
+
+    /// These options, in pages of at most `limit` objects (0: one page).
+    ///
+    /// ```
+    /// use setpoint::api::ListOptions;
+    /// assert_eq!(ListOptions::default().with_limit(50).limit, 50);
+    /// ```
+    pub fn with_limit(mut self, limit: usize) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// These options, for the page after the one that returned `token`.
+    ///
+    /// ```
+    /// use setpoint::api::ListOptions;
+    /// let next = ListOptions::default().with_limit(50).with_continue_token("7b22…");
+    /// assert_eq!(next.continue_token.as_deref(), Some("7b22…"));
+    /// ```
+    pub fn with_continue_token(mut self, token: impl Into<String>) -> Self {
+        self.continue_token = Some(token.into());
+        self
+    }
+}
+
 /// One page of a list.
 #[derive(Debug, Clone)]
 pub struct ObjectList {
