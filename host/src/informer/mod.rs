@@ -20,7 +20,8 @@
 //! - An informer lives while a handle to it does: when the last [`Informer`]
 //!   clone is dropped its watch stops, and [`Informers`] starts a fresh one on
 //!   the next request. A controller that stops removes its handlers
-//!   ([`Informer::remove_handler`]) and drops its handles.
+//!   ([`Informer::remove_handler`], which also stops a handler's periodic
+//!   resync) and drops its handles.
 
 mod cache;
 
@@ -78,12 +79,20 @@ struct Inner {
     /// The revision the cache reflects, for read-your-writes waits.
     revision: watch::Sender<i64>,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The periodic resync task of each handler registered with one, stopped
+    /// with its handler: a stopped controller's timer would otherwise sleep
+    /// on until its next tick (ten minutes by default) before noticing.
+    resyncs: Mutex<HashMap<HandlerId, tokio::task::AbortHandle>>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         if let Some(task) = self.task.get_mut().ok().and_then(Option::take) {
             task.abort();
+        }
+        let resyncs = self.resyncs.get_mut().unwrap_or_else(|p| p.into_inner());
+        for (_, resync) in resyncs.drain() {
+            resync.abort();
         }
     }
 }
@@ -101,6 +110,7 @@ impl Informer {
             synced,
             revision,
             task: Mutex::new(None),
+            resyncs: Mutex::default(),
         });
         let task = tokio::spawn(run(Arc::downgrade(&inner), api));
         *inner.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
@@ -146,7 +156,7 @@ impl Informer {
     ) -> HandlerId {
         let id = self.add_handler(handler);
         let weak = Arc::downgrade(&self.inner);
-        tokio::spawn(async move {
+        let resync = tokio::spawn(async move {
             let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -157,11 +167,26 @@ impl Informer {
                 }
             }
         });
+        self.inner
+            .resyncs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, resync.abort_handle());
         id
     }
 
-    /// Unregister a handler; it is not called again once this returns.
+    /// Unregister a handler; it is not called again once this returns, and
+    /// its periodic resync, if any, stops.
     pub fn remove_handler(&self, id: HandlerId) {
+        if let Some(resync) = self
+            .inner
+            .resyncs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id)
+        {
+            resync.abort();
+        }
         // The cache lock orders this after any `apply` in progress.
         let _cache = self.inner.cache.read().unwrap_or_else(|p| p.into_inner());
         self.inner
@@ -526,6 +551,44 @@ mod tests {
         informer.remove_handler(id);
         tokio::time::sleep(period * 3).await;
         assert_eq!(seen.lock().unwrap().len(), 4, "no resync once removed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_resync_timer_stops_with_its_handler_or_informer_not_at_its_next_tick() {
+        let (api, kind) = api_with_small_history().await;
+        let informer = Informer::start(api.clone(), kind.clone());
+        informer.wait_synced().await;
+        let metrics = tokio::runtime::Handle::current().metrics();
+        let before = metrics.num_alive_tasks();
+        let period = std::time::Duration::from_secs(600);
+
+        let (_, handler) = counting_handler();
+        let id = informer.add_handler_with_resync(handler, period);
+        assert_eq!(metrics.num_alive_tasks(), before + 1, "its timer runs");
+        informer.remove_handler(id);
+        tokio::task::yield_now().await;
+        assert_eq!(
+            metrics.num_alive_tasks(),
+            before,
+            "removing the handler ends its timer at once"
+        );
+        assert!(
+            informer.inner.resyncs.lock().unwrap().is_empty(),
+            "and forgets it"
+        );
+
+        let (seen, handler) = counting_handler();
+        informer.add_handler_with_resync(handler, period);
+        assert_eq!(metrics.num_alive_tasks(), before + 1);
+        drop(informer);
+        tokio::task::yield_now().await;
+        // The informer's own watch task went too.
+        assert_eq!(metrics.num_alive_tasks(), before - 1);
+        tokio::time::sleep(period * 2).await;
+        assert!(
+            seen.lock().unwrap().is_empty(),
+            "nothing was cached, nothing resynced"
+        );
     }
 
     #[tokio::test(start_paused = true)]
