@@ -10,6 +10,12 @@ use crate::object::{KindInfo, Object, meta};
 use crate::store::{self, Range, Revision};
 
 /// What to list.
+///
+/// ```
+/// use setpoint::api::ListOptions;
+/// let options = ListOptions::default().in_namespace("ops").with_label_selector("app=web").with_limit(100);
+/// assert_eq!(options.continue_token, None);
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct ListOptions {
     /// One namespace, or all.
@@ -89,6 +95,23 @@ impl ListOptions {
 }
 
 /// One page of a list.
+///
+/// ```
+/// use std::sync::Arc;
+/// use serde_json::json;
+/// use setpoint::api::{Api, Error};
+/// use setpoint::store::MemoryBackend;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+/// let events = api.kinds().require("v1", "Event")?;
+/// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+///
+/// api.create(&events, event("e")).await?;
+/// let list = api.list(&events, &Default::default()).await?;
+/// assert_eq!((list.items.len(), list.resource_version, list.continue_token), (1, 1, None));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct ObjectList {
     /// The objects, in key order.
@@ -101,6 +124,24 @@ pub struct ObjectList {
 
 impl ObjectList {
     /// This page as a Kubernetes `…List` object.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::{Api, Error};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+    ///
+    /// api.create(&events, event("e")).await?;
+    /// let list = api.list(&events, &Default::default()).await?.to_json(&events);
+    /// assert_eq!(list["kind"], "EventList");
+    /// assert_eq!(list["metadata"]["resourceVersion"], "1");
+    /// # Ok(()) }
+    /// ```
     pub fn to_json(&self, kind: &KindInfo) -> Value {
         let mut metadata = json!({"resourceVersion": self.resource_version.to_string()});
         if let Some(token) = &self.continue_token {
@@ -198,6 +239,30 @@ fn decode_continue(token: &str) -> Result<(Revision, String)> {
 impl Api {
     /// List objects of a kind. Pages continue at the first page's revision;
     /// a token whose revision was compacted away answers [`Error::Gone`].
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::{Api, Error};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+    ///
+    /// use setpoint::api::ListOptions;
+    /// for name in ["a", "b", "c"] {
+    ///     api.create(&events, event(name)).await?;
+    /// }
+    /// let first = api.list(&events, &ListOptions::default().with_limit(2)).await?;
+    /// api.create(&events, event("d")).await?; // not in the snapshot being paged
+    /// let rest = api.list(&events, &ListOptions::default().with_continue_token(first.continue_token.unwrap())).await?;
+    /// assert_eq!(first.items.len() + rest.items.len(), 3);
+    /// let one = api.list(&events, &ListOptions::default().with_field_selector("metadata.name=d")).await?;
+    /// assert_eq!(one.items.len(), 1);
+    /// # Ok(()) }
+    /// ```
     pub async fn list(&self, kind: &KindInfo, options: &ListOptions) -> Result<ObjectList> {
         let labels = match options.label_selector.as_deref() {
             Some(s) => LabelSelector::parse(s).map_err(|e| Error::BadRequest(e.to_string()))?,
