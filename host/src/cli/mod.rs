@@ -58,7 +58,7 @@ pub struct ServerArgs {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a host: the store, the plugins and the HTTP API.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Create or update the objects of a manifest (YAML or JSON; several documents allowed).
     Apply {
         /// The manifest file, or `-` for standard input.
@@ -159,7 +159,7 @@ pub enum Command {
 /// Run a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Apply { files, server } => block_on(async move {
             let client = Client::new(&server.server)?.with_token(server.token.as_deref())?;
             let mut manifests = Vec::new();

@@ -50,6 +50,7 @@ pub use reconciler::{
 };
 
 use crate::api::{self, Api};
+use crate::cluster::{Cluster, Ownership, ShardClaim};
 use crate::informer::{Change, HandlerId, Informer, Informers};
 use crate::object::{KindInfo, ObjectKey, meta, time};
 use crate::queue::{self, WorkQueue};
@@ -115,6 +116,8 @@ pub struct Stats {
 pub struct Controller {
     shared: Arc<Shared>,
     workers: Vec<tokio::task::JoinHandle<()>>,
+    /// Queues the keys of shards this host takes (cluster mode only).
+    acquisitions: Option<tokio::task::JoinHandle<()>>,
     /// Handlers this controller registered, removed when it stops.
     handlers: Vec<(Informer, HandlerId)>,
 }
@@ -137,6 +140,9 @@ struct Shared {
     breaker: breaker::Breaker,
     /// Keys being reconciled right now, to check that none is reconciled twice at once.
     in_flight: std::sync::Mutex<HashSet<ObjectKey>>,
+    /// With several hosts on one etcd: which keys are this host's, and the
+    /// fenced API to write them through.
+    cluster: Option<Cluster>,
     reconciles: AtomicU64,
     concurrent: AtomicU64,
     hot_loops: AtomicU64,
@@ -159,6 +165,20 @@ impl Controller {
         reconciler: Arc<dyn Reconciler>,
         config: Config,
     ) -> Result<Self, Error> {
+        Self::start_in(api, informers, reconciler, config, None).await
+    }
+
+    /// [`Controller::start`] as one host of a [`Cluster`] (when given): only
+    /// keys of shards this host holds are queued and reconciled, every
+    /// write goes through the shard claim's fenced API, and the keys of
+    /// shards it takes later are queued then.
+    pub async fn start_in(
+        api: Api,
+        informers: Informers,
+        reconciler: Arc<dyn Reconciler>,
+        config: Config,
+        cluster: Option<Cluster>,
+    ) -> Result<Self, Error> {
         let manifest = reconciler.manifest().clone();
         let resolve = |r: &crate::object::KindRef| {
             api.kinds()
@@ -180,7 +200,13 @@ impl Controller {
 
         let mut handlers = Vec::new();
         let q = queue.clone();
-        let handler = move |change: &Change| enqueue(&q, change, ObjectKey::of(change.object()));
+        let mine = ownership_filter(&cluster, &kind);
+        let handler = move |change: &Change| {
+            let key = ObjectKey::of(change.object());
+            if mine(&key) {
+                enqueue(&q, change, key);
+            }
+        };
         let id = match config.resync {
             Some(period) if !period.is_zero() => informer.add_handler_with_resync(handler, period),
             _ => informer.add_handler(handler),
@@ -189,6 +215,7 @@ impl Controller {
         for child_informer in &owned_informers {
             let q = queue.clone();
             let (owner_api_version, owner_kind) = (kind.api_version(), kind.kind.clone());
+            let mine = ownership_filter(&cluster, &kind);
             let id = child_informer.add_handler(move |change: &Change| {
                 let child = change.object();
                 for owner in meta::owner_references(child) {
@@ -197,7 +224,10 @@ impl Controller {
                         && owner["apiVersion"].as_str() == Some(owner_api_version.as_str())
                         && let Some(name) = owner["name"].as_str()
                     {
-                        enqueue(&q, change, ObjectKey::new(meta::namespace(child), name));
+                        let key = ObjectKey::new(meta::namespace(child), name);
+                        if mine(&key) {
+                            enqueue(&q, change, key);
+                        }
                     }
                 }
             });
@@ -221,6 +251,7 @@ impl Controller {
             pending_writes: Default::default(),
             breaker: breaker::Breaker::new(config.hot_loop),
             in_flight: Default::default(),
+            cluster,
             reconciles: AtomicU64::new(0),
             concurrent: AtomicU64::new(0),
             hot_loops: AtomicU64::new(0),
@@ -228,10 +259,20 @@ impl Controller {
         let workers = (0..config.workers.max(1))
             .map(|_| tokio::spawn(worker(shared.clone())))
             .collect();
+        let acquisitions = shared.cluster.as_ref().map(|cluster| {
+            let mut taken = cluster.acquisitions();
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                while taken.changed().await.is_ok() {
+                    shared.queue_owned();
+                }
+            })
+        });
         tracing::info!(plugin = %manifest.name, kind = %manifest.reconciles, "controller started");
         Ok(Self {
             shared,
             workers,
+            acquisitions,
             handlers,
         })
     }
@@ -294,7 +335,7 @@ impl Controller {
     /// Stop: remove the informer handlers, drop pending keys, let in-flight
     /// reconciles finish, then release the informers (an informer nobody
     /// else holds stops its watch).
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         self.stop_handlers();
         self.shared.queue.shutdown();
         for worker in self.workers {
@@ -305,7 +346,7 @@ impl Controller {
     /// Stop taking new changes, but reconcile every key already queued (and
     /// requeued while draining) before stopping, waiting at most `timeout`
     /// before falling back to [`shutdown`](Self::shutdown).
-    pub async fn shutdown_with_drain(self, timeout: Duration) {
+    pub async fn shutdown_with_drain(mut self, timeout: Duration) {
         self.stop_handlers();
         let drained = self.shared.queue.shutdown_with_drain();
         if tokio::time::timeout(timeout, drained).await.is_err() {
@@ -317,9 +358,12 @@ impl Controller {
         }
     }
 
-    fn stop_handlers(&self) {
+    fn stop_handlers(&mut self) {
         for (informer, id) in &self.handlers {
             informer.remove_handler(*id);
+        }
+        if let Some(task) = self.acquisitions.take() {
+            task.abort();
         }
     }
 }
@@ -330,6 +374,9 @@ enum Step {
     Gone,
     /// The circuit breaker holds the object.
     Stopped,
+    /// This host's cluster lease is too close to expiry to call the
+    /// reconciler; try again shortly.
+    Postponed,
     /// The response was applied.
     Applied {
         requeue_after: Option<Duration>,
@@ -360,10 +407,62 @@ impl Shared {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
+
+    /// Queue (at low priority) every cached object whose shard this host holds.
+    fn queue_owned(&self) {
+        let mine = ownership_filter(&self.cluster, &self.kind);
+        for object in self.informer.list(None) {
+            let key = ObjectKey::of(&object);
+            if mine(&key) {
+                self.queue.add_low_priority(key);
+            }
+        }
+    }
+
+    /// May this host reconcile `key` now, and through which API?
+    fn ownership(&self, key: &ObjectKey) -> Ownership {
+        match &self.cluster {
+            Some(cluster) => {
+                cluster.claim(&Api::key(&self.kind, key.namespace.as_deref(), &key.name))
+            }
+            None => Ownership::Local,
+        }
+    }
+}
+
+/// Whether a key of `kind` is this host's to queue: always on one host; in
+/// a cluster, when this host holds the key's shard.
+fn ownership_filter(
+    cluster: &Option<Cluster>,
+    kind: &Arc<KindInfo>,
+) -> impl Fn(&ObjectKey) -> bool + Send + Sync + 'static {
+    let cluster = cluster.clone();
+    let kind = kind.clone();
+    move |key: &ObjectKey| {
+        cluster
+            .as_ref()
+            .is_none_or(|c| c.owns(&Api::key(&kind, key.namespace.as_deref(), &key.name)))
+    }
 }
 
 async fn worker(shared: Arc<Shared>) {
     while let Some(key) = shared.queue.get().await {
+        let claim = match shared.ownership(&key) {
+            Ownership::Local => None,
+            Ownership::Owned(claim) => Some(claim),
+            Ownership::NotMine => {
+                // Its owner queues it; nothing of it is ours to remember.
+                shared.queue.forget(&key);
+                shared.queue.done(&key);
+                continue;
+            }
+            Ownership::NotNow => {
+                shared.queue.done(&key);
+                shared.queue.add_after(key, NOT_NOW_RETRY);
+                continue;
+            }
+        };
+        let api = claim.as_ref().map_or(&shared.api, |c| c.api());
         let started = SystemTime::now();
         let clock = Instant::now();
         if !shared
@@ -376,7 +475,12 @@ async fn worker(shared: Arc<Shared>) {
             tracing::error!(object = %key, "a key was handed to two workers at once");
         }
         let reconciler = shared.reconciler();
-        let outcome = reconcile_key(&shared, &reconciler, &key).await;
+        let mut called = None;
+        let outcome =
+            reconcile_key(&shared, api, claim.as_ref(), &reconciler, &key, &mut called).await;
+        if let Some(called) = called {
+            record_reconcile(&shared, &key, called, &outcome);
+        }
         shared
             .in_flight
             .lock()
@@ -393,6 +497,12 @@ async fn worker(shared: Arc<Shared>) {
                 shared.queue.done(&key);
                 continue;
             }
+            Ok(Step::Postponed) => {
+                drop(claim);
+                shared.queue.done(&key);
+                shared.queue.add_after(key, NOT_NOW_RETRY);
+                continue;
+            }
             Ok(Step::Applied {
                 requeue_after,
                 generation,
@@ -406,8 +516,15 @@ async fn worker(shared: Arc<Shared>) {
                         "reconciles keep writing while the spec stays at generation {generation}: stopped until the spec changes"
                     );
                     tracing::warn!(plugin = %reconciler.manifest().name, object = %key, "hot loop; circuit breaker open");
-                    report_not_ready(&shared, reconciler.manifest(), &key, "HotLoop", &message)
-                        .await;
+                    report_not_ready(
+                        &shared,
+                        api,
+                        reconciler.manifest(),
+                        &key,
+                        "HotLoop",
+                        &message,
+                    )
+                    .await;
                     (Some(Outcome::PermanentError(message)), None)
                 } else {
                     if let Some(after) = requeue_after {
@@ -415,6 +532,17 @@ async fn worker(shared: Arc<Shared>) {
                     }
                     (Some(Outcome::Success), requeue_after)
                 }
+            }
+            Err(ReconcileError::Transient(_))
+                if shared.cluster.as_ref().is_some_and(|c| {
+                    !c.owns(&Api::key(&shared.kind, key.namespace.as_deref(), &key.name))
+                }) =>
+            {
+                // The shard went to another host meanwhile (its writes were
+                // fenced out); the new owner queues the key.
+                shared.queue.forget(&key);
+                shared.queue.done(&key);
+                continue;
             }
             Err(ReconcileError::Transient(msg)) => {
                 let delay = shared.queue.add_rate_limited(key.clone());
@@ -424,8 +552,15 @@ async fn worker(shared: Arc<Shared>) {
             Err(ReconcileError::Permanent(msg)) => {
                 shared.queue.forget(&key);
                 tracing::warn!(plugin = %reconciler.manifest().name, object = %key, error = %msg, "reconcile failed permanently");
-                report_not_ready(&shared, reconciler.manifest(), &key, "ReconcileError", &msg)
-                    .await;
+                report_not_ready(
+                    &shared,
+                    api,
+                    reconciler.manifest(),
+                    &key,
+                    "ReconcileError",
+                    &msg,
+                )
+                .await;
                 (Some(Outcome::PermanentError(msg)), None)
             }
         };
@@ -443,15 +578,59 @@ async fn worker(shared: Arc<Shared>) {
         } else {
             shared.history.forget(&key);
         }
+        drop(claim);
         shared.queue.done(&key);
     }
 }
 
-/// Reconcile one key.
+/// How soon a key is tried again when this host's lease is too close to
+/// expiry to start work on it.
+const NOT_NOW_RETRY: Duration = Duration::from_millis(500);
+
+/// One debug event per reconciler call on target `setpoint::reconcile`,
+/// with the wall clock time of the call and of the end of its writes: the
+/// record tests use to prove that no key is ever reconciled by two hosts at
+/// once.
+fn record_reconcile(
+    shared: &Shared,
+    key: &ObjectKey,
+    started: SystemTime,
+    outcome: &Result<Step, ReconcileError>,
+) {
+    if !tracing::enabled!(target: "setpoint::reconcile", tracing::Level::DEBUG) {
+        return;
+    }
+    let micros = |t: SystemTime| {
+        t.duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros())
+    };
+    let host = shared.cluster.as_ref().map_or("local", |c| c.host_id());
+    let outcome = match outcome {
+        Ok(_) => "ok",
+        Err(ReconcileError::Transient(_)) => "transient",
+        Err(ReconcileError::Permanent(_)) => "permanent",
+    };
+    tracing::debug!(
+        target: "setpoint::reconcile",
+        host,
+        kind = %shared.kind.kind,
+        object = %key,
+        start_us = micros(started) as u64,
+        end_us = micros(SystemTime::now()) as u64,
+        outcome,
+        "reconciled"
+    );
+}
+
+/// Reconcile one key, writing through `api`; `called` is set when the
+/// reconciler is called.
 async fn reconcile_key(
     shared: &Arc<Shared>,
+    api: &Api,
+    claim: Option<&ShardClaim>,
     reconciler: &Arc<dyn Reconciler>,
     key: &ObjectKey,
+    called: &mut Option<SystemTime>,
 ) -> Result<Step, ReconcileError> {
     let Some(object) = shared.informer.get(key) else {
         return Ok(Step::Gone);
@@ -463,7 +642,7 @@ async fn reconcile_key(
     let manifest = reconciler.manifest();
     wait_for_own_writes(shared, key).await;
     let applier = apply::Applier {
-        api: &shared.api,
+        api,
         manifest,
         owned_kinds: &shared.owned_kinds,
         kind: &shared.kind,
@@ -508,6 +687,12 @@ async fn reconcile_key(
         now_unix_ms: time::now_unix_ms(),
     };
     let reconciler = reconciler.clone();
+    if claim.is_some_and(|c| !c.is_fresh()) {
+        // Waiting for the caches took long enough that the lease may lapse
+        // during the call; whoever holds the shard then reconciles it.
+        return Ok(Step::Postponed);
+    }
+    *called = Some(SystemTime::now());
     shared.reconciles.fetch_add(1, Ordering::Relaxed);
     let view: Arc<dyn CacheView> = Arc::new(view::InformerView {
         informers: shared.informers.clone(),
@@ -532,7 +717,7 @@ async fn reconcile_key(
                 reason: "ResponseRefused".into(),
                 message: msg.clone(),
             };
-            let _ = events::record(&shared.api, &manifest.name, &object, &event).await;
+            let _ = events::record(api, &manifest.name, &object, &event).await;
             return Err(ReconcileError::Permanent(msg));
         }
         Err(err) => return Err(transient(err)),
@@ -541,8 +726,7 @@ async fn reconcile_key(
         && response.remove_finalizer
         && let Some(finalizer) = &manifest.finalizer
     {
-        let latest = shared
-            .api
+        let latest = api
             .get(&shared.kind, key.namespace.as_deref(), &key.name)
             .await
             .map_err(|e| transient(e.into()))?;
@@ -608,6 +792,7 @@ fn transient(err: Error) -> ReconcileError {
 /// `Ready=False` with `reason` (`ReconcileError`, `HotLoop`).
 async fn report_not_ready(
     shared: &Shared,
+    api: &Api,
     manifest: &Manifest,
     key: &ObjectKey,
     reason: &str,
@@ -621,14 +806,13 @@ async fn report_not_ready(
         reason: reason.into(),
         message: message.to_owned(),
     };
-    if let Err(err) = events::record(&shared.api, &manifest.name, &object, &event).await {
+    if let Err(err) = events::record(api, &manifest.name, &object, &event).await {
         tracing::warn!(%err, "could not record event");
     }
     // The cache may not show this reconcile's own last write yet: read the
     // stored object, and retry on a conflict with a concurrent writer.
     for _ in 0..5 {
-        let latest = match shared
-            .api
+        let latest = match api
             .get(&shared.kind, key.namespace.as_deref(), &key.name)
             .await
         {
@@ -642,9 +826,9 @@ async fn report_not_ready(
             return;
         };
         let result = if shared.kind.status_subresource {
-            shared.api.update_status(&shared.kind, next).await
+            api.update_status(&shared.kind, next).await
         } else {
-            shared.api.update(&shared.kind, next).await
+            api.update(&shared.kind, next).await
         };
         match result {
             Err(api::Error::Conflict { .. }) => continue,
