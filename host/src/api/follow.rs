@@ -12,6 +12,18 @@ impl Api {
     /// current revision on, registering and removing kinds as they come and
     /// go. Writes through this API register their kinds at once anyway; the
     /// task matters when other hosts share the store. Runs until aborted.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use std::sync::Arc;
+    /// use setpoint::api::Api;
+    /// use setpoint::store::MemoryBackend;
+    ///
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await.unwrap();
+    /// let follower = api.start_definition_follower();
+    /// follower.abort();
+    /// # });
+    /// ```
     pub fn start_definition_follower(&self) -> JoinHandle<()> {
         let api = self.clone();
         let prefix = Self::prefix(&self.crd_kind(), None);

@@ -245,6 +245,23 @@ impl Api {
     /// This API with every write fenced by `fence` (see
     /// [`store::Fence`]): once the fence's claim is gone, writes fail with
     /// `store::Error::Fenced` and change nothing. Reads are unchanged.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use std::sync::Arc;
+    /// use setpoint::api::{Api, Error};
+    /// use setpoint::store::{self, Fence, MemoryBackend};
+    ///
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await.unwrap();
+    /// let fenced = api.fenced(Fence { key: "/claims/0".into(), create_revision: 1 });
+    /// let kind = api.kinds().require("v1", "Event").unwrap();
+    /// let event = serde_json::json!({"apiVersion": "v1", "kind": "Event",
+    ///     "metadata": {"name": "e", "namespace": "default"}});
+    /// // The memory store has no leases, so it cannot honour a fence.
+    /// let err = fenced.create(&kind, event).await.unwrap_err();
+    /// assert!(matches!(err, Error::Store(store::Error::Unsupported(_))));
+    /// # });
+    /// ```
     pub fn fenced(&self, fence: store::Fence) -> Self {
         Self {
             backend: Arc::new(store::FencedBackend::new(self.backend.clone(), fence)),

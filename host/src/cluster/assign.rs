@@ -24,12 +24,28 @@ fn hash(parts: &[&[u8]]) -> u64 {
 }
 
 /// The shard of an object, from its store key.
+///
+/// ```
+/// use setpoint::cluster::shard_of;
+/// let shard = shard_of("/registry/demo.setpoint.dev/replicasets/default/web", 64);
+/// assert!(shard < 64);
+/// // The same on every host, in every release.
+/// assert_eq!(shard, shard_of("/registry/demo.setpoint.dev/replicasets/default/web", 64));
+/// ```
 pub fn shard_of(store_key: &str, shards: u32) -> u32 {
     (hash(&[store_key.as_bytes()]) % u64::from(shards.max(1))) as u32
 }
 
 /// The member a shard belongs to: the highest rendezvous score. Adding or
 /// removing one member moves only the shards it wins or held.
+///
+/// ```
+/// use setpoint::cluster::owner_of;
+/// let members = vec!["h1".to_owned(), "h2".to_owned(), "h3".to_owned()];
+/// let owner = owner_of(7, &members).unwrap();
+/// assert!(members.iter().any(|m| m == owner));
+/// assert_eq!(owner_of(7, &[]), None);
+/// ```
 pub fn owner_of(shard: u32, members: &[String]) -> Option<&str> {
     let shard = shard.to_le_bytes();
     members

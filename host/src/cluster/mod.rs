@@ -74,6 +74,16 @@ fn etcd_error(err: impl std::fmt::Display) -> Error {
 }
 
 /// How this host takes part in a cluster.
+///
+/// ```
+/// use std::time::Duration;
+/// let config = setpoint::cluster::Config {
+///     host_id: "web-1".into(),
+///     lease_ttl: Duration::from_secs(10),
+///     ..Default::default()
+/// };
+/// assert_eq!(config.shards, 64);
+/// ```
 #[derive(Debug, Clone)]
 pub struct Config {
     /// This host's name in the member list; unique per running host.
@@ -97,6 +107,11 @@ impl Default for Config {
 }
 
 /// `hostname-pid-xxxx`: unique enough for a member list, readable in logs.
+///
+/// ```
+/// let id = setpoint::cluster::default_host_id();
+/// assert!(id.contains(&std::process::id().to_string()));
+/// ```
 pub fn default_host_id() -> String {
     let hostname = std::env::var("HOSTNAME")
         .ok()
@@ -108,7 +123,7 @@ pub fn default_host_id() -> String {
     format!("{hostname}-{}-{}", std::process::id(), &random[..4])
 }
 
-/// What a worker may do with a key right now.
+/// What a worker may do with a key right now; see [`Cluster::claim`].
 pub enum Ownership {
     /// No cluster: this host owns every key and writes unfenced.
     Local,
@@ -123,6 +138,20 @@ pub enum Ownership {
 
 /// Permission to reconcile one key of a held shard. Reconciles in flight
 /// are counted, so a shard handed over waits for them.
+///
+/// ```no_run
+/// # async fn example(cluster: setpoint::cluster::Cluster, kind: &setpoint::object::KindInfo,
+/// #                  object: serde_json::Value) -> Result<(), setpoint::api::Error> {
+/// use setpoint::api::Api;
+/// use setpoint::cluster::Ownership;
+///
+/// let key = Api::key(kind, Some("default"), "web");
+/// if let Ownership::Owned(claim) = cluster.claim(&key) {
+///     // Refused with `store::Error::Fenced` if the shard is lost meanwhile.
+///     claim.api().update(kind, object).await?;
+/// }
+/// # Ok(()) }
+/// ```
 pub struct ShardClaim {
     inner: Arc<Inner>,
     shard: u32,
@@ -185,7 +214,27 @@ pub struct Status {
     pub leader: bool,
 }
 
-/// Membership of one host in a cluster; cheap to clone.
+/// Membership of one host in a cluster; cheap to clone. Usually made by
+/// [`HostBuilder::cluster`](crate::HostBuilder::cluster).
+///
+/// ```no_run
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use setpoint::api::Api;
+/// use setpoint::cluster::{Cluster, Config};
+/// use setpoint::store::{EtcdBackend, EtcdConfig};
+///
+/// let etcd = EtcdBackend::connect(EtcdConfig {
+///     endpoints: vec!["http://127.0.0.1:2379".into()],
+///     ..Default::default()
+/// })
+/// .await?;
+/// let api = Api::open(Arc::new(etcd.clone())).await?;
+/// let cluster = Cluster::join(etcd, api, Config::default()).await?;
+/// println!("{:?}", cluster.status());
+/// cluster.leave().await;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Cluster {
     inner: Arc<Inner>,

@@ -11,6 +11,19 @@ use super::{
 };
 
 /// Writes through `inner` only while `fence` holds.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use std::sync::Arc;
+/// use setpoint::store::{Backend, Condition, Error, Fence, FencedBackend, MemoryBackend};
+///
+/// let fence = Fence { key: "/claims/0".into(), create_revision: 1 };
+/// let fenced = FencedBackend::new(Arc::new(MemoryBackend::new()), fence);
+/// // Only a backend with leases (etcd) can check a fence.
+/// let err = fenced.put("/a", b"1".to_vec(), Condition::Any).await.unwrap_err();
+/// assert!(matches!(err, Error::Unsupported(_)));
+/// # });
+/// ```
 pub struct FencedBackend {
     inner: Arc<dyn Backend>,
     fence: Fence,

@@ -389,6 +389,16 @@ pub trait Backend: Send + Sync + 'static {
     /// [`Backend::put`], only while `fence` holds (atomically with the
     /// write); otherwise [`Error::Fenced`] and nothing is written. Backends
     /// without leases (one host per store) answer [`Error::Unsupported`].
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use setpoint::store::{Backend, Condition, Error, Fence, MemoryBackend};
+    /// let store = MemoryBackend::new();
+    /// let fence = Fence { key: "/claims/0".into(), create_revision: 1 };
+    /// let err = store.put_fenced("/a", b"1".to_vec(), Condition::Any, &fence).await.unwrap_err();
+    /// assert!(matches!(err, Error::Unsupported(_)));
+    /// # });
+    /// ```
     async fn put_fenced(
         &self,
         key: &str,
@@ -404,6 +414,16 @@ pub trait Backend: Send + Sync + 'static {
 
     /// [`Backend::delete`], only while `fence` holds; see
     /// [`Backend::put_fenced`].
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use setpoint::store::{Backend, Condition, Error, Fence, MemoryBackend};
+    /// let store = MemoryBackend::new();
+    /// let fence = Fence { key: "/claims/0".into(), create_revision: 1 };
+    /// let err = store.delete_fenced("/a", Condition::Any, &fence).await.unwrap_err();
+    /// assert!(matches!(err, Error::Unsupported(_)));
+    /// # });
+    /// ```
     async fn delete_fenced(
         &self,
         key: &str,

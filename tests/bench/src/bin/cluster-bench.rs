@@ -83,7 +83,10 @@ fn reconciler() -> Arc<dyn Reconciler> {
 }
 
 async fn phase(name: &str, host: &Host, objects: usize, generation: i64) -> anyhow::Result<f64> {
-    let kind = host.api().kinds().require("bench.setpoint.dev/v1", "Item")?;
+    let kind = host
+        .api()
+        .kinds()
+        .require("bench.setpoint.dev/v1", "Item")?;
     // Convergence is read from the watch (cheap) rather than by listing.
     let prefix = setpoint::api::Api::prefix(&kind, None);
     let mut changes = host
