@@ -125,6 +125,16 @@ impl Kubectl {
         String::from_utf8(out.stderr).unwrap()
     }
 
+    /// The client's minor version (`33` for kubectl 1.33).
+    async fn minor(&self) -> u32 {
+        let version: Value =
+            serde_json::from_str(&self.ok(&["version", "--client", "-o", "json"]).await).unwrap();
+        version["clientVersion"]["minor"]
+            .as_str()
+            .and_then(|m| m.trim_end_matches('+').parse().ok())
+            .unwrap()
+    }
+
     /// Write `manifest` to a file and `kubectl apply` it with `extra` flags.
     async fn apply(&self, manifest: &Value, extra: &[&str]) -> Output {
         let file = self
@@ -250,6 +260,19 @@ async fn kubectl_applies_a_crd_and_objects_and_reads_them_as_table_json_and_yaml
         widgets.contains("example.com/v1") && widgets.contains("Widget") && widgets.contains("wd"),
         "{widgets}"
     );
+    // kubectl ≥ 1.26 asks `/api` and `/apis` for aggregated discovery; served,
+    // it needs no request per group-version.
+    if kubectl.minor().await >= 26 {
+        let out = kubectl.run(&["api-resources", "-v=6"]).await;
+        let log = text(&out);
+        assert!(out.status.success(), "{log}");
+        assert!(log.contains("/apis?timeout=") && log.contains("/api?timeout="), "{log}");
+        assert!(
+            !log.contains("/apis/example.com/v1") && !log.contains("/api/v1?"),
+            "kubectl fell back to per-group discovery:\n{log}"
+        );
+        assert!(log.contains("widgets"), "{log}");
+    }
     host.stop().await;
 }
 
@@ -542,12 +565,7 @@ async fn kubectl_explain_describes_the_fields_of_a_registered_kind_from_openapi_
     let host = TestHost::start(&[]).await;
     let kubectl = Kubectl::new(&host.url);
     install_widgets(&kubectl).await;
-    let version: Value =
-        serde_json::from_str(&kubectl.ok(&["version", "--client", "-o", "json"]).await).unwrap();
-    let minor: u32 = version["clientVersion"]["minor"]
-        .as_str()
-        .and_then(|m| m.trim_end_matches('+').parse().ok())
-        .unwrap();
+    let minor = kubectl.minor().await;
     let index: Value = reqwest::get(format!("{}/openapi/v3", host.url))
         .await
         .unwrap()
