@@ -165,7 +165,8 @@ impl HostBuilder {
             self.backend
                 .unwrap_or_else(|| Arc::new(MemoryBackend::new()))
         };
-        let api = Api::open(backend).await?;
+        // Timed for /metrics (setpoint_store_request_duration_seconds).
+        let api = Api::open(Arc::new(crate::store::Metered::new(backend))).await?;
         let runtime = Runtime::new(self.runtime)?;
         let background = vec![
             api.start_garbage_collector(),

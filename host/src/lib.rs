@@ -47,6 +47,7 @@ pub mod cli;
 pub mod controller;
 pub mod host;
 pub mod informer;
+mod metrics;
 pub mod object;
 pub mod plugins;
 pub mod queue;

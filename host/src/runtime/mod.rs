@@ -32,6 +32,7 @@ mod bindings;
 mod error;
 mod host_api;
 mod limits;
+mod metrics;
 mod plugin;
 
 use std::collections::HashMap;
@@ -46,6 +47,7 @@ use wasmtime::{
 
 pub use error::Error;
 pub use limits::Limits;
+pub use metrics::PluginCallStats;
 pub use plugin::WasmPlugin;
 
 use host_api::HostState;
@@ -103,6 +105,8 @@ struct Inner {
     slots: Slots,
     /// Compiled components by content hash, so the same bytes compile once.
     compiled: Mutex<HashMap<[u8; 32], Component>>,
+    /// Reconcile call durations and guest faults, by plugin name.
+    calls: metrics::CallMetrics,
 }
 
 impl Runtime {
@@ -150,6 +154,7 @@ impl Runtime {
                 config,
                 disk_cache,
                 compiled: Mutex::default(),
+                calls: metrics::CallMetrics::default(),
             }),
         })
     }
@@ -175,6 +180,12 @@ impl Runtime {
                 misses: c.cache_misses(),
             })
             .unwrap_or_default()
+    }
+
+    /// Each plugin's reconcile call durations and guest faults so far, by
+    /// plugin name (for `/metrics`).
+    pub fn plugin_call_stats(&self) -> Vec<PluginCallStats> {
+        self.inner.calls.snapshot()
     }
 
     /// Compile (or reuse) a component, link it against the plugin world and

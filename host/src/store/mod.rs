@@ -23,6 +23,7 @@ pub mod embedded;
 mod error;
 pub mod etcd;
 pub mod memory;
+pub mod metered;
 
 use std::sync::Arc;
 
@@ -33,6 +34,7 @@ pub use embedded::EmbeddedBackend;
 pub use error::Error;
 pub use etcd::{EtcdBackend, EtcdConfig};
 pub use memory::MemoryBackend;
+pub use metered::{Metered, StoreMetrics};
 
 /// A global, gap-free write counter. Revision 0 means "nothing written yet".
 pub type Revision = i64;
@@ -151,4 +153,10 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Every change after `after` (exclusive), in order, then live changes.
     async fn watch(&self, after: Revision) -> Result<WatchStream>;
+
+    /// Latencies and failures of this backend's operations, when it counts
+    /// them (a [`Metered`] wrapper does; plain backends do not).
+    fn metrics(&self) -> Option<&StoreMetrics> {
+        None
+    }
 }
