@@ -8,6 +8,8 @@ mod support;
 mod api_http;
 /// The `setpoint` binary: serve, apply, get, delete, and bad input.
 mod cli;
+/// Three hosts sharing work on one etcd: kill -9, partition, no overlap.
+mod cluster;
 /// Controller runtime fidelity: rollouts, stacks, finalizers, GC, coalescing,
 /// per-key exclusion and the hot-loop breaker.
 mod controller;

@@ -30,6 +30,7 @@ use std::time::SystemTime;
 use tokio::sync::Mutex;
 
 use crate::api::{self, Api};
+use crate::cluster::{self, Cluster};
 use crate::controller::{self, Controller, ReconcileRecord, Reconciler};
 use crate::informer::Informers;
 use crate::object::ObjectKey;
@@ -64,6 +65,9 @@ pub enum Error {
     /// The plugins directory cannot be watched.
     #[error(transparent)]
     Watch(#[from] plugins::watch::WatchError),
+    /// Joining the cluster failed.
+    #[error(transparent)]
+    Cluster(#[from] cluster::Error),
 }
 
 /// Builds a [`Host`].
@@ -83,6 +87,8 @@ pub struct HostBuilder {
     per_plugin: std::collections::HashMap<String, controller::Config>,
     embedded_dir: Option<PathBuf>,
     etcd: Option<crate::store::EtcdConfig>,
+    etcd_backend: Option<crate::store::EtcdBackend>,
+    cluster: Option<cluster::Config>,
 }
 
 impl HostBuilder {
@@ -106,6 +112,35 @@ impl HostBuilder {
     /// An etcd cluster.
     pub fn etcd(mut self, config: crate::store::EtcdConfig) -> Self {
         self.etcd = Some(config);
+        self
+    }
+
+    /// Store objects in etcd through an existing connection.
+    pub fn etcd_backend(mut self, backend: crate::store::EtcdBackend) -> Self {
+        self.etcd_backend = Some(backend);
+        self
+    }
+
+    /// Share the work with the other hosts on the same etcd (see
+    /// [`cluster`]): needs [`HostBuilder::etcd`] or
+    /// [`HostBuilder::etcd_backend`].
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), setpoint::host::Error> {
+    /// use setpoint::{cluster, store::EtcdConfig};
+    ///
+    /// let host = setpoint::Host::builder()
+    ///     .etcd(EtcdConfig { endpoints: vec!["http://127.0.0.1:2379".into()], ..Default::default() })
+    ///     .cluster(cluster::Config::default())
+    ///     .plugins_dir("plugins")
+    ///     .build()
+    ///     .await?;
+    /// println!("{:?}", host.cluster().map(|c| c.status()));
+    /// host.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn cluster(mut self, config: cluster::Config) -> Self {
+        self.cluster = Some(config);
         self
     }
 
@@ -143,6 +178,15 @@ impl HostBuilder {
 
     /// Open the store, start the runtime and load the plugins.
     pub async fn build(self) -> Result<Host, Error> {
+        let etcd = match (self.etcd_backend, self.etcd) {
+            (Some(backend), _) => Some(backend),
+            (None, Some(config)) => Some(
+                crate::store::EtcdBackend::connect(config)
+                    .await
+                    .map_err(api::Error::Store)?,
+            ),
+            (None, None) => None,
+        };
         let backend: Arc<dyn Backend> = if let Some(dir) = self.embedded_dir {
             // Opening checks the whole file: keep it off the async threads.
             let store =
@@ -155,12 +199,8 @@ impl HostBuilder {
                     })?
                     .map_err(api::Error::Store)?;
             Arc::new(store)
-        } else if let Some(config) = self.etcd {
-            Arc::new(
-                crate::store::EtcdBackend::connect(config)
-                    .await
-                    .map_err(api::Error::Store)?,
-            )
+        } else if let Some(etcd) = &etcd {
+            Arc::new(etcd.clone())
         } else {
             self.backend
                 .unwrap_or_else(|| Arc::new(MemoryBackend::new()))
@@ -168,14 +208,31 @@ impl HostBuilder {
         // Timed for /metrics (setpoint_store_request_duration_seconds).
         let api = Api::open(Arc::new(crate::store::Metered::new(backend))).await?;
         let runtime = Runtime::new(self.runtime)?;
-        let background = vec![
-            api.start_garbage_collector(),
-            api.start_compactor(COMPACTION_INTERVAL, COMPACTION_KEEP_REVISIONS),
-        ];
+        let cluster = match (self.cluster, etcd) {
+            (Some(config), Some(etcd)) => Some(Cluster::join(etcd, api.clone(), config).await?),
+            (Some(_), None) => {
+                return Err(cluster::Error::Settings(
+                    "several hosts share work only on etcd: configure the etcd backend".into(),
+                )
+                .into());
+            }
+            (None, _) => None,
+        };
+        let mut background = vec![api.start_definition_follower()];
+        match &cluster {
+            // Cluster-wide singletons run on the leader only.
+            Some(cluster) => background.push(run_while_leader(cluster, api.clone())),
+            None => {
+                background.push(api.start_garbage_collector());
+                background
+                    .push(api.start_compactor(COMPACTION_INTERVAL, COMPACTION_KEEP_REVISIONS));
+            }
+        }
         let host = Host {
             shared: Arc::new(Shared {
                 informers: Informers::new(api.clone()),
                 api,
+                cluster,
                 runtime,
                 controller_config: self.controller,
                 per_plugin: self.per_plugin,
@@ -220,6 +277,7 @@ pub struct Host {
 /// What the host and its plugins-directory task share.
 struct Shared {
     api: Api,
+    cluster: Option<Cluster>,
     informers: Informers,
     runtime: Runtime,
     controller_config: controller::Config,
@@ -253,6 +311,40 @@ fn stamp_of(path: &Path) -> Stamp {
     (one(path), one(&plugins::PluginSettings::path_for(path)))
 }
 
+/// Run the garbage collector and the compactor while this host leads the
+/// cluster, and stop them when it no longer does.
+fn run_while_leader(cluster: &Cluster, api: Api) -> tokio::task::JoinHandle<()> {
+    let mut leadership = cluster.leadership();
+    tokio::spawn(async move {
+        let mut running: Vec<tokio::task::JoinHandle<()>> = Vec::new();
+        // Abort the singletons if this supervisor is aborted (shutdown).
+        struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+        impl Drop for AbortOnDrop {
+            fn drop(&mut self) {
+                self.0.iter().for_each(|t| t.abort());
+            }
+        }
+        loop {
+            let leads = *leadership.borrow_and_update();
+            if leads && running.is_empty() {
+                tracing::info!("leading the cluster: running the garbage collector and compactor");
+                running.push(api.start_garbage_collector());
+                running.push(api.start_compactor(COMPACTION_INTERVAL, COMPACTION_KEEP_REVISIONS));
+            } else if !leads && !running.is_empty() {
+                tracing::info!("no longer leading the cluster");
+                running.drain(..).for_each(|t| t.abort());
+            }
+            let guard = AbortOnDrop(std::mem::take(&mut running));
+            let changed = leadership.changed().await;
+            running = std::mem::take(&mut { guard }.0);
+            if changed.is_err() {
+                running.drain(..).for_each(|t| t.abort());
+                return;
+            }
+        }
+    })
+}
+
 /// How often old revisions are compacted (as Kubernetes does).
 pub const COMPACTION_INTERVAL: std::time::Duration = std::time::Duration::from_secs(300);
 
@@ -271,6 +363,8 @@ impl Host {
             per_plugin: std::collections::HashMap::new(),
             embedded_dir: None,
             etcd: None,
+            etcd_backend: None,
+            cluster: None,
         }
     }
 
@@ -281,6 +375,11 @@ impl Host {
     /// The object API.
     pub fn api(&self) -> &Api {
         &self.shared.api
+    }
+
+    /// This host's cluster membership, when it shares work with others.
+    pub fn cluster(&self) -> Option<&Cluster> {
+        self.shared.cluster.as_ref()
     }
 
     /// The Wasm runtime.
@@ -395,6 +494,9 @@ impl Host {
         for (_, controller) in controllers {
             controller.shutdown().await;
         }
+        if let Some(cluster) = &self.shared.cluster {
+            cluster.leave().await;
+        }
         self.shared.informers.clear();
     }
 }
@@ -424,8 +526,15 @@ impl Shared {
                 continue;
             }
             match self.api.create(&crd_kind, definition.clone()).await {
-                Ok(_) | Err(api::Error::AlreadyExists { .. }) => {
+                Ok(_) => {
                     tracing::info!(plugin = %manifest.name, kind = %info.kind, "registered kind");
+                }
+                Err(api::Error::AlreadyExists { .. }) => {
+                    // Another host (or a user) registered it first: use the
+                    // stored definition, which is what everyone else uses.
+                    let name = crate::object::meta::name(definition).to_owned();
+                    let stored = self.api.get(&crd_kind, None, &name).await?;
+                    self.api.register_kind_of(&stored);
                 }
                 Err(err) => return Err(err.into()),
             }
@@ -438,7 +547,7 @@ impl Shared {
         if self.controllers.lock().await.contains_key(&name) {
             return Err(Error::Duplicate(name));
         }
-        let controller = Controller::start(
+        let controller = Controller::start_in(
             self.api.clone(),
             self.informers.clone(),
             reconciler,
@@ -446,6 +555,7 @@ impl Shared {
                 .get(&name)
                 .unwrap_or(&self.controller_config)
                 .clone(),
+            self.cluster.clone(),
         )
         .await?;
         self.controllers.lock().await.insert(name, controller);

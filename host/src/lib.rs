@@ -39,11 +39,13 @@
 //! - [`controller`]: the reconcile loop and response application.
 //! - [`runtime`]: wasmtime, the sandbox and the plugin world bindings.
 //! - [`plugins`]: the plugins directory.
+//! - [`cluster`]: several hosts on one etcd sharing the work.
 //! - [`server`]: the Kubernetes-style HTTP API.
 //! - [`cli`]: the `setpoint` command line.
 
 pub mod api;
 pub mod cli;
+pub mod cluster;
 pub mod controller;
 pub mod host;
 pub mod informer;

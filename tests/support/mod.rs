@@ -308,6 +308,8 @@ pub fn setpoint_bin() -> PathBuf {
 pub struct ServeProcess {
     pub child: std::process::Child,
     pub url: String,
+    /// Every line the process wrote to stderr so far.
+    pub log: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl ServeProcess {
@@ -317,11 +319,22 @@ impl ServeProcess {
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
     {
+        Self::start_with_env(args, &[])
+    }
+
+    /// [`ServeProcess::start`] with extra environment variables.
+    pub fn start_with_env<I, S>(args: I, env: &[(&str, &str)]) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
         use std::io::{BufRead, BufReader};
         let mut child = Command::new(setpoint_bin())
             .arg("serve")
             .args(args)
             .args(["--addr", "127.0.0.1:0"])
+            .env("NO_COLOR", "1")
+            .envs(env.iter().copied())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("starting setpoint serve");
@@ -336,8 +349,14 @@ impl ServeProcess {
             }
         };
         // Keep draining the log so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        Self { child, url }
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Self { child, url, log }
     }
 
     /// Kill the process the way a crash would: SIGKILL, no shutdown.

@@ -24,6 +24,7 @@ mod compact;
 mod crd;
 mod delete;
 mod error;
+mod follow;
 mod gc;
 pub mod kinds;
 mod list;
@@ -117,6 +118,16 @@ impl Api {
     /// The backend.
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.backend
+    }
+
+    /// This API with every write fenced by `fence` (see
+    /// [`store::Fence`]): once the fence's claim is gone, writes fail with
+    /// `store::Error::Fenced` and change nothing. Reads are unchanged.
+    pub fn fenced(&self, fence: store::Fence) -> Self {
+        Self {
+            backend: Arc::new(store::FencedBackend::new(self.backend.clone(), fence)),
+            ..self.clone()
+        }
     }
 
     fn crd_kind(&self) -> Arc<KindInfo> {

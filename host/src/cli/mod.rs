@@ -118,7 +118,7 @@ fn read_file(path: &Path) -> anyhow::Result<Vec<u8>> {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a host: the store, the plugins and the HTTP API.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Create or update the objects of a manifest (YAML or JSON; several documents allowed).
     Apply {
         /// The manifest file, or `-` for standard input.
@@ -219,7 +219,7 @@ pub enum Command {
 /// Run a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Apply { files, server } => block_on(async move {
             let client = server.client()?;
             let mut manifests = Vec::new();

@@ -73,6 +73,19 @@ pub struct ServeArgs {
     /// Reconcile workers per plugin.
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
+    /// Share the work with the other hosts on the same etcd (needs `--etcd`):
+    /// each object is reconciled by exactly one host at a time.
+    #[arg(long, requires = "etcd")]
+    pub cluster: bool,
+    /// This host's name in the cluster (default: hostname-pid-random).
+    #[arg(long, requires = "cluster")]
+    pub host_id: Option<String>,
+    /// Seconds a dead host's objects wait before others take them over.
+    #[arg(long, default_value_t = 10, requires = "cluster")]
+    pub lease_ttl: u64,
+    /// Shards the object keys are divided into; the same on every host.
+    #[arg(long, default_value_t = 64, requires = "cluster")]
+    pub shards: u32,
 }
 
 pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -112,6 +125,7 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             ..Default::default()
         };
         let controller = crate::controller::Config { workers: args.workers, ..Default::default() };
+        let mut etcd_backend = None;
         let (backend, store_description): (Arc<dyn crate::store::Backend>, String) = if args.in_memory {
             (Arc::new(crate::store::MemoryBackend::new()), "in-memory store".into())
         } else if !args.etcd.is_empty() {
@@ -135,6 +149,7 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             let store = crate::store::EtcdBackend::connect(config)
                 .await
                 .with_context(|| format!("cannot connect to etcd at {}", args.etcd.join(",")))?;
+            etcd_backend = Some(store.clone());
             (Arc::new(store), format!("etcd at {}", args.etcd.join(",")))
         } else {
             let dir = args.data.clone();
@@ -144,13 +159,19 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("cannot open the data directory {}", args.data.display()))?;
             (Arc::new(store), format!("embedded store in {}", args.data.display()))
         };
-        let host = Host::builder()
+        let mut builder = Host::builder()
             .backend(backend)
             .plugins_dir(&args.plugins)
-            .controller(controller)
-            .build()
-            .await
-            .context("starting the host")?;
+            .controller(controller);
+        if let (true, Some(etcd)) = (args.cluster, etcd_backend) {
+            let defaults = crate::cluster::Config::default();
+            builder = builder.etcd_backend(etcd).cluster(crate::cluster::Config {
+                host_id: args.host_id.clone().unwrap_or(defaults.host_id),
+                lease_ttl: std::time::Duration::from_secs(args.lease_ttl),
+                shards: args.shards,
+            });
+        }
+        let host = builder.build().await.context("starting the host")?;
         for plugin in host.plugins().await {
             match &plugin.state {
                 crate::plugins::PluginState::Running => tracing::info!(
@@ -161,6 +182,9 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         let host = Arc::new(host);
         eprintln!("Setpoint API listening on {scheme}://{addr} ({store_description}; plugins from {})", args.plugins.display());
+        if let Some(cluster) = host.cluster() {
+            eprintln!("Sharing work as cluster member {:?} (lease {} s, {} shards)", cluster.host_id(), args.lease_ttl, args.shards);
+        }
         print_instructions(&args, addr, tokens.as_deref())?;
         let shutdown = async {
             let _ = tokio::signal::ctrl_c().await;

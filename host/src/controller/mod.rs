@@ -34,13 +34,12 @@ pub mod history;
 mod native;
 mod reconciler;
 mod view;
+mod worker;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime};
-
-use serde_json::json;
+use std::time::Duration;
 
 pub use breaker::HotLoopConfig;
 pub use history::{History, Outcome, ReconcileRecord};
@@ -50,8 +49,9 @@ pub use reconciler::{
 };
 
 use crate::api::{self, Api};
+use crate::cluster::{Cluster, Ownership};
 use crate::informer::{Change, HandlerId, Informer, Informers};
-use crate::object::{KindInfo, ObjectKey, meta, time};
+use crate::object::{KindInfo, ObjectKey, meta};
 use crate::queue::{self, WorkQueue};
 
 /// Why applying a response failed.
@@ -115,6 +115,8 @@ pub struct Stats {
 pub struct Controller {
     shared: Arc<Shared>,
     workers: Vec<tokio::task::JoinHandle<()>>,
+    /// Queues the keys of shards this host takes (cluster mode only).
+    acquisitions: Option<tokio::task::JoinHandle<()>>,
     /// Handlers this controller registered, removed when it stops.
     handlers: Vec<(Informer, HandlerId)>,
 }
@@ -137,6 +139,9 @@ struct Shared {
     breaker: breaker::Breaker,
     /// Keys being reconciled right now, to check that none is reconciled twice at once.
     in_flight: std::sync::Mutex<HashSet<ObjectKey>>,
+    /// With several hosts on one etcd: which keys are this host's, and the
+    /// fenced API to write them through.
+    cluster: Option<Cluster>,
     reconciles: AtomicU64,
     concurrent: AtomicU64,
     hot_loops: AtomicU64,
@@ -159,6 +164,20 @@ impl Controller {
         reconciler: Arc<dyn Reconciler>,
         config: Config,
     ) -> Result<Self, Error> {
+        Self::start_in(api, informers, reconciler, config, None).await
+    }
+
+    /// [`Controller::start`] as one host of a [`Cluster`] (when given): only
+    /// keys of shards this host holds are queued and reconciled, every
+    /// write goes through the shard claim's fenced API, and the keys of
+    /// shards it takes later are queued then.
+    pub async fn start_in(
+        api: Api,
+        informers: Informers,
+        reconciler: Arc<dyn Reconciler>,
+        config: Config,
+        cluster: Option<Cluster>,
+    ) -> Result<Self, Error> {
         let manifest = reconciler.manifest().clone();
         let resolve = |r: &crate::object::KindRef| {
             api.kinds()
@@ -178,9 +197,18 @@ impl Controller {
             .map(|k| informers.for_kind(k.clone()))
             .collect();
 
+        // Subscribed before the handlers list the cache, so a shard taken
+        // while they do is queued afterwards rather than missed.
+        let taken = cluster.as_ref().map(Cluster::acquisitions);
         let mut handlers = Vec::new();
         let q = queue.clone();
-        let handler = move |change: &Change| enqueue(&q, change, ObjectKey::of(change.object()));
+        let mine = ownership_filter(&cluster, &kind);
+        let handler = move |change: &Change| {
+            let key = ObjectKey::of(change.object());
+            if mine(&key) {
+                enqueue(&q, change, key);
+            }
+        };
         let id = match config.resync {
             Some(period) if !period.is_zero() => informer.add_handler_with_resync(handler, period),
             _ => informer.add_handler(handler),
@@ -189,6 +217,7 @@ impl Controller {
         for child_informer in &owned_informers {
             let q = queue.clone();
             let (owner_api_version, owner_kind) = (kind.api_version(), kind.kind.clone());
+            let mine = ownership_filter(&cluster, &kind);
             let id = child_informer.add_handler(move |change: &Change| {
                 let child = change.object();
                 for owner in meta::owner_references(child) {
@@ -197,7 +226,10 @@ impl Controller {
                         && owner["apiVersion"].as_str() == Some(owner_api_version.as_str())
                         && let Some(name) = owner["name"].as_str()
                     {
-                        enqueue(&q, change, ObjectKey::new(meta::namespace(child), name));
+                        let key = ObjectKey::new(meta::namespace(child), name);
+                        if mine(&key) {
+                            enqueue(&q, change, key);
+                        }
                     }
                 }
             });
@@ -221,17 +253,27 @@ impl Controller {
             pending_writes: Default::default(),
             breaker: breaker::Breaker::new(config.hot_loop),
             in_flight: Default::default(),
+            cluster,
             reconciles: AtomicU64::new(0),
             concurrent: AtomicU64::new(0),
             hot_loops: AtomicU64::new(0),
         });
         let workers = (0..config.workers.max(1))
-            .map(|_| tokio::spawn(worker(shared.clone())))
+            .map(|_| tokio::spawn(worker::worker(shared.clone())))
             .collect();
+        let acquisitions = taken.map(|mut taken| {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                while taken.changed().await.is_ok() {
+                    shared.queue_owned();
+                }
+            })
+        });
         tracing::info!(plugin = %manifest.name, kind = %manifest.reconciles, "controller started");
         Ok(Self {
             shared,
             workers,
+            acquisitions,
             handlers,
         })
     }
@@ -294,7 +336,7 @@ impl Controller {
     /// Stop: remove the informer handlers, drop pending keys, let in-flight
     /// reconciles finish, then release the informers (an informer nobody
     /// else holds stops its watch).
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         self.stop_handlers();
         self.shared.queue.shutdown();
         for worker in self.workers {
@@ -305,7 +347,7 @@ impl Controller {
     /// Stop taking new changes, but reconcile every key already queued (and
     /// requeued while draining) before stopping, waiting at most `timeout`
     /// before falling back to [`shutdown`](Self::shutdown).
-    pub async fn shutdown_with_drain(self, timeout: Duration) {
+    pub async fn shutdown_with_drain(mut self, timeout: Duration) {
         self.stop_handlers();
         let drained = self.shared.queue.shutdown_with_drain();
         if tokio::time::timeout(timeout, drained).await.is_err() {
@@ -317,40 +359,14 @@ impl Controller {
         }
     }
 
-    fn stop_handlers(&self) {
+    fn stop_handlers(&mut self) {
         for (informer, id) in &self.handlers {
             informer.remove_handler(*id);
         }
+        if let Some(task) = self.acquisitions.take() {
+            task.abort();
+        }
     }
-}
-
-/// How a key's turn ended, when it did not fail.
-enum Step {
-    /// The object is gone (or being deleted without our finalizer).
-    Gone,
-    /// The circuit breaker holds the object.
-    Stopped,
-    /// The response was applied.
-    Applied {
-        requeue_after: Option<Duration>,
-        generation: i64,
-        /// Fingerprint of the owned children the reconciler saw.
-        children: u64,
-        wrote: bool,
-    },
-}
-
-/// A fingerprint of a set of children: their uids and resource versions.
-fn fingerprint(children: &[Arc<crate::object::Object>]) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut ids: Vec<(&str, Option<&str>)> = children
-        .iter()
-        .map(|c| (meta::uid(c), meta::resource_version(c)))
-        .collect();
-    ids.sort_unstable();
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    ids.hash(&mut hasher);
-    hasher.finish()
 }
 
 impl Shared {
@@ -360,346 +376,42 @@ impl Shared {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
-}
 
-async fn worker(shared: Arc<Shared>) {
-    while let Some(key) = shared.queue.get().await {
-        let started = SystemTime::now();
-        let clock = Instant::now();
-        if !shared
-            .in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.clone())
-        {
-            shared.concurrent.fetch_add(1, Ordering::Relaxed);
-            tracing::error!(object = %key, "a key was handed to two workers at once");
+    /// Queue (at low priority) every cached object whose shard this host holds.
+    fn queue_owned(&self) {
+        let mine = ownership_filter(&self.cluster, &self.kind);
+        for object in self.informer.list(None) {
+            let key = ObjectKey::of(&object);
+            if mine(&key) {
+                self.queue.add_low_priority(key);
+            }
         }
-        let reconciler = shared.reconciler();
-        let outcome = reconcile_key(&shared, &reconciler, &key).await;
-        shared
-            .in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&key);
-        let (outcome, next_in) = match outcome {
-            Ok(Step::Gone) => {
-                shared.queue.forget(&key);
-                shared.breaker.forget(&key);
-                (None, None)
-            }
-            Ok(Step::Stopped) => {
-                shared.queue.forget(&key);
-                shared.queue.done(&key);
-                continue;
-            }
-            Ok(Step::Applied {
-                requeue_after,
-                generation,
-                children,
-                wrote,
-            }) => {
-                shared.queue.forget(&key);
-                if shared.breaker.record(&key, generation, children, wrote) {
-                    shared.hot_loops.fetch_add(1, Ordering::Relaxed);
-                    let message = format!(
-                        "reconciles keep writing while the spec stays at generation {generation}: stopped until the spec changes"
-                    );
-                    tracing::warn!(plugin = %reconciler.manifest().name, object = %key, "hot loop; circuit breaker open");
-                    report_not_ready(&shared, reconciler.manifest(), &key, "HotLoop", &message)
-                        .await;
-                    (Some(Outcome::PermanentError(message)), None)
-                } else {
-                    if let Some(after) = requeue_after {
-                        shared.queue.add_after(key.clone(), after);
-                    }
-                    (Some(Outcome::Success), requeue_after)
-                }
-            }
-            Err(ReconcileError::Transient(msg)) => {
-                let delay = shared.queue.add_rate_limited(key.clone());
-                tracing::warn!(plugin = %reconciler.manifest().name, object = %key, error = %msg, retry_in = ?delay, "reconcile failed; will retry");
-                (Some(Outcome::TransientError(msg)), Some(delay))
-            }
-            Err(ReconcileError::Permanent(msg)) => {
-                shared.queue.forget(&key);
-                tracing::warn!(plugin = %reconciler.manifest().name, object = %key, error = %msg, "reconcile failed permanently");
-                report_not_ready(&shared, reconciler.manifest(), &key, "ReconcileError", &msg)
-                    .await;
-                (Some(Outcome::PermanentError(msg)), None)
-            }
-        };
-        if let Some(outcome) = outcome {
-            shared.history.push(
-                &key,
-                ReconcileRecord {
-                    started,
-                    duration: clock.elapsed(),
-                    version: reconciler.manifest().version.clone(),
-                    outcome,
-                    next_in,
-                },
-            );
-        } else {
-            shared.history.forget(&key);
-        }
-        shared.queue.done(&key);
-    }
-}
-
-/// Reconcile one key.
-async fn reconcile_key(
-    shared: &Arc<Shared>,
-    reconciler: &Arc<dyn Reconciler>,
-    key: &ObjectKey,
-) -> Result<Step, ReconcileError> {
-    let Some(object) = shared.informer.get(key) else {
-        return Ok(Step::Gone);
-    };
-    let generation = meta::generation(&object);
-    if meta::deletion_timestamp(&object).is_none() && shared.breaker.is_open(key, generation) {
-        return Ok(Step::Stopped);
-    }
-    let manifest = reconciler.manifest();
-    wait_for_own_writes(shared, key).await;
-    let applier = apply::Applier {
-        api: &shared.api,
-        manifest,
-        owned_kinds: &shared.owned_kinds,
-        kind: &shared.kind,
-        written: Default::default(),
-    };
-    let mut finalizing = false;
-    if let Some(finalizer) = &manifest.finalizer {
-        if meta::deletion_timestamp(&object).is_some() {
-            if !meta::finalizers(&object).contains(&finalizer.as_str()) {
-                return Ok(Step::Gone);
-            }
-            finalizing = true;
-        } else if applier
-            .ensure_finalizer(&object, finalizer)
-            .await
-            .map_err(transient)?
-        {
-            // The write requeues the key through the informer.
-            remember_writes(shared, key, &applier);
-            return Ok(Step::Applied {
-                requeue_after: None,
-                generation,
-                children: 0,
-                wrote: true,
-            });
-        }
-    } else if meta::deletion_timestamp(&object).is_some() {
-        return Ok(Step::Gone);
     }
 
-    let uid = meta::uid(&object).to_owned();
-    let owned: Vec<_> = shared
-        .owned_informers
-        .iter()
-        .flat_map(|i| i.owned_by(&uid))
-        .collect();
-    let children = fingerprint(&owned);
-    let request = Request {
-        object: object.clone(),
-        owned,
-        finalizing,
-        now_unix_ms: time::now_unix_ms(),
-    };
-    let reconciler = reconciler.clone();
-    shared.reconciles.fetch_add(1, Ordering::Relaxed);
-    let view: Arc<dyn CacheView> = Arc::new(view::InformerView {
-        informers: shared.informers.clone(),
-        api: shared.api.clone(),
-    });
-    let response = tokio::task::spawn_blocking(move || {
-        let response = reconciler.reconcile(&request, &view);
-        (request, response)
-    })
-    .await
-    .map_err(|e| ReconcileError::Transient(format!("reconcile task failed: {e}")))?;
-    let (request, response) = response;
-    let response = response?;
-
-    let result = applier.apply(&object, &request.owned, &response).await;
-    let wrote = remember_writes(shared, key, &applier);
-    match result {
-        Ok(()) => {}
-        Err(Error::Refused(msg)) => {
-            let event = EventRecord {
-                severity: Severity::Warning,
-                reason: "ResponseRefused".into(),
-                message: msg.clone(),
-            };
-            let _ = events::record(&shared.api, &manifest.name, &object, &event).await;
-            return Err(ReconcileError::Permanent(msg));
-        }
-        Err(err) => return Err(transient(err)),
-    }
-    if finalizing
-        && response.remove_finalizer
-        && let Some(finalizer) = &manifest.finalizer
-    {
-        let latest = shared
-            .api
-            .get(&shared.kind, key.namespace.as_deref(), &key.name)
-            .await
-            .map_err(|e| transient(e.into()))?;
-        applier
-            .remove_finalizer(&latest, finalizer)
-            .await
-            .map_err(transient)?;
-    }
-    Ok(Step::Applied {
-        requeue_after: response.requeue_after,
-        generation,
-        children,
-        wrote,
-    })
-}
-
-/// How long a reconcile waits for the caches to show its key's last writes.
-const OWN_WRITES_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Remember what a reconcile wrote; returns whether it wrote anything.
-fn remember_writes(shared: &Shared, key: &ObjectKey, applier: &apply::Applier<'_>) -> bool {
-    let written = std::mem::take(&mut *applier.written.lock().unwrap_or_else(|p| p.into_inner()));
-    if written.is_empty() {
-        return false;
-    }
-    shared
-        .pending_writes
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(key.clone(), written);
-    true
-}
-
-/// Read your own writes: before reconciling a key again, wait until the
-/// informers have seen what its last reconcile wrote, so a reconciler is
-/// never handed a cache that predates its own changes (which would make it
-/// create children again or write status from an old version).
-async fn wait_for_own_writes(shared: &Shared, key: &ObjectKey) {
-    let pending = shared
-        .pending_writes
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(key);
-    for (kind, revision) in pending.into_iter().flatten() {
-        let informer = std::iter::once(&shared.informer)
-            .chain(&shared.owned_informers)
-            .find(|i| i.kind().group == kind.group && i.kind().plural == kind.plural);
-        if let Some(informer) = informer
-            && !informer
-                .wait_for_revision(revision, OWN_WRITES_TIMEOUT)
-                .await
-        {
-            tracing::warn!(object = %key, kind = %kind.kind, revision, "cache did not catch up with our own write in time");
+    /// May this host reconcile `key` now, and through which API?
+    fn ownership(&self, key: &ObjectKey) -> Ownership {
+        match &self.cluster {
+            Some(cluster) => {
+                cluster.claim(&Api::key(&self.kind, key.namespace.as_deref(), &key.name))
+            }
+            None => Ownership::Local,
         }
     }
 }
 
-fn transient(err: Error) -> ReconcileError {
-    ReconcileError::Transient(err.to_string())
-}
-
-/// Report why an object stopped on the object itself: a warning event and
-/// `Ready=False` with `reason` (`ReconcileError`, `HotLoop`).
-async fn report_not_ready(
-    shared: &Shared,
-    manifest: &Manifest,
-    key: &ObjectKey,
-    reason: &str,
-    message: &str,
-) {
-    let Some(object) = shared.informer.get(key) else {
-        return;
-    };
-    let event = EventRecord {
-        severity: Severity::Warning,
-        reason: reason.into(),
-        message: message.to_owned(),
-    };
-    if let Err(err) = events::record(&shared.api, &manifest.name, &object, &event).await {
-        tracing::warn!(%err, "could not record event");
+/// Whether a key of `kind` is this host's to queue: always on one host; in
+/// a cluster, when this host holds the key's shard.
+fn ownership_filter(
+    cluster: &Option<Cluster>,
+    kind: &Arc<KindInfo>,
+) -> impl Fn(&ObjectKey) -> bool + Send + Sync + 'static {
+    let cluster = cluster.clone();
+    let kind = kind.clone();
+    move |key: &ObjectKey| {
+        cluster
+            .as_ref()
+            .is_none_or(|c| c.owns(&Api::key(&kind, key.namespace.as_deref(), &key.name)))
     }
-    // The cache may not show this reconcile's own last write yet: read the
-    // stored object, and retry on a conflict with a concurrent writer.
-    for _ in 0..5 {
-        let latest = match shared
-            .api
-            .get(&shared.kind, key.namespace.as_deref(), &key.name)
-            .await
-        {
-            Ok(latest) => latest,
-            Err(err) => {
-                tracing::debug!(%err, "could not read the object to report it not ready");
-                return;
-            }
-        };
-        let Some(next) = with_not_ready(&latest, reason, message) else {
-            return;
-        };
-        let result = if shared.kind.status_subresource {
-            shared.api.update_status(&shared.kind, next).await
-        } else {
-            shared.api.update(&shared.kind, next).await
-        };
-        match result {
-            Err(api::Error::Conflict { .. }) => continue,
-            Err(err) => {
-                tracing::debug!(%err, "could not write the Ready=False condition");
-                return;
-            }
-            Ok(_) => return,
-        }
-    }
-}
-
-/// `object` with a `Ready=False` condition carrying `reason` and `message`,
-/// or `None` if it already has that condition.
-fn with_not_ready(
-    object: &crate::object::Object,
-    reason: &str,
-    message: &str,
-) -> Option<crate::object::Object> {
-    let mut conditions: Vec<serde_json::Value> = object["status"]["conditions"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let ready = json!({
-        "type": "Ready", "status": "False", "reason": reason, "message": message,
-        "observedGeneration": meta::generation(object),
-    });
-    let existing = conditions.iter_mut().find(|c| c["type"] == "Ready");
-    match existing {
-        Some(c)
-            if c["status"] == "False"
-                && c["reason"] == reason
-                && c["message"] == message
-                && c["observedGeneration"] == ready["observedGeneration"] =>
-        {
-            return None;
-        }
-        Some(c) => {
-            let mut next = ready;
-            next["lastTransitionTime"] = if c["status"] == "False" {
-                c["lastTransitionTime"].clone()
-            } else {
-                json!(time::now_rfc3339())
-            };
-            *c = next;
-        }
-        None => {
-            let mut next = ready;
-            next["lastTransitionTime"] = json!(time::now_rfc3339());
-            conditions.push(next);
-        }
-    }
-    let mut next = object.clone();
-    next["status"]["conditions"] = json!(conditions);
-    Some(next)
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! Setpoint's own endpoints beside the Kubernetes API, under `/setpoint/v1`:
-//! the plugins the host runs and the recent reconcile results of an object.
+//! the plugins the host runs, the recent reconcile results of an object and
+//! the host's view of its cluster.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -97,4 +98,17 @@ pub(super) async fn history(
         })
         .collect();
     Json(json!({"records": records})).into_response()
+}
+
+/// `GET /setpoint/v1/cluster`: this host's view of the cluster it shares
+/// work in (members, shards held, lease), or `{"clustered": false}`.
+pub(super) async fn cluster(State(host): State<Arc<Host>>) -> Json<Value> {
+    Json(match host.cluster() {
+        Some(cluster) => {
+            let mut status = serde_json::to_value(cluster.status()).unwrap_or_default();
+            status["clustered"] = Value::Bool(true);
+            status
+        }
+        None => serde_json::json!({"clustered": false}),
+    })
 }

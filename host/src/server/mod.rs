@@ -55,6 +55,7 @@ pub fn router_with(host: Arc<Host>, config: Config) -> Router {
         .route("/version", get(discovery::version))
         .route("/setpoint/v1/plugins", get(host_info::plugins))
         .route("/setpoint/v1/history", get(host_info::history))
+        .route("/setpoint/v1/cluster", get(host_info::cluster))
         .route("/openapi/v2", get(openapi::v2))
         .route("/openapi/v3", get(openapi::v3_index))
         .route("/openapi/v3/{*rest}", get(openapi::v3_group_version))

@@ -44,6 +44,17 @@ pub enum Error {
     /// An I/O failure.
     #[error("store I/O: {0}")]
     Io(#[from] std::io::Error),
+    /// A fenced write's claim is gone: another host owns the work now.
+    #[error("fenced out: claim {key} is no longer held at revision {create_revision}")]
+    Fenced {
+        /// The claim key.
+        key: String,
+        /// The claim's revision the writer held.
+        create_revision: Revision,
+    },
+    /// The backend does not offer this operation.
+    #[error("{0} is not supported by this backend")]
+    Unsupported(&'static str),
     /// The backend cannot serve requests (closed, unreachable).
     #[error("store unavailable: {0}")]
     Unavailable(String),

@@ -29,8 +29,8 @@ use etcd_client::{
 use tokio::sync::mpsc;
 
 use super::{
-    Backend, Condition, Deleted, Error, EventKind, KeyValue, Range, RangeResult, Result, Revision,
-    WatchEvent, WatchStream,
+    Backend, Condition, Deleted, Error, EventKind, Fence, KeyValue, Range, RangeResult, Result,
+    Revision, WatchEvent, WatchStream,
 };
 
 /// How many events a watch stream buffers before the forwarder waits.
@@ -109,6 +109,21 @@ impl EtcdBackend {
         Ok(backend)
     }
 
+    /// The etcd client, for the cluster membership (leases, claims).
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The key prefix every key is stored under.
+    pub(crate) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// A contract key as etcd stores it (with the prefix).
+    pub(crate) fn full_key(&self, key: &str) -> Vec<u8> {
+        self.full(key)
+    }
+
     fn full(&self, key: &str) -> Vec<u8> {
         let mut full = Vec::with_capacity(self.prefix.len() + key.len());
         full.extend_from_slice(self.prefix.as_bytes());
@@ -158,6 +173,7 @@ impl EtcdBackend {
         &self,
         key: &str,
         condition: Condition,
+        fence: Option<&Fence>,
         then: TxnOp,
     ) -> Result<(bool, Vec<TxnOpResponse>, Revision)> {
         let full = self.full(key);
@@ -168,23 +184,32 @@ impl EtcdBackend {
                 Some(Compare::mod_revision(full, CompareOp::Equal, to_etcd(rev)))
             }
         };
-        self.txn(key, compare, then).await
+        self.txn(key, compare, fence, then).await
     }
 
-    /// `then` if `compare` holds (or always), else read the key back.
+    /// `then` if `compare` and `fence` hold (or always), else read the key
+    /// (and the fence's key) back.
     async fn txn(
         &self,
         key: &str,
         compare: Option<Compare>,
+        fence: Option<&Fence>,
         then: TxnOp,
     ) -> Result<(bool, Vec<TxnOpResponse>, Revision)> {
-        let mut txn = Txn::new();
-        if let Some(compare) = compare {
-            txn = txn.when([compare]);
+        let mut compares: Vec<Compare> = compare.into_iter().collect();
+        let mut otherwise = vec![TxnOp::get(self.full(key), None)];
+        if let Some(fence) = fence {
+            compares.push(Compare::create_revision(
+                self.full(&fence.key),
+                CompareOp::Equal,
+                to_etcd(fence.create_revision),
+            ));
+            otherwise.push(TxnOp::get(self.full(&fence.key), None));
         }
-        let txn = txn
+        let txn = Txn::new()
+            .when(compares)
             .and_then([then])
-            .or_else([TxnOp::get(self.full(key), None)]);
+            .or_else(otherwise);
         let response = self
             .client
             .kv_client()
@@ -195,9 +220,120 @@ impl EtcdBackend {
         Ok((response.succeeded(), response.op_responses(), revision))
     }
 
+    /// Whether a failed transaction failed because its fence no longer holds.
+    fn fenced_out(&self, fence: Option<&Fence>, responses: &[TxnOpResponse]) -> Option<Error> {
+        let fence = fence?;
+        let full = self.full(&fence.key);
+        let held = responses.iter().any(|r| match r {
+            TxnOpResponse::Get(get) => get.kvs().iter().any(|kv| {
+                kv.key() == full.as_slice()
+                    && kv.create_revision() == to_etcd(fence.create_revision)
+            }),
+            _ => false,
+        });
+        (!held).then(|| Error::Fenced {
+            key: fence.key.clone(),
+            create_revision: fence.create_revision,
+        })
+    }
+
+    async fn write(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        condition: Condition,
+        fence: Option<&Fence>,
+    ) -> Result<KeyValue> {
+        let then = TxnOp::put(
+            self.full(key),
+            value.clone(),
+            Some(PutOptions::new().with_prev_key()),
+        );
+        let (succeeded, responses, revision) =
+            self.conditional(key, condition, fence, then).await?;
+        if !succeeded {
+            if let Some(fenced) = self.fenced_out(fence, &responses) {
+                return Err(fenced);
+            }
+            return Err(self.conflict(key, condition, &responses));
+        }
+        let previous = responses.iter().find_map(|r| match r {
+            TxnOpResponse::Put(put) => put.prev_key().map(|kv| from_etcd(kv.create_revision())),
+            _ => None,
+        });
+        Ok(KeyValue {
+            key: key.to_owned(),
+            value: value.into(),
+            create_revision: previous.unwrap_or(revision),
+            mod_revision: revision,
+        })
+    }
+
+    async fn remove(
+        &self,
+        key: &str,
+        condition: Condition,
+        fence: Option<&Fence>,
+    ) -> Result<Deleted> {
+        let full = self.full(key);
+        let then = TxnOp::delete(
+            full,
+            Some(etcd_client::DeleteOptions::new().with_prev_key()),
+        );
+        // A delete of a missing key must fail even without a condition.
+        let condition_or_exists = match condition {
+            Condition::Any => None,
+            other => Some(other),
+        };
+        let (succeeded, responses, revision) = match condition_or_exists {
+            Some(c) => self.conditional(key, c, fence, then).await?,
+            None => {
+                let exists = Compare::create_revision(self.full(key), CompareOp::Greater, 0);
+                self.txn(key, Some(exists), fence, then).await?
+            }
+        };
+        if !succeeded {
+            if let Some(fenced) = self.fenced_out(fence, &responses) {
+                return Err(fenced);
+            }
+            let exists = responses
+                .iter()
+                .any(|r| matches!(r, TxnOpResponse::Get(g) if !g.kvs().is_empty()));
+            return Err(
+                if matches!(condition, Condition::ModRevision(_))
+                    || (exists && condition != Condition::Any)
+                {
+                    self.conflict(key, condition, &responses)
+                } else {
+                    Error::NotFound {
+                        key: key.to_owned(),
+                    }
+                },
+            );
+        }
+        let prev = responses
+            .iter()
+            .find_map(|r| match r {
+                TxnOpResponse::Delete(d) => d.prev_kvs().first().map(|kv| self.convert(kv)),
+                _ => None,
+            })
+            .transpose()?;
+        match prev {
+            Some(prev) => Ok(Deleted { revision, prev }),
+            None => Err(Error::NotFound {
+                key: key.to_owned(),
+            }),
+        }
+    }
+
     fn conflict(&self, key: &str, condition: Condition, responses: &[TxnOpResponse]) -> Error {
+        let full = self.full(key);
         let actual = responses.iter().find_map(|r| match r {
-            TxnOpResponse::Get(get) => get.kvs().first().map(|kv| from_etcd(kv.mod_revision())),
+            TxnOpResponse::Get(get) => get
+                .kvs()
+                .iter()
+                .find(|kv| kv.key() == full.as_slice())
+                .map(|kv| from_etcd(kv.mod_revision())),
             _ => None,
         });
         Error::Conflict {
@@ -293,74 +429,30 @@ impl Backend for EtcdBackend {
     }
 
     async fn put(&self, key: &str, value: Vec<u8>, condition: Condition) -> Result<KeyValue> {
-        let then = TxnOp::put(
-            self.full(key),
-            value.clone(),
-            Some(PutOptions::new().with_prev_key()),
-        );
-        let (succeeded, responses, revision) = self.conditional(key, condition, then).await?;
-        if !succeeded {
-            return Err(self.conflict(key, condition, &responses));
-        }
-        let previous = responses.iter().find_map(|r| match r {
-            TxnOpResponse::Put(put) => put.prev_key().map(|kv| from_etcd(kv.create_revision())),
-            _ => None,
-        });
-        Ok(KeyValue {
-            key: key.to_owned(),
-            value: value.into(),
-            create_revision: previous.unwrap_or(revision),
-            mod_revision: revision,
-        })
+        self.write(key, value, condition, None).await
     }
 
     async fn delete(&self, key: &str, condition: Condition) -> Result<Deleted> {
-        let full = self.full(key);
-        let then = TxnOp::delete(
-            full,
-            Some(etcd_client::DeleteOptions::new().with_prev_key()),
-        );
-        // A delete of a missing key must fail even without a condition.
-        let condition_or_exists = match condition {
-            Condition::Any => None,
-            other => Some(other),
-        };
-        let (succeeded, responses, revision) = match condition_or_exists {
-            Some(c) => self.conditional(key, c, then).await?,
-            None => {
-                let exists = Compare::create_revision(self.full(key), CompareOp::Greater, 0);
-                self.txn(key, Some(exists), then).await?
-            }
-        };
-        if !succeeded {
-            let exists = responses
-                .iter()
-                .any(|r| matches!(r, TxnOpResponse::Get(g) if !g.kvs().is_empty()));
-            return Err(
-                if matches!(condition, Condition::ModRevision(_))
-                    || (exists && condition != Condition::Any)
-                {
-                    self.conflict(key, condition, &responses)
-                } else {
-                    Error::NotFound {
-                        key: key.to_owned(),
-                    }
-                },
-            );
-        }
-        let prev = responses
-            .iter()
-            .find_map(|r| match r {
-                TxnOpResponse::Delete(d) => d.prev_kvs().first().map(|kv| self.convert(kv)),
-                _ => None,
-            })
-            .transpose()?;
-        match prev {
-            Some(prev) => Ok(Deleted { revision, prev }),
-            None => Err(Error::NotFound {
-                key: key.to_owned(),
-            }),
-        }
+        self.remove(key, condition, None).await
+    }
+
+    async fn put_fenced(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        condition: Condition,
+        fence: &Fence,
+    ) -> Result<KeyValue> {
+        self.write(key, value, condition, Some(fence)).await
+    }
+
+    async fn delete_fenced(
+        &self,
+        key: &str,
+        condition: Condition,
+        fence: &Fence,
+    ) -> Result<Deleted> {
+        self.remove(key, condition, Some(fence)).await
     }
 
     async fn current_revision(&self) -> Result<Revision> {
@@ -496,7 +588,7 @@ impl Backend for EtcdBackend {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     //! The conformance suite against a real etcd (Debian's `etcd-server`),
     //! one private etcd process per test on free loopback ports.
 

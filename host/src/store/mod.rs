@@ -22,6 +22,7 @@ mod conformance;
 pub mod embedded;
 mod error;
 pub mod etcd;
+mod fenced;
 pub mod memory;
 pub mod metered;
 
@@ -33,6 +34,7 @@ use tokio::sync::mpsc;
 pub use embedded::EmbeddedBackend;
 pub use error::Error;
 pub use etcd::{EtcdBackend, EtcdConfig};
+pub use fenced::FencedBackend;
 pub use memory::MemoryBackend;
 pub use metered::{Metered, StoreMetrics};
 
@@ -64,6 +66,27 @@ pub enum Condition {
     Absent,
     /// The key must exist with exactly this modification revision.
     ModRevision(Revision),
+}
+
+/// A fencing token: a key that must still exist with the same
+/// `create_revision` for a write to happen, checked atomically with the write.
+///
+/// Several hosts on one etcd hold work through leased claim keys; a host
+/// writes with the claim it holds as the fence, so once its lease expires
+/// (and the claim key is deleted or re-created by another host) its writes
+/// fail with [`Error::Fenced`] instead of racing the new owner.
+///
+/// ```
+/// use setpoint::store::Fence;
+/// let fence = Fence { key: "/setpoint/cluster/shards/00007".into(), create_revision: 42 };
+/// assert_eq!(fence.create_revision, 42);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Fence {
+    /// The claim key.
+    pub key: String,
+    /// The revision that created the claim key when it was taken.
+    pub create_revision: Revision,
 }
 
 /// A range read.
@@ -153,6 +176,36 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Every change after `after` (exclusive), in order, then live changes.
     async fn watch(&self, after: Revision) -> Result<WatchStream>;
+
+    /// [`Backend::put`], only while `fence` holds (atomically with the
+    /// write); otherwise [`Error::Fenced`] and nothing is written. Backends
+    /// without leases (one host per store) answer [`Error::Unsupported`].
+    async fn put_fenced(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        condition: Condition,
+        fence: &Fence,
+    ) -> Result<KeyValue> {
+        let _ = (key, value, condition, fence);
+        Err(Error::Unsupported(
+            "fenced writes (several hosts need etcd)",
+        ))
+    }
+
+    /// [`Backend::delete`], only while `fence` holds; see
+    /// [`Backend::put_fenced`].
+    async fn delete_fenced(
+        &self,
+        key: &str,
+        condition: Condition,
+        fence: &Fence,
+    ) -> Result<Deleted> {
+        let _ = (key, condition, fence);
+        Err(Error::Unsupported(
+            "fenced writes (several hosts need etcd)",
+        ))
+    }
 
     /// Latencies and failures of this backend's operations, when it counts
     /// them (a [`Metered`] wrapper does; plain backends do not).

@@ -16,6 +16,7 @@
 //!   wait for subscribers, and memory stays bounded.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::broadcast;
@@ -82,6 +83,9 @@ struct Inner {
     state: Mutex<State>,
     sender: broadcast::Sender<Arc<Event>>,
     capacity: usize,
+    /// Moves when the hub resumes after a gap it cannot fill: every
+    /// subscriber from before must relist.
+    epoch: Arc<AtomicU64>,
 }
 
 struct State {
@@ -118,6 +122,7 @@ impl WatchHub {
                 }),
                 sender,
                 capacity,
+                epoch: Arc::default(),
             }),
         };
         let follower = Arc::downgrade(&hub.inner);
@@ -184,6 +189,8 @@ impl WatchHub {
         let receiver = self.inner.sender.subscribe();
         let last_seen = after.max(state.last);
         Ok(Subscription {
+            epoch: self.inner.epoch.clone(),
+            subscribed_in: self.inner.epoch.load(Ordering::SeqCst),
             prefix: prefix.to_owned(),
             backlog,
             receiver,
@@ -213,11 +220,14 @@ impl Inner {
         let _ = self.sender.send(event);
     }
 
+    /// Start over at `revision` after changes the hub never saw: forget the
+    /// history and cut every subscriber off.
     fn reset(&self, revision: Revision) {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         state.history.clear();
         state.oldest = revision;
         state.last = revision;
+        self.epoch.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -250,19 +260,37 @@ async fn follow(
                 }
             }
             Some(Err(_)) | None => {
-                // The backend's watch broke (compaction, restart). Resume from
-                // now; subscribers behind this point must relist.
+                // The backend's watch broke (a lost connection, compaction).
+                // Resume after the last change published, so subscribers miss
+                // nothing; if the store no longer has those changes, resume
+                // from now and cut every subscriber off so they relist.
                 if let Some(Err(err)) = &item {
-                    tracing::warn!(%err, "store watch broken; resuming, watchers will relist");
+                    tracing::warn!(%err, "store watch broken; resuming");
                 }
+                let last = inner.state.lock().unwrap_or_else(|p| p.into_inner()).last;
                 let resumed = async {
-                    let rev = backend.current_revision().await?;
-                    Ok::<_, store::Error>((rev, backend.watch(rev).await?))
+                    match backend.watch(last).await {
+                        Ok(s) => Ok((None, s)),
+                        Err(store::Error::Compacted { .. }) => {
+                            let rev = backend.current_revision().await?;
+                            Ok::<_, store::Error>((Some(rev), backend.watch(rev).await?))
+                        }
+                        Err(err) => Err(err),
+                    }
                 }
                 .await;
                 match resumed {
-                    Ok((rev, s)) => {
-                        inner.reset(rev);
+                    Ok((gap, s)) => {
+                        if let Some(rev) = gap {
+                            tracing::warn!(
+                                from = last,
+                                to = rev,
+                                "changes compacted while the store watch was down; watchers will relist"
+                            );
+                            inner.reset(rev);
+                        } else {
+                            tracing::info!(after = last, "store watch resumed");
+                        }
                         stream = s;
                     }
                     Err(err) => {
@@ -278,6 +306,8 @@ async fn follow(
 
 /// A stream of changes under one prefix; see the module docs.
 pub struct Subscription {
+    epoch: Arc<AtomicU64>,
+    subscribed_in: u64,
     prefix: String,
     backlog: VecDeque<Arc<Event>>,
     receiver: broadcast::Receiver<Arc<Event>>,
@@ -295,6 +325,12 @@ impl Subscription {
         loop {
             match self.receiver.recv().await {
                 Ok(event) => {
+                    if self.epoch.load(Ordering::SeqCst) != self.subscribed_in {
+                        return Err(Error::TooOldResourceVersion {
+                            requested: self.after,
+                            oldest: event.revision - 1,
+                        });
+                    }
                     self.last_seen = event.revision;
                     if event.revision <= self.after || !event.key.starts_with(&self.prefix) {
                         continue;
@@ -333,6 +369,92 @@ impl Subscription {
             self.after.max(state.last)
         } else {
             self.after
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use async_trait::async_trait;
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::store::{
+        Condition, Deleted, KeyValue, MemoryBackend, Range, RangeResult, WatchStream,
+    };
+
+    /// A memory store whose first watch breaks after two changes, as a lost
+    /// connection to etcd would.
+    struct BreaksOnce {
+        inner: MemoryBackend,
+        broken: AtomicBool,
+    }
+
+    #[async_trait]
+    impl Backend for BreaksOnce {
+        async fn get(&self, key: &str) -> store::Result<Option<KeyValue>> {
+            self.inner.get(key).await
+        }
+        async fn range(&self, range: Range) -> store::Result<RangeResult> {
+            self.inner.range(range).await
+        }
+        async fn put(
+            &self,
+            key: &str,
+            value: Vec<u8>,
+            condition: Condition,
+        ) -> store::Result<KeyValue> {
+            self.inner.put(key, value, condition).await
+        }
+        async fn delete(&self, key: &str, condition: Condition) -> store::Result<Deleted> {
+            self.inner.delete(key, condition).await
+        }
+        async fn current_revision(&self) -> store::Result<Revision> {
+            self.inner.current_revision().await
+        }
+        async fn compact(&self, revision: Revision) -> store::Result<()> {
+            self.inner.compact(revision).await
+        }
+        async fn watch(&self, after: Revision) -> store::Result<WatchStream> {
+            let mut stream = self.inner.watch(after).await?;
+            if self.broken.swap(true, Ordering::SeqCst) {
+                return Ok(stream);
+            }
+            let (tx, rx) = mpsc::channel(16);
+            tokio::spawn(async move {
+                for _ in 0..2 {
+                    if let Some(event) = stream.recv().await {
+                        let _ = tx.send(event).await;
+                    }
+                }
+            });
+            Ok(rx)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_broken_store_watch_resumes_where_it_stopped_without_a_gap() {
+        let backend = Arc::new(BreaksOnce {
+            inner: MemoryBackend::new(),
+            broken: AtomicBool::new(false),
+        });
+        let hub = WatchHub::start(backend.clone(), 64).await.unwrap();
+        let mut sub = hub.subscribe("/", 0).unwrap();
+        for i in 0..5 {
+            let object = format!(r#"{{"metadata":{{"name":"o{i}"}}}}"#);
+            backend
+                .put(&format!("/o{i}"), object.into_bytes(), Condition::Any)
+                .await
+                .unwrap();
+        }
+        for revision in 1..=5 {
+            let event = tokio::time::timeout(std::time::Duration::from_secs(5), sub.next())
+                .await
+                .expect("the hub resumed")
+                .expect("no subscriber was cut off: nothing was missed");
+            assert_eq!(event.revision, revision);
         }
     }
 }

@@ -1,0 +1,491 @@
+//! One worker's turn with a key: take ownership (in a cluster), wait for
+//! the caches to show the key's last writes, call the reconciler on a
+//! blocking thread, apply its response and decide what comes next (forget,
+//! requeue after, back off, report a permanent error or a hot loop).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::json;
+
+use super::{
+    CacheView, Error, EventRecord, Manifest, Outcome, ReconcileError, ReconcileRecord, Reconciler,
+    Request, Severity, Shared, apply, events, view,
+};
+use crate::api::{self, Api};
+use crate::cluster::{Ownership, ShardClaim};
+use crate::object::{ObjectKey, meta, time};
+
+/// How a key's turn ended, when it did not fail.
+enum Step {
+    /// The object is gone (or being deleted without our finalizer).
+    Gone,
+    /// The circuit breaker holds the object.
+    Stopped,
+    /// This host's cluster lease is too close to expiry to call the
+    /// reconciler; try again shortly.
+    Postponed,
+    /// The response was applied.
+    Applied {
+        requeue_after: Option<Duration>,
+        generation: i64,
+        /// Fingerprint of the owned children the reconciler saw.
+        children: u64,
+        wrote: bool,
+    },
+}
+
+/// A fingerprint of a set of children: their uids and resource versions.
+fn fingerprint(children: &[Arc<crate::object::Object>]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut ids: Vec<(&str, Option<&str>)> = children
+        .iter()
+        .map(|c| (meta::uid(c), meta::resource_version(c)))
+        .collect();
+    ids.sort_unstable();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    ids.hash(&mut hasher);
+    hasher.finish()
+}
+
+pub(super) async fn worker(shared: Arc<Shared>) {
+    while let Some(key) = shared.queue.get().await {
+        let claim = match shared.ownership(&key) {
+            Ownership::Local => None,
+            Ownership::Owned(claim) => Some(claim),
+            Ownership::NotMine => {
+                // Its owner queues it; nothing of it is ours to remember.
+                shared.queue.forget(&key);
+                shared.queue.done(&key);
+                continue;
+            }
+            Ownership::NotNow => {
+                shared.queue.done(&key);
+                shared.queue.add_after(key, NOT_NOW_RETRY);
+                continue;
+            }
+        };
+        let api = claim.as_ref().map_or(&shared.api, |c| c.api());
+        let started = SystemTime::now();
+        let clock = Instant::now();
+        if !shared
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone())
+        {
+            shared.concurrent.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(object = %key, "a key was handed to two workers at once");
+        }
+        let reconciler = shared.reconciler();
+        let mut called = None;
+        let outcome =
+            reconcile_key(&shared, api, claim.as_ref(), &reconciler, &key, &mut called).await;
+        if let Some(called) = called {
+            record_reconcile(&shared, &key, called, &outcome);
+        }
+        shared
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&key);
+        let (outcome, next_in) = match outcome {
+            Ok(Step::Gone) => {
+                shared.queue.forget(&key);
+                shared.breaker.forget(&key);
+                (None, None)
+            }
+            Ok(Step::Stopped) => {
+                shared.queue.forget(&key);
+                shared.queue.done(&key);
+                continue;
+            }
+            Ok(Step::Postponed) => {
+                drop(claim);
+                shared.queue.done(&key);
+                shared.queue.add_after(key, NOT_NOW_RETRY);
+                continue;
+            }
+            Ok(Step::Applied {
+                requeue_after,
+                generation,
+                children,
+                wrote,
+            }) => {
+                shared.queue.forget(&key);
+                if shared.breaker.record(&key, generation, children, wrote) {
+                    shared.hot_loops.fetch_add(1, Ordering::Relaxed);
+                    let message = format!(
+                        "reconciles keep writing while the spec stays at generation {generation}: stopped until the spec changes"
+                    );
+                    tracing::warn!(plugin = %reconciler.manifest().name, object = %key, "hot loop; circuit breaker open");
+                    report_not_ready(
+                        &shared,
+                        api,
+                        reconciler.manifest(),
+                        &key,
+                        "HotLoop",
+                        &message,
+                    )
+                    .await;
+                    (Some(Outcome::PermanentError(message)), None)
+                } else {
+                    if let Some(after) = requeue_after {
+                        shared.queue.add_after(key.clone(), after);
+                    }
+                    (Some(Outcome::Success), requeue_after)
+                }
+            }
+            Err(ReconcileError::Transient(_))
+                if shared.cluster.as_ref().is_some_and(|c| {
+                    !c.owns(&Api::key(&shared.kind, key.namespace.as_deref(), &key.name))
+                }) =>
+            {
+                // The shard went to another host meanwhile (its writes were
+                // fenced out); the new owner queues the key.
+                shared.queue.forget(&key);
+                shared.queue.done(&key);
+                continue;
+            }
+            Err(ReconcileError::Transient(msg)) => {
+                let delay = shared.queue.add_rate_limited(key.clone());
+                tracing::warn!(plugin = %reconciler.manifest().name, object = %key, error = %msg, retry_in = ?delay, "reconcile failed; will retry");
+                (Some(Outcome::TransientError(msg)), Some(delay))
+            }
+            Err(ReconcileError::Permanent(msg)) => {
+                shared.queue.forget(&key);
+                tracing::warn!(plugin = %reconciler.manifest().name, object = %key, error = %msg, "reconcile failed permanently");
+                report_not_ready(
+                    &shared,
+                    api,
+                    reconciler.manifest(),
+                    &key,
+                    "ReconcileError",
+                    &msg,
+                )
+                .await;
+                (Some(Outcome::PermanentError(msg)), None)
+            }
+        };
+        if let Some(outcome) = outcome {
+            shared.history.push(
+                &key,
+                ReconcileRecord {
+                    started,
+                    duration: clock.elapsed(),
+                    version: reconciler.manifest().version.clone(),
+                    outcome,
+                    next_in,
+                },
+            );
+        } else {
+            shared.history.forget(&key);
+        }
+        drop(claim);
+        shared.queue.done(&key);
+    }
+}
+
+/// How soon a key is tried again when this host's lease is too close to
+/// expiry to start work on it.
+const NOT_NOW_RETRY: Duration = Duration::from_millis(500);
+
+/// One debug event per reconciler call on target `setpoint::reconcile`,
+/// with the wall clock time of the call and of the end of its writes: the
+/// record tests use to prove that no key is ever reconciled by two hosts at
+/// once.
+fn record_reconcile(
+    shared: &Shared,
+    key: &ObjectKey,
+    started: SystemTime,
+    outcome: &Result<Step, ReconcileError>,
+) {
+    if !tracing::enabled!(target: "setpoint::reconcile", tracing::Level::DEBUG) {
+        return;
+    }
+    let micros = |t: SystemTime| {
+        t.duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros())
+    };
+    let host = shared.cluster.as_ref().map_or("local", |c| c.host_id());
+    let outcome = match outcome {
+        Ok(_) => "ok",
+        Err(ReconcileError::Transient(_)) => "transient",
+        Err(ReconcileError::Permanent(_)) => "permanent",
+    };
+    tracing::debug!(
+        target: "setpoint::reconcile",
+        host,
+        kind = %shared.kind.kind,
+        object = %key,
+        start_us = micros(started) as u64,
+        end_us = micros(SystemTime::now()) as u64,
+        outcome,
+        "reconciled"
+    );
+}
+
+/// Reconcile one key, writing through `api`; `called` is set when the
+/// reconciler is called.
+async fn reconcile_key(
+    shared: &Arc<Shared>,
+    api: &Api,
+    claim: Option<&ShardClaim>,
+    reconciler: &Arc<dyn Reconciler>,
+    key: &ObjectKey,
+    called: &mut Option<SystemTime>,
+) -> Result<Step, ReconcileError> {
+    let Some(object) = shared.informer.get(key) else {
+        return Ok(Step::Gone);
+    };
+    let generation = meta::generation(&object);
+    if meta::deletion_timestamp(&object).is_none() && shared.breaker.is_open(key, generation) {
+        return Ok(Step::Stopped);
+    }
+    let manifest = reconciler.manifest();
+    wait_for_own_writes(shared, key).await;
+    let applier = apply::Applier {
+        api,
+        manifest,
+        owned_kinds: &shared.owned_kinds,
+        kind: &shared.kind,
+        written: Default::default(),
+    };
+    let mut finalizing = false;
+    if let Some(finalizer) = &manifest.finalizer {
+        if meta::deletion_timestamp(&object).is_some() {
+            if !meta::finalizers(&object).contains(&finalizer.as_str()) {
+                return Ok(Step::Gone);
+            }
+            finalizing = true;
+        } else if applier
+            .ensure_finalizer(&object, finalizer)
+            .await
+            .map_err(transient)?
+        {
+            // The write requeues the key through the informer.
+            remember_writes(shared, key, &applier);
+            return Ok(Step::Applied {
+                requeue_after: None,
+                generation,
+                children: 0,
+                wrote: true,
+            });
+        }
+    } else if meta::deletion_timestamp(&object).is_some() {
+        return Ok(Step::Gone);
+    }
+
+    let uid = meta::uid(&object).to_owned();
+    let owned: Vec<_> = shared
+        .owned_informers
+        .iter()
+        .flat_map(|i| i.owned_by(&uid))
+        .collect();
+    let children = fingerprint(&owned);
+    let request = Request {
+        object: object.clone(),
+        owned,
+        finalizing,
+        now_unix_ms: time::now_unix_ms(),
+    };
+    let reconciler = reconciler.clone();
+    if claim.is_some_and(|c| !c.is_fresh()) {
+        // Waiting for the caches took long enough that the lease may lapse
+        // during the call; whoever holds the shard then reconciles it.
+        return Ok(Step::Postponed);
+    }
+    *called = Some(SystemTime::now());
+    shared.reconciles.fetch_add(1, Ordering::Relaxed);
+    let view: Arc<dyn CacheView> = Arc::new(view::InformerView {
+        informers: shared.informers.clone(),
+        api: shared.api.clone(),
+    });
+    let response = tokio::task::spawn_blocking(move || {
+        let response = reconciler.reconcile(&request, &view);
+        (request, response)
+    })
+    .await
+    .map_err(|e| ReconcileError::Transient(format!("reconcile task failed: {e}")))?;
+    let (request, response) = response;
+    let response = response?;
+
+    let result = applier.apply(&object, &request.owned, &response).await;
+    let wrote = remember_writes(shared, key, &applier);
+    match result {
+        Ok(()) => {}
+        Err(Error::Refused(msg)) => {
+            let event = EventRecord {
+                severity: Severity::Warning,
+                reason: "ResponseRefused".into(),
+                message: msg.clone(),
+            };
+            let _ = events::record(api, &manifest.name, &object, &event).await;
+            return Err(ReconcileError::Permanent(msg));
+        }
+        Err(err) => return Err(transient(err)),
+    }
+    if finalizing
+        && response.remove_finalizer
+        && let Some(finalizer) = &manifest.finalizer
+    {
+        let latest = api
+            .get(&shared.kind, key.namespace.as_deref(), &key.name)
+            .await
+            .map_err(|e| transient(e.into()))?;
+        applier
+            .remove_finalizer(&latest, finalizer)
+            .await
+            .map_err(transient)?;
+    }
+    Ok(Step::Applied {
+        requeue_after: response.requeue_after,
+        generation,
+        children,
+        wrote,
+    })
+}
+
+/// How long a reconcile waits for the caches to show its key's last writes.
+const OWN_WRITES_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Remember what a reconcile wrote; returns whether it wrote anything.
+fn remember_writes(shared: &Shared, key: &ObjectKey, applier: &apply::Applier<'_>) -> bool {
+    let written = std::mem::take(&mut *applier.written.lock().unwrap_or_else(|p| p.into_inner()));
+    if written.is_empty() {
+        return false;
+    }
+    shared
+        .pending_writes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key.clone(), written);
+    true
+}
+
+/// Read your own writes: before reconciling a key again, wait until the
+/// informers have seen what its last reconcile wrote, so a reconciler is
+/// never handed a cache that predates its own changes (which would make it
+/// create children again or write status from an old version).
+async fn wait_for_own_writes(shared: &Shared, key: &ObjectKey) {
+    let pending = shared
+        .pending_writes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(key);
+    for (kind, revision) in pending.into_iter().flatten() {
+        let informer = std::iter::once(&shared.informer)
+            .chain(&shared.owned_informers)
+            .find(|i| i.kind().group == kind.group && i.kind().plural == kind.plural);
+        if let Some(informer) = informer
+            && !informer
+                .wait_for_revision(revision, OWN_WRITES_TIMEOUT)
+                .await
+        {
+            tracing::warn!(object = %key, kind = %kind.kind, revision, "cache did not catch up with our own write in time");
+        }
+    }
+}
+
+fn transient(err: Error) -> ReconcileError {
+    ReconcileError::Transient(err.to_string())
+}
+
+/// Report why an object stopped on the object itself: a warning event and
+/// `Ready=False` with `reason` (`ReconcileError`, `HotLoop`).
+async fn report_not_ready(
+    shared: &Shared,
+    api: &Api,
+    manifest: &Manifest,
+    key: &ObjectKey,
+    reason: &str,
+    message: &str,
+) {
+    let Some(object) = shared.informer.get(key) else {
+        return;
+    };
+    let event = EventRecord {
+        severity: Severity::Warning,
+        reason: reason.into(),
+        message: message.to_owned(),
+    };
+    if let Err(err) = events::record(api, &manifest.name, &object, &event).await {
+        tracing::warn!(%err, "could not record event");
+    }
+    // The cache may not show this reconcile's own last write yet: read the
+    // stored object, and retry on a conflict with a concurrent writer.
+    for _ in 0..5 {
+        let latest = match api
+            .get(&shared.kind, key.namespace.as_deref(), &key.name)
+            .await
+        {
+            Ok(latest) => latest,
+            Err(err) => {
+                tracing::debug!(%err, "could not read the object to report it not ready");
+                return;
+            }
+        };
+        let Some(next) = with_not_ready(&latest, reason, message) else {
+            return;
+        };
+        let result = if shared.kind.status_subresource {
+            api.update_status(&shared.kind, next).await
+        } else {
+            api.update(&shared.kind, next).await
+        };
+        match result {
+            Err(api::Error::Conflict { .. }) => continue,
+            Err(err) => {
+                tracing::debug!(%err, "could not write the Ready=False condition");
+                return;
+            }
+            Ok(_) => return,
+        }
+    }
+}
+
+/// `object` with a `Ready=False` condition carrying `reason` and `message`,
+/// or `None` if it already has that condition.
+fn with_not_ready(
+    object: &crate::object::Object,
+    reason: &str,
+    message: &str,
+) -> Option<crate::object::Object> {
+    let mut conditions: Vec<serde_json::Value> = object["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let ready = json!({
+        "type": "Ready", "status": "False", "reason": reason, "message": message,
+        "observedGeneration": meta::generation(object),
+    });
+    let existing = conditions.iter_mut().find(|c| c["type"] == "Ready");
+    match existing {
+        Some(c)
+            if c["status"] == "False"
+                && c["reason"] == reason
+                && c["message"] == message
+                && c["observedGeneration"] == ready["observedGeneration"] =>
+        {
+            return None;
+        }
+        Some(c) => {
+            let mut next = ready;
+            next["lastTransitionTime"] = if c["status"] == "False" {
+                c["lastTransitionTime"].clone()
+            } else {
+                json!(time::now_rfc3339())
+            };
+            *c = next;
+        }
+        None => {
+            let mut next = ready;
+            next["lastTransitionTime"] = json!(time::now_rfc3339());
+            conditions.push(next);
+        }
+    }
+    let mut next = object.clone();
+    next["status"]["conditions"] = json!(conditions);
+    Some(next)
+}

@@ -1,0 +1,76 @@
+//! `FencedBackend`: a [`Backend`] whose writes all carry one [`Fence`], so
+//! code above the store (the object API, controllers) writes fenced without
+//! knowing it. Reads pass through unchanged.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::{
+    Backend, Condition, Deleted, Fence, KeyValue, Range, RangeResult, Result, Revision, WatchStream,
+};
+
+/// Writes through `inner` only while `fence` holds.
+pub struct FencedBackend {
+    inner: Arc<dyn Backend>,
+    fence: Fence,
+}
+
+impl FencedBackend {
+    /// Fence every write to `inner` with `fence`.
+    pub fn new(inner: Arc<dyn Backend>, fence: Fence) -> Self {
+        Self { inner, fence }
+    }
+}
+
+#[async_trait]
+impl Backend for FencedBackend {
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+        self.inner.get(key).await
+    }
+
+    async fn range(&self, range: Range) -> Result<RangeResult> {
+        self.inner.range(range).await
+    }
+
+    async fn put(&self, key: &str, value: Vec<u8>, condition: Condition) -> Result<KeyValue> {
+        self.inner
+            .put_fenced(key, value, condition, &self.fence)
+            .await
+    }
+
+    async fn delete(&self, key: &str, condition: Condition) -> Result<Deleted> {
+        self.inner.delete_fenced(key, condition, &self.fence).await
+    }
+
+    async fn current_revision(&self) -> Result<Revision> {
+        self.inner.current_revision().await
+    }
+
+    async fn compact(&self, revision: Revision) -> Result<()> {
+        self.inner.compact(revision).await
+    }
+
+    async fn watch(&self, after: Revision) -> Result<WatchStream> {
+        self.inner.watch(after).await
+    }
+
+    async fn put_fenced(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        condition: Condition,
+        fence: &Fence,
+    ) -> Result<KeyValue> {
+        self.inner.put_fenced(key, value, condition, fence).await
+    }
+
+    async fn delete_fenced(
+        &self,
+        key: &str,
+        condition: Condition,
+        fence: &Fence,
+    ) -> Result<Deleted> {
+        self.inner.delete_fenced(key, condition, fence).await
+    }
+}
