@@ -35,3 +35,5 @@ mod sandbox;
 mod skeleton;
 /// Watch streams over HTTP and the watch hub.
 mod watch;
+/// The plugin contract's versions: which the host accepts, and what it says.
+mod wit_versions;

@@ -1,18 +1,27 @@
 //! Embedding Setpoint: a program that runs a host on the durable embedded
 //! store with one native reconciler (the replicaset example, compiled in)
-//! and one Wasm plugin (podsim, loaded from its `.wasm`), creates a
-//! ReplicaSet and watches its pods converge.
+//! and one Wasm plugin (podsim, loaded from its `.wasm`), applies a
+//! ReplicaSet through the typed client, follows its pods through a watch
+//! stream until they run, and shuts the host down.
 //!
 //! ```sh
 //! cargo build --profile plugin --target wasm32-wasip2 --target-dir target/wasm -p podsim
 //! cargo run -p setpoint --example embed -- target/wasm/wasm32-wasip2/plugin/podsim.wasm
 //! ```
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
+use replicaset::{ReplicaSetSpec, ReplicaSetStatus};
 use serde_json::json;
 use setpoint::Host;
+use setpoint::client::WatchEvent;
 use setpoint::controller::Native;
+use tokio_stream::StreamExt;
+
+/// The ReplicaSet as the replicaset reconciler itself reads it.
+type ReplicaSet = setpoint_plugin_sdk::Object<ReplicaSetSpec, ReplicaSetStatus>;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -37,52 +46,58 @@ async fn main() -> anyhow::Result<()> {
         .await?;
     println!("reconcilers: {:?}", host.reconcilers().await);
 
-    let api = host.api();
-    let kind = api.kinds().require("demo.setpoint.dev/v1", "ReplicaSet")?;
-    let from = api.current_revision().await?;
-    let mut pods = api.watch("/registry/demo.setpoint.dev/pods/", from)?;
-    api.apply(
-        &kind,
-        json!({
-            "apiVersion": "demo.setpoint.dev/v1",
-            "kind": "ReplicaSet",
-            "metadata": {"name": "web", "namespace": "default"},
-            "spec": {
-                "replicas": 2,
-                "selector": {"matchLabels": {"app": "web"}},
-                "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"startupDelayMs": 200}}
-            }
-        }),
-        "embed-example",
-        false,
-    )
+    // The typed client: one handle per kind, in namespace `default`.
+    let client = host.client().with_field_manager("embed-example");
+    let sets = client
+        .resource("demo.setpoint.dev/v1", "ReplicaSet")
+        .typed::<ReplicaSet>();
+    let pods = client.resource("demo.setpoint.dev/v1", "Pod");
+
+    // Watch the pods from now on, then ask for two.
+    let mut changes = pods.watch(client.current_revision().await?)?;
+    sets.apply(&json!({
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"startupDelayMs": 200}}
+        }
+    }))
     .await?;
 
     // Follow the pods until both run (podsim must be in `plugins`).
-    let mut running = std::collections::BTreeSet::new();
+    let mut running = BTreeSet::new();
     while running.len() < 2 {
-        let event = tokio::time::timeout(std::time::Duration::from_secs(30), pods.next())
+        let event = tokio::time::timeout(Duration::from_secs(30), changes.next())
             .await
-            .map_err(|_| anyhow::anyhow!("no pod change for 30 s"))??;
-        let name = setpoint::object::meta::name(&event.object).to_owned();
-        let phase = event.object["status"]["phase"]
-            .as_str()
-            .unwrap_or("-")
-            .to_owned();
-        println!("{:?} pod/{name} {phase}", event.kind);
+            .map_err(|_| anyhow::anyhow!("no pod change for 30 s"))?
+            .ok_or_else(|| anyhow::anyhow!("the watch ended"))??;
+        let kind = match &event {
+            WatchEvent::Added(_) => "added",
+            WatchEvent::Modified(_) => "modified",
+            WatchEvent::Deleted(_) => "deleted",
+        };
+        let pod = event.into_object();
+        let name = pod["metadata"]["name"].as_str().unwrap_or("?").to_owned();
+        let phase = pod["status"]["phase"].as_str().unwrap_or("-");
+        println!("{kind:>8} pod/{name} {phase}");
         if phase == "Running" {
             running.insert(name);
         }
     }
+
     // The ReplicaSet's status catches up with its pods.
-    loop {
-        let web = api.get(&kind, Some("default"), "web").await?;
-        if web["status"]["readyReplicas"] == 2 {
-            println!("ReplicaSet web: {}", web["status"]);
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let web = tokio::time::timeout(
+        Duration::from_secs(30),
+        sets.wait_until("web", |rs| rs.status.ready_replicas == 2),
+    )
+    .await??;
+    println!(
+        "ReplicaSet web: {} of {} ready",
+        web.status.ready_replicas, web.spec.replicas
+    );
+
+    // Stop the controllers; reconciles in flight finish first.
     host.shutdown().await;
     Ok(())
 }

@@ -377,6 +377,11 @@ impl Host {
         &self.shared.api
     }
 
+    /// A typed client of this host's objects (see [`crate::client`]).
+    pub fn client(&self) -> crate::Client {
+        crate::Client::new(self.shared.api.clone())
+    }
+
     /// This host's cluster membership, when it shares work with others.
     pub fn cluster(&self) -> Option<&Cluster> {
         self.shared.cluster.as_ref()

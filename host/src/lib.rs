@@ -5,31 +5,29 @@
 //! fan-out over it and a workqueue per reconciler, and calls sandboxed
 //! WebAssembly reconcile plugins (or native [`controller::Reconciler`]s).
 //!
-//! Start with [`Host::builder`]. A complete program that embeds a host with
-//! a native reconciler beside a Wasm plugin is `host/examples/embed.rs`
-//! (`cargo run -p setpoint --example embed`); in short:
+//! ## Embedding a host
 //!
-//! ```no_run
-//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! use serde_json::json;
+//! This program (`host/examples/embed.rs`, run with `cargo run -p setpoint
+//! --example embed` after building the podsim plugin as its header says)
+//! is the way in: it builds a [`Host`] with [`Host::builder`] on the
+//! durable embedded store, runs a native reconciler
+//! ([`controller::Native`], the replicaset example compiled in) beside a
+//! Wasm plugin from a plugins directory, applies a ReplicaSet through the
+//! typed [`Client`] ([`Host::client`]), follows the pods it creates
+//! through a watch [`Stream`](client::WatchStream) until they run, waits
+//! for the ReplicaSet's status, and shuts the host down.
 //!
-//! let host = setpoint::Host::builder().plugins_dir("plugins").build().await?;
-//! let kind = host.api().kinds().require("demo.setpoint.dev/v1", "ReplicaSet")?;
-//! host.api()
-//!     .create(&kind, json!({
-//!         "apiVersion": "demo.setpoint.dev/v1",
-//!         "kind": "ReplicaSet",
-//!         "metadata": {"name": "web"},
-//!         "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
-//!                  "template": {"metadata": {"labels": {"app": "web"}}, "spec": {}}},
-//!     }))
-//!     .await?;
-//! host.shutdown().await;
-//! # Ok(()) }
-//! ```
+#![doc = concat!("```no_run\n", include_str!("../examples/embed.rs"), "```")]
+//!
+//! The [`client`] module documents every call of the client: get, list
+//! (selectors, pages), create, replace, server-side apply, merge and JSON
+//! patches, status, delete with propagation, watch and `wait_until`.
+//! Everything else an embedding program may need is below it, in the
+//! parts of the host.
 //!
 //! ## The parts
 //!
+//! - [`client`]: the typed client handle for embedding programs.
 //! - [`store`]: revisioned key-value backends (the shape of etcd v3).
 //! - [`api`]: object semantics over a backend (versions, generation, status,
 //!   finalizers, selectors, pagination).
@@ -45,6 +43,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod client;
 pub mod cluster;
 pub mod controller;
 pub mod host;
@@ -58,4 +57,5 @@ pub mod server;
 pub mod store;
 pub mod watch;
 
+pub use client::Client;
 pub use host::{Host, HostBuilder};

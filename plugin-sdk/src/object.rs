@@ -219,6 +219,33 @@ where
     }
 }
 
+/// Reads an object the way [`Object::from_value`] does, so that the types a
+/// reconciler uses also read objects from elsewhere: the host's embedding
+/// client, a file.
+///
+/// ```
+/// # use serde::Deserialize;
+/// # use setpoint_plugin_sdk::Object;
+/// #[derive(Deserialize)]
+/// struct Spec { replicas: u32 }
+///
+/// let object: Object<Spec, ()> = serde_json::from_str(
+///     r#"{"apiVersion": "demo.setpoint.dev/v1", "kind": "ReplicaSet",
+///         "metadata": {"name": "web"}, "spec": {"replicas": 2}}"#,
+/// ).unwrap();
+/// assert_eq!((object.name(), object.spec.replicas), ("web", 2));
+/// ```
+impl<'de, Spec, Status> Deserialize<'de> for Object<Spec, Status>
+where
+    Spec: DeserializeOwned,
+    Status: DeserializeOwned + Default,
+{
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        Self::from_value(value).map_err(|e| serde::de::Error::custom(e.message()))
+    }
+}
+
 fn parse_text<T: DeserializeOwned>(text: &str, part: &str) -> Result<T, Error> {
     serde_json::from_str(text).map_err(|e| {
         // Positions within one part mean little to a user; the part's name does.
@@ -581,6 +608,16 @@ mod tests {
             "status": {"phase": "Running",
                        "conditions": [{"type": "Ready", "status": "True", "reason": "PodReady", "message": ""}]}
         })
+    }
+
+    #[test]
+    fn a_typed_object_deserializes_as_from_value_parses_it() {
+        let object: Object<Spec, Status> = serde_json::from_value(pod()).unwrap();
+        assert_eq!(object, Object::from_value(pod()).unwrap());
+        let mut bad = pod();
+        bad["spec"]["replicas"] = json!("three");
+        let err = serde_json::from_value::<Object<Spec, Status>>(bad).unwrap_err();
+        assert!(err.to_string().starts_with("spec: invalid type"), "{err}");
     }
 
     #[test]

@@ -55,6 +55,42 @@ const SYSTEM_METADATA: [&str; 9] = [
 impl Api {
     /// Server-side apply `object` as `field_manager` (see the module docs):
     /// create it if absent, else merge its fields into the live object.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::{Api, Error};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+    ///
+    /// # let crds = api.kinds().require("apiextensions.k8s.io/v1", "CustomResourceDefinition")?;
+    /// # api.create(&crds, json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    /// #     "metadata": {"name": "widgets.example.com"},
+    /// #     "spec": {"group": "example.com", "scope": "Namespaced",
+    /// #         "names": {"kind": "Widget", "plural": "widgets"},
+    /// #         "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+    /// #             "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+    /// #                 "spec": {"type": "object", "properties": {"replicas": {"type": "integer"}, "image": {"type": "string"}}},
+    /// #                 "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}})).await?;
+    /// let widgets = api.kinds().require("example.com/v1", "Widget")?;
+    ///
+    /// let config = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+    ///     "metadata": {"name": "w"}, "spec": {"replicas": 2}});
+    /// let created = api.apply(&widgets, config.clone(), "alice", false).await?;
+    /// assert_eq!(created["metadata"]["managedFields"][0]["manager"], "alice");
+    ///
+    /// let mut theirs = config.clone();
+    /// theirs["spec"]["replicas"] = json!(5);
+    /// let err = api.apply(&widgets, theirs.clone(), "bob", false).await.unwrap_err();
+    /// assert!(matches!(err, Error::ApplyConflict { .. }), "alice owns spec.replicas");
+    /// let forced = api.apply(&widgets, theirs, "bob", true).await?;
+    /// assert_eq!(forced["spec"]["replicas"], 5);
+    /// # Ok(()) }
+    /// ```
     pub async fn apply(
         &self,
         kind: &KindInfo,

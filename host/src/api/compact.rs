@@ -17,6 +17,28 @@ use crate::watch::{self, Subscription};
 
 impl Api {
     /// Compact the store's history up to and including `revision`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::{Api, Error};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+    ///
+    /// api.create(&events, event("a")).await?;
+    /// api.create(&events, event("b")).await?;
+    /// let page = api.list(&events, &setpoint::api::ListOptions::default().with_limit(1)).await?;
+    /// api.create(&events, event("c")).await?;
+    /// api.compact(api.current_revision().await?).await?;
+    /// let token = page.continue_token.expect("a second page");
+    /// let next = api.list(&events, &setpoint::api::ListOptions::default().with_continue_token(token)).await;
+    /// assert!(matches!(next, Err(Error::Gone { .. })), "a page of a compacted snapshot is gone");
+    /// # Ok(()) }
+    /// ```
     pub async fn compact(&self, revision: Revision) -> Result<()> {
         self.backend.compact(revision).await?;
         self.compacted.fetch_max(revision, Ordering::SeqCst);
@@ -25,6 +47,24 @@ impl Api {
     }
 
     /// The revision this API last compacted the store to (0: never).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::{Api, Error};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+    ///
+    /// assert_eq!(api.compacted_revision(), 0);
+    /// api.create(&events, event("a")).await?;
+    /// api.compact(1).await?;
+    /// assert_eq!(api.compacted_revision(), 1);
+    /// # Ok(()) }
+    /// ```
     pub fn compacted_revision(&self) -> Revision {
         self.compacted.load(Ordering::SeqCst)
     }
@@ -33,6 +73,29 @@ impl Api {
     /// revision minus `keep_revisions` (when that moved since the last
     /// compaction). Failures are logged and retried at the next tick. The
     /// task runs until the handle is aborted.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::{Api, Error};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+    ///
+    /// use std::time::Duration;
+    /// for i in 0..5 {
+    ///     api.create(&events, event(&format!("e{i}"))).await?;
+    /// }
+    /// let compactor = api.start_compactor(Duration::from_millis(10), 2);
+    /// while api.compacted_revision() < 3 {
+    ///     tokio::time::sleep(Duration::from_millis(5)).await;
+    /// }
+    /// compactor.abort();
+    /// # Ok(()) }
+    /// ```
     pub fn start_compactor(&self, interval: Duration, keep_revisions: i64) -> JoinHandle<()> {
         let api = self.clone();
         let keep = keep_revisions.max(0);
@@ -64,6 +127,24 @@ impl Api {
     /// Subscribe to changes under `prefix` after revision `after`, refusing
     /// (as too old) a start below the last compaction, where the hub's
     /// history no longer matches what the store can list.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::{Api, Error};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+    ///
+    /// let from = api.current_revision().await?;
+    /// let mut changes = api.watch(&Api::prefix(&events, Some("default")), from)?;
+    /// api.create(&events, event("e")).await?;
+    /// assert_eq!(changes.next().await?.object["metadata"]["name"], "e");
+    /// # Ok(()) }
+    /// ```
     pub fn watch(&self, prefix: &str, after: Revision) -> Result<Subscription, watch::Error> {
         let compacted = self.compacted_revision();
         if after < compacted {

@@ -57,6 +57,12 @@ pub const ORPHAN_FINALIZER: &str = "orphan";
 
 /// What a deletion does to the object's dependents (objects whose
 /// `ownerReferences` name it).
+///
+/// ```
+/// use setpoint::api::{DeleteOptions, Propagation};
+/// let keep_dependents = DeleteOptions::default().with_propagation(Propagation::Orphan);
+/// assert_eq!(keep_dependents.propagation_policy.unwrap().as_str(), "Orphan");
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Propagation {
     /// Delete the owner now and the dependents afterwards, in the background.
@@ -87,6 +93,11 @@ impl Propagation {
     }
 
     /// The Kubernetes `propagationPolicy` value.
+    ///
+    /// ```
+    /// use setpoint::api::Propagation;
+    /// assert_eq!(Propagation::Foreground.as_str(), "Foreground");
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             Propagation::Background => "Background",
@@ -105,6 +116,14 @@ impl Propagation {
 }
 
 /// Preconditions and policy of a delete.
+///
+/// ```
+/// use setpoint::api::{DeleteOptions, Propagation};
+/// let careful = DeleteOptions::default()
+///     .with_resource_version("42")
+///     .with_propagation(Propagation::Foreground);
+/// assert_eq!(careful.uid, None);
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct DeleteOptions {
     /// Delete only if the object is at this resource version.
@@ -115,11 +134,74 @@ pub struct DeleteOptions {
     pub propagation_policy: Option<Propagation>,
 }
 
+impl DeleteOptions {
+    /// These options, with propagation policy `policy`.
+    ///
+    /// ```
+    /// use setpoint::api::{DeleteOptions, Propagation};
+    /// let options = DeleteOptions::default().with_propagation(Propagation::Orphan);
+    /// assert_eq!(options.propagation_policy, Some(Propagation::Orphan));
+    /// ```
+    pub fn with_propagation(mut self, policy: Propagation) -> Self {
+        self.propagation_policy = Some(policy);
+        self
+    }
+
+    /// These options, deleting only the object at `resource_version`.
+    ///
+    /// ```
+    /// use setpoint::api::DeleteOptions;
+    /// let options = DeleteOptions::default().with_resource_version("42");
+    /// assert_eq!(options.resource_version.as_deref(), Some("42"));
+    /// ```
+    pub fn with_resource_version(mut self, resource_version: impl Into<String>) -> Self {
+        self.resource_version = Some(resource_version.into());
+        self
+    }
+
+    /// These options, deleting only the object with `uid` (not a namesake
+    /// created since).
+    ///
+    /// ```
+    /// use setpoint::api::DeleteOptions;
+    /// let options = DeleteOptions::default().with_uid("4c1b…");
+    /// assert_eq!(options.uid.as_deref(), Some("4c1b…"));
+    /// ```
+    pub fn with_uid(mut self, uid: impl Into<String>) -> Self {
+        self.uid = Some(uid.into());
+        self
+    }
+}
+
 impl Api {
     /// Delete an object following the module's flow: preconditions, then the
     /// propagation policy's finalizer, then removal now (no finalizers) or a
     /// `deletionTimestamp`. Deleting an object already being deleted changes
     /// nothing. Returns the object as it is after the call.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::{Api, Error};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+    ///
+    /// use setpoint::api::DeleteOptions;
+    /// api.create(&events, event("plain")).await?;
+    /// let gone = api.delete(&events, None, "plain", &DeleteOptions::default()).await?;
+    /// assert!(gone["metadata"].get("deletionTimestamp").is_none(), "removed at once");
+    ///
+    /// let mut held = event("held");
+    /// held["metadata"]["finalizers"] = json!(["example.com/cleanup"]);
+    /// api.create(&events, held).await?;
+    /// let pending = api.delete(&events, None, "held", &DeleteOptions::default()).await?;
+    /// assert!(pending["metadata"]["deletionTimestamp"].is_string(), "waits for its finalizer");
+    /// # Ok(()) }
+    /// ```
     pub async fn delete(
         &self,
         kind: &KindInfo,

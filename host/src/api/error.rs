@@ -9,6 +9,36 @@ use crate::store;
 pub use crate::object::field::ErrorType as CauseType;
 
 /// One invalid field.
+///
+/// ```
+/// use std::sync::Arc;
+/// use serde_json::json;
+/// use setpoint::api::{Api, Error};
+/// use setpoint::store::MemoryBackend;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+/// let events = api.kinds().require("v1", "Event")?;
+/// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+///
+/// # let crds = api.kinds().require("apiextensions.k8s.io/v1", "CustomResourceDefinition")?;
+/// # api.create(&crds, json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+/// #     "metadata": {"name": "widgets.example.com"},
+/// #     "spec": {"group": "example.com", "scope": "Namespaced",
+/// #         "names": {"kind": "Widget", "plural": "widgets"},
+/// #         "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+/// #             "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+/// #                 "spec": {"type": "object", "properties": {"replicas": {"type": "integer"}, "image": {"type": "string"}}},
+/// #                 "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}})).await?;
+/// let widgets = api.kinds().require("example.com/v1", "Widget")?;
+///
+/// let bad = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"},
+///                  "spec": {"replicas": "three"}});
+/// let Err(Error::Invalid { causes, .. }) = api.create(&widgets, bad).await else { panic!() };
+/// assert_eq!(causes[0].field, "spec.replicas");
+/// assert_eq!(causes[0].reason.cause_type(), "FieldValueTypeInvalid");
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Cause {
     /// The field path, e.g. `metadata.name` or `spec.replicas`.
@@ -32,6 +62,37 @@ impl From<&FieldError> for Cause {
 
 /// A field that another manager owns with a different value, refusing an
 /// apply without `force`.
+///
+/// ```
+/// use std::sync::Arc;
+/// use serde_json::json;
+/// use setpoint::api::{Api, Error};
+/// use setpoint::store::MemoryBackend;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+/// let events = api.kinds().require("v1", "Event")?;
+/// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+///
+/// # let crds = api.kinds().require("apiextensions.k8s.io/v1", "CustomResourceDefinition")?;
+/// # api.create(&crds, json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+/// #     "metadata": {"name": "widgets.example.com"},
+/// #     "spec": {"group": "example.com", "scope": "Namespaced",
+/// #         "names": {"kind": "Widget", "plural": "widgets"},
+/// #         "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+/// #             "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+/// #                 "spec": {"type": "object", "properties": {"replicas": {"type": "integer"}, "image": {"type": "string"}}},
+/// #                 "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}})).await?;
+/// let widgets = api.kinds().require("example.com/v1", "Widget")?;
+///
+/// let config = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"image": "a"}});
+/// api.apply(&widgets, config.clone(), "alice", false).await?;
+/// let mut other = config;
+/// other["spec"]["image"] = json!("b");
+/// let Err(Error::ApplyConflict { conflicts, .. }) = api.apply(&widgets, other, "bob", false).await else { panic!() };
+/// assert_eq!((conflicts[0].manager.as_str(), conflicts[0].field.as_str()), ("alice", ".spec.image"));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct FieldConflict {
     /// The manager that owns the field.
@@ -41,6 +102,26 @@ pub struct FieldConflict {
 }
 
 /// An object operation failure.
+///
+/// ```
+/// use std::sync::Arc;
+/// use serde_json::json;
+/// use setpoint::api::{Api, Error};
+/// use setpoint::store::MemoryBackend;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+/// let events = api.kinds().require("v1", "Event")?;
+/// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+///
+/// let missing = api.get(&events, Some("default"), "nope").await.unwrap_err();
+/// assert!(matches!(missing, Error::NotFound { .. }));
+/// assert_eq!((missing.code(), missing.reason()), (404, "NotFound"));
+/// api.create(&events, event("e")).await?;
+/// let twice = api.create(&events, event("e")).await.unwrap_err();
+/// assert_eq!(twice.code(), 409);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -130,6 +211,13 @@ pub enum Error {
 
 impl Error {
     /// An `Invalid` error with a single cause.
+    ///
+    /// ```
+    /// use setpoint::api::Error;
+    /// let err = Error::invalid("Widget", "w", "spec.size", "must be even");
+    /// assert_eq!(err.to_string(), r#"Widget "w" is invalid: spec.size: must be even"#);
+    /// assert_eq!(err.code(), 422);
+    /// ```
     pub fn invalid(kind: &str, name: &str, field: &str, message: impl Into<String>) -> Self {
         Error::Invalid {
             kind: kind.to_owned(),
@@ -143,6 +231,17 @@ impl Error {
     }
 
     /// An `Invalid` error listing field errors (from schema validation).
+    ///
+    /// ```
+    /// use setpoint::api::Error;
+    /// use setpoint::object::field::{FieldError, FieldPath};
+    /// let err = Error::invalid_fields("Widget", "w", &[
+    ///     FieldError::required(FieldPath::new("spec.image"), ""),
+    ///     FieldError::too_long(FieldPath::new("spec.name"), 63),
+    /// ]);
+    /// assert_eq!(err.to_string(),
+    ///     r#"Widget "w" is invalid: spec.image: Required value; spec.name: Too long: may not be longer than 63"#);
+    /// ```
     pub fn invalid_fields(kind: &str, name: &str, errors: &[FieldError]) -> Self {
         Error::Invalid {
             kind: kind.to_owned(),
@@ -152,6 +251,12 @@ impl Error {
     }
 
     /// The HTTP status code Kubernetes uses for this error.
+    ///
+    /// ```
+    /// use setpoint::api::Error;
+    /// assert_eq!(Error::BadRequest("bad selector".into()).code(), 400);
+    /// assert_eq!(Error::TooLarge { size: 2, limit: 1 }.code(), 413);
+    /// ```
     pub fn code(&self) -> u16 {
         match self {
             Error::NotFound { .. } | Error::UnknownKind(_) => 404,
@@ -168,6 +273,11 @@ impl Error {
     }
 
     /// The Kubernetes `Status.reason` for this error.
+    ///
+    /// ```
+    /// use setpoint::api::Error;
+    /// assert_eq!(Error::Gone { requested: 1, oldest: 5 }.reason(), "Expired");
+    /// ```
     pub fn reason(&self) -> &'static str {
         match self {
             Error::NotFound { .. } | Error::UnknownKind(_) => "NotFound",

@@ -17,6 +17,23 @@ use crate::object::schema::Schema;
 pub const CRD_GROUP: &str = "apiextensions.k8s.io";
 
 /// Registered kinds; cheap to clone, shared by every user of one store.
+///
+/// ```
+/// use setpoint::api::KindRegistry;
+/// let kinds = KindRegistry::with_builtins();
+///
+/// use serde_json::json;
+/// let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+///     "metadata": {"name": "widgets.example.com"},
+///     "spec": {"group": "example.com", "scope": "Namespaced",
+///         "names": {"kind": "Widget", "plural": "widgets", "shortNames": ["wd"]},
+///         "versions": [{"name": "v1", "served": true, "storage": true,
+///             "schema": {"openAPIV3Schema": {"type": "object"}}}]}});
+///
+/// kinds.insert(setpoint::api::kinds::kind_from_crd(&crd)?);
+/// assert_eq!(kinds.require("example.com/v1", "Widget")?.short_names, ["wd"]);
+/// # Ok::<(), setpoint::api::Error>(())
+/// ```
 #[derive(Clone, Default)]
 pub struct KindRegistry {
     kinds: Arc<RwLock<KindsByPlural>>,
@@ -51,6 +68,14 @@ fn compile(info: &KindInfo) -> CompiledSchema {
 
 impl KindRegistry {
     /// A registry with the built-in kinds: `CustomResourceDefinition` and core `Event`.
+    ///
+    /// ```
+    /// use setpoint::api::KindRegistry;
+    /// let kinds = KindRegistry::with_builtins();
+    ///
+    /// let names: Vec<String> = kinds.all().iter().map(|k| k.kind.clone()).collect();
+    /// assert_eq!(names, ["Event", "CustomResourceDefinition"]);
+    /// ```
     pub fn with_builtins() -> Self {
         let registry = Self::default();
         registry.insert(KindInfo {
@@ -84,6 +109,23 @@ impl KindRegistry {
 
     /// Add or replace a kind, compiling its schema. A schema that does not
     /// compile is kept as an error: writes of the kind are then refused.
+    ///
+    /// ```
+    /// use setpoint::api::KindRegistry;
+    /// let kinds = KindRegistry::with_builtins();
+    ///
+    /// use serde_json::json;
+    /// let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    ///     "metadata": {"name": "widgets.example.com"},
+    ///     "spec": {"group": "example.com", "scope": "Namespaced",
+    ///         "names": {"kind": "Widget", "plural": "widgets", "shortNames": ["wd"]},
+    ///         "versions": [{"name": "v1", "served": true, "storage": true,
+    ///             "schema": {"openAPIV3Schema": {"type": "object"}}}]}});
+    ///
+    /// kinds.insert(setpoint::api::kinds::kind_from_crd(&crd)?);
+    /// assert!(kinds.by_plural("example.com", "widgets").is_some());
+    /// # Ok::<(), setpoint::api::Error>(())
+    /// ```
     pub fn insert(&self, info: KindInfo) {
         let key = (info.group.clone(), info.plural.clone());
         let schema = compile(&info);
@@ -105,6 +147,26 @@ impl KindRegistry {
     /// The compiled schema writes of `kind` are checked against: the
     /// registered one for the kind's group, plural and version, else the
     /// kind's own (compiled now). `None` when the kind has no schema.
+    ///
+    /// ```
+    /// use setpoint::api::KindRegistry;
+    /// let kinds = KindRegistry::with_builtins();
+    ///
+    /// use serde_json::json;
+    /// let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    ///     "metadata": {"name": "widgets.example.com"},
+    ///     "spec": {"group": "example.com", "scope": "Namespaced",
+    ///         "names": {"kind": "Widget", "plural": "widgets", "shortNames": ["wd"]},
+    ///         "versions": [{"name": "v1", "served": true, "storage": true,
+    ///             "schema": {"openAPIV3Schema": {"type": "object"}}}]}});
+    ///
+    /// let widget = setpoint::api::kinds::kind_from_crd(&crd)?;
+    /// kinds.insert(widget.clone());
+    /// assert!(kinds.schema_for(&widget)?.is_some());
+    /// let events = kinds.require("v1", "Event")?;
+    /// assert!(kinds.schema_for(&events)?.is_none(), "built-in events keep any field");
+    /// # Ok::<(), setpoint::api::Error>(())
+    /// ```
     pub fn schema_for(&self, kind: &KindInfo) -> Result<Option<Arc<Schema>>, Error> {
         let registered = self
             .kinds
@@ -119,6 +181,14 @@ impl KindRegistry {
     }
 
     /// Remove a kind by group and plural.
+    ///
+    /// ```
+    /// use setpoint::api::KindRegistry;
+    /// let kinds = KindRegistry::with_builtins();
+    ///
+    /// kinds.remove("", "events");
+    /// assert!(kinds.by_kind("v1", "Event").is_none());
+    /// ```
     pub fn remove(&self, group: &str, plural: &str) {
         self.kinds
             .write()
@@ -127,6 +197,14 @@ impl KindRegistry {
     }
 
     /// Look a kind up by group and plural (URL form).
+    ///
+    /// ```
+    /// use setpoint::api::KindRegistry;
+    /// let kinds = KindRegistry::with_builtins();
+    ///
+    /// assert_eq!(kinds.by_plural("", "events").unwrap().kind, "Event");
+    /// assert!(kinds.by_plural("", "pods").is_none());
+    /// ```
     pub fn by_plural(&self, group: &str, plural: &str) -> Option<Arc<KindInfo>> {
         self.kinds
             .read()
@@ -136,6 +214,14 @@ impl KindRegistry {
     }
 
     /// Look a kind up by `apiVersion` and `kind` (manifest form).
+    ///
+    /// ```
+    /// use setpoint::api::KindRegistry;
+    /// let kinds = KindRegistry::with_builtins();
+    ///
+    /// assert_eq!(kinds.by_kind("v1", "Event").unwrap().plural, "events");
+    /// assert!(kinds.by_kind("v2", "Event").is_none(), "the version must match");
+    /// ```
     pub fn by_kind(&self, api_version: &str, kind: &str) -> Option<Arc<KindInfo>> {
         let gvk = crate::object::GroupVersionKind::from_api_version(api_version, kind);
         self.kinds
@@ -148,12 +234,28 @@ impl KindRegistry {
     }
 
     /// Look a kind up, or fail with [`Error::UnknownKind`].
+    ///
+    /// ```
+    /// use setpoint::api::KindRegistry;
+    /// let kinds = KindRegistry::with_builtins();
+    ///
+    /// let err = kinds.require("example.com/v1", "Widget").unwrap_err();
+    /// assert_eq!(err.to_string(), "unknown kind example.com/v1/Widget: no CustomResourceDefinition registers it");
+    /// ```
     pub fn require(&self, api_version: &str, kind: &str) -> Result<Arc<KindInfo>, Error> {
         self.by_kind(api_version, kind)
             .ok_or_else(|| Error::UnknownKind(format!("{api_version}/{kind}")))
     }
 
     /// Every registered kind, sorted by group then kind.
+    ///
+    /// ```
+    /// use setpoint::api::KindRegistry;
+    /// let kinds = KindRegistry::with_builtins();
+    ///
+    /// assert_eq!(kinds.all().len(), 2);
+    /// assert_eq!(kinds.all()[0].group, "", "sorted by group, then kind");
+    /// ```
     pub fn all(&self) -> Vec<Arc<KindInfo>> {
         let mut all: Vec<_> = self
             .kinds
@@ -169,6 +271,24 @@ impl KindRegistry {
 
 /// Read the kind a `CustomResourceDefinition` registers, after checking
 /// the definition (every problem is reported, with its field path).
+///
+/// ```
+/// use serde_json::json;
+/// let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+///     "metadata": {"name": "widgets.example.com"},
+///     "spec": {"group": "example.com", "scope": "Namespaced",
+///         "names": {"kind": "Widget", "plural": "widgets", "shortNames": ["wd"]},
+///         "versions": [{"name": "v1", "served": true, "storage": true,
+///             "schema": {"openAPIV3Schema": {"type": "object"}}}]}});
+///
+/// use setpoint::api::kinds::kind_from_crd;
+/// let widget = kind_from_crd(&crd)?;
+/// assert_eq!((widget.plural.as_str(), widget.list_kind.as_str()), ("widgets", "WidgetList"));
+/// let mut bad = crd.clone();
+/// bad["spec"]["scope"] = json!("Galaxy");
+/// assert!(kind_from_crd(&bad).unwrap_err().to_string().contains("spec.scope"));
+/// # Ok::<(), setpoint::api::Error>(())
+/// ```
 pub fn kind_from_crd(crd: &Value) -> Result<KindInfo, Error> {
     let name = crd["metadata"]["name"].as_str().unwrap_or("");
     let problems = crd::check(crd);

@@ -10,6 +10,12 @@ use crate::object::{KindInfo, Object, meta};
 use crate::store::{self, Range, Revision};
 
 /// What to list.
+///
+/// ```
+/// use setpoint::api::ListOptions;
+/// let options = ListOptions::default().in_namespace("ops").with_label_selector("app=web").with_limit(100);
+/// assert_eq!(options.continue_token, None);
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct ListOptions {
     /// One namespace, or all.
@@ -24,7 +30,88 @@ pub struct ListOptions {
     pub continue_token: Option<String>,
 }
 
+impl ListOptions {
+    /// These options, in one namespace.
+    ///
+    /// ```
+    /// use setpoint::api::ListOptions;
+    /// let options = ListOptions::default().in_namespace("team-a");
+    /// assert_eq!(options.namespace.as_deref(), Some("team-a"));
+    /// ```
+    pub fn in_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// These options, keeping only objects whose labels match `selector`
+    /// (`app=web`, `tier!=db`, `env in (a,b)`, `!legacy`, comma-separated).
+    ///
+    /// ```
+    /// use setpoint::api::ListOptions;
+    /// let options = ListOptions::default().with_label_selector("app=web,tier!=db");
+    /// assert_eq!(options.label_selector.as_deref(), Some("app=web,tier!=db"));
+    /// ```
+    pub fn with_label_selector(mut self, selector: impl Into<String>) -> Self {
+        self.label_selector = Some(selector.into());
+        self
+    }
+
+    /// These options, keeping only objects whose fields match `selector`
+    /// (`metadata.name=web`, `metadata.namespace!=kube-system`; on events
+    /// also `involvedObject.*`, `reason` and `type`).
+    ///
+    /// ```
+    /// use setpoint::api::ListOptions;
+    /// let options = ListOptions::default().with_field_selector("metadata.name=web");
+    /// assert_eq!(options.field_selector.as_deref(), Some("metadata.name=web"));
+    /// ```
+    pub fn with_field_selector(mut self, selector: impl Into<String>) -> Self {
+        self.field_selector = Some(selector.into());
+        self
+    }
+
+    /// These options, in pages of at most `limit` objects (0: one page).
+    ///
+    /// ```
+    /// use setpoint::api::ListOptions;
+    /// assert_eq!(ListOptions::default().with_limit(50).limit, 50);
+    /// ```
+    pub fn with_limit(mut self, limit: usize) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// These options, for the page after the one that returned `token`.
+    ///
+    /// ```
+    /// use setpoint::api::ListOptions;
+    /// let next = ListOptions::default().with_limit(50).with_continue_token("7b22…");
+    /// assert_eq!(next.continue_token.as_deref(), Some("7b22…"));
+    /// ```
+    pub fn with_continue_token(mut self, token: impl Into<String>) -> Self {
+        self.continue_token = Some(token.into());
+        self
+    }
+}
+
 /// One page of a list.
+///
+/// ```
+/// use std::sync::Arc;
+/// use serde_json::json;
+/// use setpoint::api::{Api, Error};
+/// use setpoint::store::MemoryBackend;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+/// let events = api.kinds().require("v1", "Event")?;
+/// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+///
+/// api.create(&events, event("e")).await?;
+/// let list = api.list(&events, &Default::default()).await?;
+/// assert_eq!((list.items.len(), list.resource_version, list.continue_token), (1, 1, None));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct ObjectList {
     /// The objects, in key order.
@@ -37,6 +124,24 @@ pub struct ObjectList {
 
 impl ObjectList {
     /// This page as a Kubernetes `…List` object.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::{Api, Error};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+    ///
+    /// api.create(&events, event("e")).await?;
+    /// let list = api.list(&events, &Default::default()).await?.to_json(&events);
+    /// assert_eq!(list["kind"], "EventList");
+    /// assert_eq!(list["metadata"]["resourceVersion"], "1");
+    /// # Ok(()) }
+    /// ```
     pub fn to_json(&self, kind: &KindInfo) -> Value {
         let mut metadata = json!({"resourceVersion": self.resource_version.to_string()});
         if let Some(token) = &self.continue_token {
@@ -134,6 +239,30 @@ fn decode_continue(token: &str) -> Result<(Revision, String)> {
 impl Api {
     /// List objects of a kind. Pages continue at the first page's revision;
     /// a token whose revision was compacted away answers [`Error::Gone`].
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::{Api, Error};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+    ///
+    /// use setpoint::api::ListOptions;
+    /// for name in ["a", "b", "c"] {
+    ///     api.create(&events, event(name)).await?;
+    /// }
+    /// let first = api.list(&events, &ListOptions::default().with_limit(2)).await?;
+    /// api.create(&events, event("d")).await?; // not in the snapshot being paged
+    /// let rest = api.list(&events, &ListOptions::default().with_continue_token(first.continue_token.unwrap())).await?;
+    /// assert_eq!(first.items.len() + rest.items.len(), 3);
+    /// let one = api.list(&events, &ListOptions::default().with_field_selector("metadata.name=d")).await?;
+    /// assert_eq!(one.items.len(), 1);
+    /// # Ok(()) }
+    /// ```
     pub async fn list(&self, kind: &KindInfo, options: &ListOptions) -> Result<ObjectList> {
         let labels = match options.label_selector.as_deref() {
             Some(s) => LabelSelector::parse(s).map_err(|e| Error::BadRequest(e.to_string()))?,

@@ -54,6 +54,23 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub const DEFAULT_MAX_OBJECT_BYTES: usize = 1536 * 1024;
 
 /// The object API over one store. Cheap to clone.
+///
+/// ```
+/// use std::sync::Arc;
+/// use serde_json::json;
+/// use setpoint::api::{Api, Error};
+/// use setpoint::store::MemoryBackend;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+/// let events = api.kinds().require("v1", "Event")?;
+/// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+///
+/// let created = api.create(&events, event("e")).await?;
+/// assert_eq!(created["metadata"]["generation"], 1);
+/// assert!(!created["metadata"]["uid"].as_str().unwrap().is_empty());
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Api {
     backend: Arc<dyn Backend>,
@@ -67,12 +84,32 @@ pub struct Api {
 impl Api {
     /// Open the object API on a backend: start its watch hub and load the
     /// kinds registered by stored `CustomResourceDefinition`s.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use setpoint::{api::Api, store::MemoryBackend};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), setpoint::api::Error> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// assert!(api.kinds().by_kind("v1", "Event").is_some());
+    /// # Ok(()) }
+    /// ```
     pub async fn open(backend: Arc<dyn Backend>) -> Result<Self> {
         Self::open_with_history(backend, crate::watch::DEFAULT_HISTORY).await
     }
 
     /// [`Api::open`] with a watch hub keeping `history` changes (also how far
     /// a watcher may fall behind before it must relist).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use setpoint::{api::Api, store::MemoryBackend};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), setpoint::api::Error> {
+    /// let api = Api::open_with_history(Arc::new(MemoryBackend::new()), 1024).await?;
+    /// assert_eq!(api.hub().max_lag(), 1024);
+    /// # Ok(()) }
+    /// ```
     pub async fn open_with_history(backend: Arc<dyn Backend>, history: usize) -> Result<Self> {
         let hub = WatchHub::start(backend.clone(), history).await?;
         let api = Self {
@@ -95,27 +132,112 @@ impl Api {
     /// This API with a different object size limit (encoded bytes); larger
     /// creates, updates, patches and applies fail with [`Error::TooLarge`]
     /// and write nothing. Clones made before keep their limit.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::{Api, Error};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+    ///
+    /// let small = api.clone().with_max_object_bytes(200);
+    /// let mut big = event("big");
+    /// big["message"] = json!("x".repeat(500));
+    /// assert!(matches!(small.create(&events, big.clone()).await, Err(Error::TooLarge { .. })));
+    /// api.create(&events, big).await?; // the original keeps its limit
+    /// # Ok(()) }
+    /// ```
     pub fn with_max_object_bytes(mut self, limit: usize) -> Self {
         self.max_object_bytes = limit;
         self
     }
 
     /// The object size limit in encoded bytes.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::{Api, Error};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+    ///
+    /// assert_eq!(api.max_object_bytes(), setpoint::api::DEFAULT_MAX_OBJECT_BYTES);
+    /// # Ok(()) }
+    /// ```
     pub fn max_object_bytes(&self) -> usize {
         self.max_object_bytes
     }
 
     /// The registered kinds.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::{Api, Error};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+    ///
+    /// assert_eq!(events.plural, "events");
+    /// assert!(api.kinds().by_plural("apiextensions.k8s.io", "customresourcedefinitions").is_some());
+    /// # Ok(()) }
+    /// ```
     pub fn kinds(&self) -> &KindRegistry {
         &self.kinds
     }
 
     /// The watch hub over this store.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::{Api, Error};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+    ///
+    /// let written = api.create(&events, event("e")).await?;
+    /// let revision = written["metadata"]["resourceVersion"].as_str().unwrap().parse()?;
+    /// api.hub().wait_for(revision).await;
+    /// assert_eq!(api.hub().last_revision(), revision);
+    /// # Ok(()) }
+    /// ```
     pub fn hub(&self) -> &WatchHub {
         &self.hub
     }
 
     /// The backend.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::{Api, Error};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+    ///
+    /// api.create(&events, event("e")).await?;
+    /// let stored = api.backend().get(&Api::key(&events, Some("default"), "e")).await?;
+    /// assert!(stored.is_some());
+    /// # Ok(()) }
+    /// ```
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.backend
     }
@@ -141,6 +263,22 @@ impl Api {
     }
 
     /// The store key prefix of a kind, optionally narrowed to one namespace.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::{Api, Error};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+    ///
+    /// assert_eq!(Api::prefix(&events, Some("ops")), "/registry/core/events/ops/");
+    /// assert_eq!(Api::prefix(&events, None), "/registry/core/events/");
+    /// # Ok(()) }
+    /// ```
     pub fn prefix(kind: &KindInfo, namespace: Option<&str>) -> String {
         let group = if kind.group.is_empty() {
             "core"
@@ -154,6 +292,21 @@ impl Api {
     }
 
     /// The store key of one object.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::{Api, Error};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+    ///
+    /// assert_eq!(Api::key(&events, Some("ops"), "e1"), "/registry/core/events/ops/e1");
+    /// # Ok(()) }
+    /// ```
     pub fn key(kind: &KindInfo, namespace: Option<&str>, name: &str) -> String {
         let mut key = Self::prefix(kind, namespace);
         key.push_str(name);
@@ -195,6 +348,24 @@ impl Api {
     }
 
     /// Read one object.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::{Api, Error};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+    ///
+    /// api.create(&events, event("e")).await?;
+    /// let e = api.get(&events, None, "e").await?; // no namespace: `default`
+    /// assert_eq!(e["metadata"]["namespace"], "default");
+    /// assert!(matches!(api.get(&events, Some("ops"), "e").await, Err(Error::NotFound { .. })));
+    /// # Ok(()) }
+    /// ```
     pub async fn get(
         &self,
         kind: &KindInfo,
@@ -219,6 +390,23 @@ impl Api {
     }
 
     /// The revision of the last write to the store.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::{Api, Error};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+    ///
+    /// assert_eq!(api.current_revision().await?, 0);
+    /// api.create(&events, event("e")).await?;
+    /// assert_eq!(api.current_revision().await?, 1);
+    /// # Ok(()) }
+    /// ```
     pub async fn current_revision(&self) -> Result<Revision> {
         Ok(self.backend.current_revision().await?)
     }

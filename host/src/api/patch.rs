@@ -15,6 +15,37 @@ impl Api {
     /// Apply a JSON merge patch to an object, or to its status when `status`
     /// is true. Retries internally on conflicts unless the patch itself
     /// names a `resourceVersion`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::{Api, Error};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+    ///
+    /// # let crds = api.kinds().require("apiextensions.k8s.io/v1", "CustomResourceDefinition")?;
+    /// # api.create(&crds, json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    /// #     "metadata": {"name": "widgets.example.com"},
+    /// #     "spec": {"group": "example.com", "scope": "Namespaced",
+    /// #         "names": {"kind": "Widget", "plural": "widgets"},
+    /// #         "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+    /// #             "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+    /// #                 "spec": {"type": "object", "properties": {"replicas": {"type": "integer"}, "image": {"type": "string"}}},
+    /// #                 "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}})).await?;
+    /// let widgets = api.kinds().require("example.com/v1", "Widget")?;
+    ///
+    /// api.create(&widgets, json!({"apiVersion": "example.com/v1", "kind": "Widget",
+    ///     "metadata": {"name": "w"}, "spec": {"replicas": 1, "image": "a"}})).await?;
+    /// let patched = api.merge_patch(&widgets, None, "w", &json!({"spec": {"replicas": 3, "image": null}}), false).await?;
+    /// assert_eq!(patched["spec"], json!({"replicas": 3}));
+    /// let status = api.merge_patch(&widgets, None, "w", &json!({"status": {"ready": true}}), true).await?;
+    /// assert_eq!(status["status"]["ready"], true);
+    /// # Ok(()) }
+    /// ```
     pub async fn merge_patch(
         &self,
         kind: &KindInfo,
@@ -42,6 +73,30 @@ impl Api {
     /// operation that cannot be applied (a missing path, a failed `test`)
     /// fails with [`Error::PatchFailed`] (422, as in Kubernetes) and writes
     /// nothing.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::{Api, Error};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+    ///
+    /// use setpoint::object::patch::JsonPatch;
+    /// let mut e = event("e");
+    /// e["count"] = json!(1);
+    /// api.create(&events, e).await?;
+    /// let ops = JsonPatch::from_value(&json!([
+    ///     {"op": "test", "path": "/count", "value": 1},
+    ///     {"op": "replace", "path": "/count", "value": 2}]))?;
+    /// assert_eq!(api.json_patch(&events, None, "e", &ops, false).await?["count"], 2);
+    /// let err = api.json_patch(&events, None, "e", &ops, false).await.unwrap_err();
+    /// assert!(matches!(err, Error::PatchFailed { .. }), "the test fails now: nothing written");
+    /// # Ok(()) }
+    /// ```
     pub async fn json_patch(
         &self,
         kind: &KindInfo,

@@ -8,6 +8,22 @@ use super::Change;
 use crate::object::{Object, ObjectKey, meta};
 
 /// Objects of one kind, as of one store revision.
+///
+/// ```
+/// use std::sync::Arc;
+/// use serde_json::json;
+/// use setpoint::informer::Cache;
+/// use setpoint::object::ObjectKey;
+///
+/// let mut cache = Cache::default();
+/// let pod = |name: &str, rv: &str| Arc::new(json!({"metadata": {"name": name, "namespace": "default",
+///     "resourceVersion": rv, "labels": {"app": "web"}, "ownerReferences": [{"uid": "rs-1"}]}}));
+///
+/// cache.upsert(pod("web-0", "1"), 1);
+/// cache.upsert(pod("web-1", "2"), 2);
+/// assert_eq!((cache.len(), cache.revision()), (2, 2));
+/// assert_eq!(cache.owned_by("rs-1").len(), 2);
+/// ```
 #[derive(Default)]
 pub struct Cache {
     objects: HashMap<ObjectKey, Arc<Object>>,
@@ -19,16 +35,60 @@ pub struct Cache {
 
 impl Cache {
     /// One object.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::informer::Cache;
+    /// use setpoint::object::ObjectKey;
+    ///
+    /// let mut cache = Cache::default();
+    /// let pod = |name: &str, rv: &str| Arc::new(json!({"metadata": {"name": name, "namespace": "default",
+    ///     "resourceVersion": rv, "labels": {"app": "web"}, "ownerReferences": [{"uid": "rs-1"}]}}));
+    ///
+    /// cache.upsert(pod("web-0", "1"), 1);
+    /// assert!(cache.get(&ObjectKey::new(Some("default"), "web-0")).is_some());
+    /// assert!(cache.get(&ObjectKey::new(Some("other"), "web-0")).is_none());
+    /// ```
     pub fn get(&self, key: &ObjectKey) -> Option<Arc<Object>> {
         self.objects.get(key).cloned()
     }
 
     /// Every object.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::informer::Cache;
+    /// use setpoint::object::ObjectKey;
+    ///
+    /// let mut cache = Cache::default();
+    /// let pod = |name: &str, rv: &str| Arc::new(json!({"metadata": {"name": name, "namespace": "default",
+    ///     "resourceVersion": rv, "labels": {"app": "web"}, "ownerReferences": [{"uid": "rs-1"}]}}));
+    ///
+    /// cache.upsert(pod("web-0", "1"), 1);
+    /// assert_eq!(cache.iter().count(), 1);
+    /// ```
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Object>> {
         self.objects.values()
     }
 
     /// Objects with an owner reference to `uid`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::informer::Cache;
+    /// use setpoint::object::ObjectKey;
+    ///
+    /// let mut cache = Cache::default();
+    /// let pod = |name: &str, rv: &str| Arc::new(json!({"metadata": {"name": name, "namespace": "default",
+    ///     "resourceVersion": rv, "labels": {"app": "web"}, "ownerReferences": [{"uid": "rs-1"}]}}));
+    ///
+    /// cache.upsert(pod("web-0", "1"), 1);
+    /// assert_eq!(cache.owned_by("rs-1").len(), 1);
+    /// assert!(cache.owned_by("someone-else").is_empty());
+    /// ```
     pub fn owned_by(&self, uid: &str) -> Vec<Arc<Object>> {
         self.by_owner
             .get(uid)
@@ -41,6 +101,21 @@ impl Cache {
     }
 
     /// Objects in `namespace` (`None`: cluster-scoped objects).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::informer::Cache;
+    /// use setpoint::object::ObjectKey;
+    ///
+    /// let mut cache = Cache::default();
+    /// let pod = |name: &str, rv: &str| Arc::new(json!({"metadata": {"name": name, "namespace": "default",
+    ///     "resourceVersion": rv, "labels": {"app": "web"}, "ownerReferences": [{"uid": "rs-1"}]}}));
+    ///
+    /// cache.upsert(pod("web-0", "1"), 1);
+    /// assert_eq!(cache.in_namespace(Some("default")).len(), 1);
+    /// assert!(cache.in_namespace(None).is_empty(), "no cluster-scoped objects");
+    /// ```
     pub fn in_namespace(&self, namespace: Option<&str>) -> Vec<Arc<Object>> {
         self.by_namespace
             .get(&namespace.map(str::to_owned))
@@ -49,6 +124,21 @@ impl Cache {
     }
 
     /// Objects carrying the label `key=value`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::informer::Cache;
+    /// use setpoint::object::ObjectKey;
+    ///
+    /// let mut cache = Cache::default();
+    /// let pod = |name: &str, rv: &str| Arc::new(json!({"metadata": {"name": name, "namespace": "default",
+    ///     "resourceVersion": rv, "labels": {"app": "web"}, "ownerReferences": [{"uid": "rs-1"}]}}));
+    ///
+    /// cache.upsert(pod("web-0", "1"), 1);
+    /// assert_eq!(cache.with_label("app", "web").len(), 1);
+    /// assert!(cache.with_label("app", "db").is_empty());
+    /// ```
     pub fn with_label(&self, key: &str, value: &str) -> Vec<Arc<Object>> {
         self.by_label
             .get(&(key.to_owned(), value.to_owned()))
@@ -57,11 +147,39 @@ impl Cache {
     }
 
     /// How many objects are cached.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::informer::Cache;
+    /// use setpoint::object::ObjectKey;
+    ///
+    /// let mut cache = Cache::default();
+    /// let pod = |name: &str, rv: &str| Arc::new(json!({"metadata": {"name": name, "namespace": "default",
+    ///     "resourceVersion": rv, "labels": {"app": "web"}, "ownerReferences": [{"uid": "rs-1"}]}}));
+    ///
+    /// assert_eq!(cache.len(), 0);
+    /// cache.upsert(pod("web-0", "1"), 1);
+    /// assert_eq!(cache.len(), 1);
+    /// ```
     pub fn len(&self) -> usize {
         self.objects.len()
     }
 
     /// Whether nothing is cached.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::informer::Cache;
+    /// use setpoint::object::ObjectKey;
+    ///
+    /// let mut cache = Cache::default();
+    /// let pod = |name: &str, rv: &str| Arc::new(json!({"metadata": {"name": name, "namespace": "default",
+    ///     "resourceVersion": rv, "labels": {"app": "web"}, "ownerReferences": [{"uid": "rs-1"}]}}));
+    ///
+    /// assert!(cache.is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.objects.is_empty()
     }
@@ -73,11 +191,40 @@ impl Cache {
     }
 
     /// The revision the cache reflects.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::informer::Cache;
+    /// use setpoint::object::ObjectKey;
+    ///
+    /// let mut cache = Cache::default();
+    /// let pod = |name: &str, rv: &str| Arc::new(json!({"metadata": {"name": name, "namespace": "default",
+    ///     "resourceVersion": rv, "labels": {"app": "web"}, "ownerReferences": [{"uid": "rs-1"}]}}));
+    ///
+    /// cache.upsert(pod("web-0", "5"), 5);
+    /// assert_eq!(cache.revision(), 5);
+    /// ```
     pub fn revision(&self) -> i64 {
         self.revision
     }
 
     /// Insert or replace; returns the change unless the object is unchanged.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::informer::Cache;
+    /// use setpoint::object::ObjectKey;
+    ///
+    /// let mut cache = Cache::default();
+    /// let pod = |name: &str, rv: &str| Arc::new(json!({"metadata": {"name": name, "namespace": "default",
+    ///     "resourceVersion": rv, "labels": {"app": "web"}, "ownerReferences": [{"uid": "rs-1"}]}}));
+    ///
+    /// assert!(cache.upsert(pod("web-0", "1"), 1).is_some());
+    /// assert!(cache.upsert(pod("web-0", "1"), 1).is_none(), "same resourceVersion: no change");
+    /// assert!(cache.upsert(pod("web-0", "2"), 2).is_some());
+    /// ```
     pub fn upsert(&mut self, object: Arc<Object>, revision: i64) -> Option<Change> {
         self.revision = self.revision.max(revision);
         let key = ObjectKey::of(&object);
@@ -94,6 +241,23 @@ impl Cache {
     }
 
     /// Remove; returns the change if the object was cached.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::informer::Cache;
+    /// use setpoint::object::ObjectKey;
+    ///
+    /// let mut cache = Cache::default();
+    /// let pod = |name: &str, rv: &str| Arc::new(json!({"metadata": {"name": name, "namespace": "default",
+    ///     "resourceVersion": rv, "labels": {"app": "web"}, "ownerReferences": [{"uid": "rs-1"}]}}));
+    ///
+    /// let web = pod("web-0", "1");
+    /// cache.upsert(web.clone(), 1);
+    /// assert!(cache.remove(&web, 2).is_some());
+    /// assert!(cache.remove(&web, 3).is_none(), "already gone");
+    /// assert!(cache.owned_by("rs-1").is_empty(), "the indexes follow");
+    /// ```
     pub fn remove(&mut self, object: &Arc<Object>, revision: i64) -> Option<Change> {
         self.revision = self.revision.max(revision);
         let key = ObjectKey::of(object);
@@ -103,6 +267,29 @@ impl Cache {
     }
 
     /// Replace the whole content with a fresh list; returns what changed.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::informer::Cache;
+    /// use setpoint::object::ObjectKey;
+    ///
+    /// let mut cache = Cache::default();
+    /// let pod = |name: &str, rv: &str| Arc::new(json!({"metadata": {"name": name, "namespace": "default",
+    ///     "resourceVersion": rv, "labels": {"app": "web"}, "ownerReferences": [{"uid": "rs-1"}]}}));
+    ///
+    /// use setpoint::informer::Change;
+    /// cache.upsert(pod("stays", "1"), 1);
+    /// cache.upsert(pod("goes", "2"), 2);
+    /// let fresh = vec![(*pod("stays", "1")).clone(), (*pod("new", "3")).clone()];
+    /// let changes = cache.replace(fresh, 3);
+    /// let names: Vec<_> = changes.iter().map(|c| match c {
+    ///     Change::Applied(o) => format!("applied {}", o["metadata"]["name"]),
+    ///     Change::Deleted(o) => format!("deleted {}", o["metadata"]["name"]),
+    ///     Change::Listed(o) => format!("listed {}", o["metadata"]["name"]),
+    /// }).collect();
+    /// assert_eq!(names, [r#"deleted "goes""#, r#"applied "new""#], "unchanged objects are not reported");
+    /// ```
     pub fn replace(&mut self, items: Vec<Object>, revision: i64) -> Vec<Change> {
         let fresh: HashSet<ObjectKey> = items.iter().map(ObjectKey::of).collect();
         let gone: Vec<ObjectKey> = super::missing(&self.objects, &fresh)

@@ -20,7 +20,8 @@
 //! - An informer lives while a handle to it does: when the last [`Informer`]
 //!   clone is dropped its watch stops, and [`Informers`] starts a fresh one on
 //!   the next request. A controller that stops removes its handlers
-//!   ([`Informer::remove_handler`]) and drops its handles.
+//!   ([`Informer::remove_handler`], which also stops a handler's periodic
+//!   resync) and drops its handles.
 
 mod cache;
 
@@ -36,6 +37,41 @@ use crate::object::{KindInfo, Object, ObjectKey};
 use crate::watch::{Error as WatchError, EventType};
 
 /// A change the informer observed.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use serde_json::json;
+/// use setpoint::api::Api;
+/// use setpoint::informer::{Change, Informer, Informers};
+/// use setpoint::object::ObjectKey;
+/// use setpoint::store::MemoryBackend;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+/// let events = api.kinds().require("v1", "Event")?;
+/// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event",
+///     "metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [
+///     {"apiVersion": "v1", "kind": "Event", "name": "owner", "uid": "u1"}]}});
+///
+/// api.create(&events, event("old")).await?;
+/// let informer = Informer::start(api.clone(), events.clone());
+/// let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+/// let log = seen.clone();
+/// informer.add_handler(move |change| {
+///     let what = match change {
+///         Change::Listed(_) => "listed",
+///         Change::Applied(_) => "applied",
+///         Change::Deleted(_) => "deleted",
+///     };
+///     log.lock().unwrap().push(what);
+/// });
+/// informer.wait_synced().await;
+/// api.create(&events, event("new")).await?;
+/// informer.wait_for_revision(api.current_revision().await?, Duration::from_secs(5)).await;
+/// assert_eq!(*seen.lock().unwrap(), ["listed", "applied"]);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub enum Change {
     /// The object was created or changed (or first seen).
@@ -49,6 +85,28 @@ pub enum Change {
 
 impl Change {
     /// The object the change is about.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::informer::{Change, Informer, Informers};
+    /// use setpoint::object::ObjectKey;
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event",
+    ///     "metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [
+    ///     {"apiVersion": "v1", "kind": "Event", "name": "owner", "uid": "u1"}]}});
+    ///
+    /// let created = api.create(&events, event("e")).await?;
+    /// let change = Change::Applied(Arc::new(created));
+    /// assert_eq!(change.object()["metadata"]["name"], "e");
+    /// # Ok(()) }
+    /// ```
     pub fn object(&self) -> &Arc<Object> {
         match self {
             Change::Applied(o) | Change::Deleted(o) | Change::Listed(o) => o,
@@ -59,11 +117,56 @@ impl Change {
 type Handler = Arc<dyn Fn(&Change) + Send + Sync>;
 
 /// Identifies a registered handler, for [`Informer::remove_handler`].
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use serde_json::json;
+/// use setpoint::api::Api;
+/// use setpoint::informer::{Change, Informer, Informers};
+/// use setpoint::object::ObjectKey;
+/// use setpoint::store::MemoryBackend;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+/// let events = api.kinds().require("v1", "Event")?;
+/// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event",
+///     "metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [
+///     {"apiVersion": "v1", "kind": "Event", "name": "owner", "uid": "u1"}]}});
+///
+/// let informer = Informer::start(api.clone(), events.clone());
+/// let id = informer.add_handler(|_| {});
+/// informer.remove_handler(id);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct HandlerId(u64);
 
 /// A shared list-then-watch cache of one kind. Cheap to clone; the watch
 /// stops when the last clone is dropped.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use serde_json::json;
+/// use setpoint::api::Api;
+/// use setpoint::informer::{Change, Informer, Informers};
+/// use setpoint::object::ObjectKey;
+/// use setpoint::store::MemoryBackend;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+/// let events = api.kinds().require("v1", "Event")?;
+/// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event",
+///     "metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [
+///     {"apiVersion": "v1", "kind": "Event", "name": "owner", "uid": "u1"}]}});
+///
+/// api.create(&events, event("e")).await?;
+/// let informer = Informer::start(api.clone(), events.clone());
+/// informer.wait_synced().await;
+/// assert!(informer.get(&ObjectKey::new(Some("default"), "e")).is_some());
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Informer {
     inner: Arc<Inner>,
@@ -78,6 +181,10 @@ struct Inner {
     /// The revision the cache reflects, for read-your-writes waits.
     revision: watch::Sender<i64>,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The periodic resync task of each handler registered with one, stopped
+    /// with its handler: a stopped controller's timer would otherwise sleep
+    /// on until its next tick (ten minutes by default) before noticing.
+    resyncs: Mutex<HashMap<HandlerId, tokio::task::AbortHandle>>,
 }
 
 impl Drop for Inner {
@@ -85,11 +192,37 @@ impl Drop for Inner {
         if let Some(task) = self.task.get_mut().ok().and_then(Option::take) {
             task.abort();
         }
+        let resyncs = self.resyncs.get_mut().unwrap_or_else(|p| p.into_inner());
+        for (_, resync) in resyncs.drain() {
+            resync.abort();
+        }
     }
 }
 
 impl Informer {
     /// Start an informer for `kind`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::informer::{Change, Informer, Informers};
+    /// use setpoint::object::ObjectKey;
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event",
+    ///     "metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [
+    ///     {"apiVersion": "v1", "kind": "Event", "name": "owner", "uid": "u1"}]}});
+    ///
+    /// let informer = Informer::start(api.clone(), events.clone());
+    /// informer.wait_synced().await;
+    /// assert!(informer.list(None).is_empty());
+    /// # Ok(()) }
+    /// ```
     pub fn start(api: Api, kind: Arc<KindInfo>) -> Self {
         let (synced, _) = watch::channel(false);
         let (revision, _) = watch::channel(0);
@@ -101,6 +234,7 @@ impl Informer {
             synced,
             revision,
             task: Mutex::new(None),
+            resyncs: Mutex::default(),
         });
         let task = tokio::spawn(run(Arc::downgrade(&inner), api));
         *inner.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
@@ -108,12 +242,58 @@ impl Informer {
     }
 
     /// The kind this informer follows.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::informer::{Change, Informer, Informers};
+    /// use setpoint::object::ObjectKey;
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event",
+    ///     "metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [
+    ///     {"apiVersion": "v1", "kind": "Event", "name": "owner", "uid": "u1"}]}});
+    ///
+    /// let informer = Informer::start(api.clone(), events.clone());
+    /// assert_eq!(informer.kind().plural, "events");
+    /// # Ok(()) }
+    /// ```
     pub fn kind(&self) -> &Arc<KindInfo> {
         &self.inner.kind
     }
 
     /// Register a handler; it is first called with every cached object (as
     /// [`Change::Listed`]). Handlers run under the cache lock and must be quick.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::informer::{Change, Informer, Informers};
+    /// use setpoint::object::ObjectKey;
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event",
+    ///     "metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [
+    ///     {"apiVersion": "v1", "kind": "Event", "name": "owner", "uid": "u1"}]}});
+    ///
+    /// api.create(&events, event("already-there")).await?;
+    /// let informer = Informer::start(api.clone(), events.clone());
+    /// informer.wait_synced().await;
+    /// let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    /// informer.add_handler(move |change| { let _ = tx.send(change.object()["metadata"]["name"].clone()); });
+    /// assert_eq!(rx.recv().await.unwrap(), "already-there", "replayed on registration");
+    /// # Ok(()) }
+    /// ```
     pub fn add_handler(&self, handler: impl Fn(&Change) + Send + Sync + 'static) -> HandlerId {
         let handler: Handler = Arc::new(handler);
         let id = HandlerId(
@@ -139,6 +319,33 @@ impl Informer {
     /// [`Change::Listed`]) every `period`: a resync, which repairs anything a
     /// level-triggered consumer may have missed. The resync stops when the
     /// handler is removed or the informer dropped.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::informer::{Change, Informer, Informers};
+    /// use setpoint::object::ObjectKey;
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event",
+    ///     "metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [
+    ///     {"apiVersion": "v1", "kind": "Event", "name": "owner", "uid": "u1"}]}});
+    ///
+    /// api.create(&events, event("e")).await?;
+    /// let informer = Informer::start(api.clone(), events.clone());
+    /// informer.wait_synced().await;
+    /// let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    /// let id = informer.add_handler_with_resync(move |c| { let _ = tx.send(matches!(c, Change::Listed(_))); }, Duration::from_millis(20));
+    /// assert!(rx.recv().await.unwrap(), "the replay on registration");
+    /// assert!(rx.recv().await.unwrap(), "a resync, 20 ms later");
+    /// informer.remove_handler(id);
+    /// # Ok(()) }
+    /// ```
     pub fn add_handler_with_resync(
         &self,
         handler: impl Fn(&Change) + Send + Sync + 'static,
@@ -146,7 +353,7 @@ impl Informer {
     ) -> HandlerId {
         let id = self.add_handler(handler);
         let weak = Arc::downgrade(&self.inner);
-        tokio::spawn(async move {
+        let resync = tokio::spawn(async move {
             let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -157,11 +364,54 @@ impl Informer {
                 }
             }
         });
+        self.inner
+            .resyncs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, resync.abort_handle());
         id
     }
 
-    /// Unregister a handler; it is not called again once this returns.
+    /// Unregister a handler; it is not called again once this returns, and
+    /// its periodic resync, if any, stops.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::informer::{Change, Informer, Informers};
+    /// use setpoint::object::ObjectKey;
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event",
+    ///     "metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [
+    ///     {"apiVersion": "v1", "kind": "Event", "name": "owner", "uid": "u1"}]}});
+    ///
+    /// let informer = Informer::start(api.clone(), events.clone());
+    /// informer.wait_synced().await;
+    /// let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    /// let counter = calls.clone();
+    /// let id = informer.add_handler(move |_| { counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst); });
+    /// informer.remove_handler(id);
+    /// api.create(&events, event("unseen")).await?;
+    /// informer.wait_for_revision(api.current_revision().await?, Duration::from_secs(5)).await;
+    /// assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 0);
+    /// # Ok(()) }
+    /// ```
     pub fn remove_handler(&self, id: HandlerId) {
+        if let Some(resync) = self
+            .inner
+            .resyncs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id)
+        {
+            resync.abort();
+        }
         // The cache lock orders this after any `apply` in progress.
         let _cache = self.inner.cache.read().unwrap_or_else(|p| p.into_inner());
         self.inner
@@ -172,6 +422,29 @@ impl Informer {
     }
 
     /// Wait until the first list has filled the cache.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::informer::{Change, Informer, Informers};
+    /// use setpoint::object::ObjectKey;
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event",
+    ///     "metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [
+    ///     {"apiVersion": "v1", "kind": "Event", "name": "owner", "uid": "u1"}]}});
+    ///
+    /// api.create(&events, event("e")).await?;
+    /// let informer = Informer::start(api.clone(), events.clone());
+    /// informer.wait_synced().await;
+    /// assert_eq!(informer.list(None).len(), 1, "the first list is in");
+    /// # Ok(()) }
+    /// ```
     pub async fn wait_synced(&self) {
         let mut rx = self.inner.synced.subscribe();
         let _ = rx.wait_for(|synced| *synced).await;
@@ -180,6 +453,30 @@ impl Informer {
     /// Wait until the cache reflects store revision `revision` (or newer),
     /// giving up after `timeout`; returns whether it got there. Used after a
     /// write so that the next reconcile reads its own writes.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::informer::{Change, Informer, Informers};
+    /// use setpoint::object::ObjectKey;
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event",
+    ///     "metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [
+    ///     {"apiVersion": "v1", "kind": "Event", "name": "owner", "uid": "u1"}]}});
+    ///
+    /// let informer = Informer::start(api.clone(), events.clone());
+    /// let written = api.create(&events, event("e")).await?;
+    /// let revision: i64 = written["metadata"]["resourceVersion"].as_str().unwrap().parse()?;
+    /// assert!(informer.wait_for_revision(revision, Duration::from_secs(5)).await);
+    /// assert!(informer.get(&ObjectKey::of(&written)).is_some(), "it reads its own write");
+    /// # Ok(()) }
+    /// ```
     pub async fn wait_for_revision(&self, revision: i64, timeout: std::time::Duration) -> bool {
         let mut rx = self.inner.revision.subscribe();
         tokio::time::timeout(timeout, rx.wait_for(|r| *r >= revision))
@@ -188,17 +485,86 @@ impl Informer {
     }
 
     /// One cached object.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::informer::{Change, Informer, Informers};
+    /// use setpoint::object::ObjectKey;
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event",
+    ///     "metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [
+    ///     {"apiVersion": "v1", "kind": "Event", "name": "owner", "uid": "u1"}]}});
+    ///
+    /// let informer = Informer::start(api.clone(), events.clone());
+    /// informer.wait_synced().await;
+    /// assert!(informer.get(&ObjectKey::new(Some("default"), "missing")).is_none());
+    /// # Ok(()) }
+    /// ```
     pub fn get(&self, key: &ObjectKey) -> Option<Arc<Object>> {
         self.read().get(key)
     }
 
     /// Cached objects whose owner references include `owner_uid`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::informer::{Change, Informer, Informers};
+    /// use setpoint::object::ObjectKey;
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event",
+    ///     "metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [
+    ///     {"apiVersion": "v1", "kind": "Event", "name": "owner", "uid": "u1"}]}});
+    ///
+    /// api.create(&events, event("child")).await?;
+    /// let informer = Informer::start(api.clone(), events.clone());
+    /// informer.wait_synced().await;
+    /// assert_eq!(informer.owned_by("u1").len(), 1);
+    /// # Ok(()) }
+    /// ```
     pub fn owned_by(&self, owner_uid: &str) -> Vec<Arc<Object>> {
         self.read().owned_by(owner_uid)
     }
 
     /// Every cached object, optionally in one namespace (through the
     /// namespace index).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::informer::{Change, Informer, Informers};
+    /// use setpoint::object::ObjectKey;
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event",
+    ///     "metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [
+    ///     {"apiVersion": "v1", "kind": "Event", "name": "owner", "uid": "u1"}]}});
+    ///
+    /// api.create(&events, event("e")).await?;
+    /// let informer = Informer::start(api.clone(), events.clone());
+    /// informer.wait_synced().await;
+    /// assert_eq!(informer.list(Some("default")).len(), 1);
+    /// assert!(informer.list(Some("elsewhere")).is_empty());
+    /// # Ok(()) }
+    /// ```
     pub fn list(&self, namespace: Option<&str>) -> Vec<Arc<Object>> {
         let cache = self.read();
         match namespace {
@@ -208,11 +574,59 @@ impl Informer {
     }
 
     /// Cached objects carrying the label `key=value` (through the label index).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::informer::{Change, Informer, Informers};
+    /// use setpoint::object::ObjectKey;
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event",
+    ///     "metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [
+    ///     {"apiVersion": "v1", "kind": "Event", "name": "owner", "uid": "u1"}]}});
+    ///
+    /// api.create(&events, event("e")).await?;
+    /// let informer = Informer::start(api.clone(), events.clone());
+    /// informer.wait_synced().await;
+    /// assert_eq!(informer.with_label("app", "web").len(), 1);
+    /// # Ok(()) }
+    /// ```
     pub fn with_label(&self, key: &str, value: &str) -> Vec<Arc<Object>> {
         self.read().with_label(key, value)
     }
 
     /// Cached objects, optionally in one namespace, matching `selector`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::informer::{Change, Informer, Informers};
+    /// use setpoint::object::ObjectKey;
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event",
+    ///     "metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [
+    ///     {"apiVersion": "v1", "kind": "Event", "name": "owner", "uid": "u1"}]}});
+    ///
+    /// use setpoint::object::selector::LabelSelector;
+    /// api.create(&events, event("e")).await?;
+    /// let informer = Informer::start(api.clone(), events.clone());
+    /// informer.wait_synced().await;
+    /// let selector = LabelSelector::parse("app in (web, api)")?;
+    /// assert_eq!(informer.select(None, &selector).len(), 1);
+    /// # Ok(()) }
+    /// ```
     pub fn select(
         &self,
         namespace: Option<&str>,
@@ -225,6 +639,29 @@ impl Informer {
     }
 
     /// The store revision the cache reflects.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::informer::{Change, Informer, Informers};
+    /// use setpoint::object::ObjectKey;
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event",
+    ///     "metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [
+    ///     {"apiVersion": "v1", "kind": "Event", "name": "owner", "uid": "u1"}]}});
+    ///
+    /// let written = api.create(&events, event("e")).await?;
+    /// let informer = Informer::start(api.clone(), events.clone());
+    /// informer.wait_synced().await;
+    /// assert_eq!(informer.revision().to_string(), written["metadata"]["resourceVersion"]);
+    /// # Ok(()) }
+    /// ```
     pub fn revision(&self) -> i64 {
         self.read().revision()
     }
@@ -348,6 +785,31 @@ async fn run(inner: Weak<Inner>, api: Api) {
 /// however many plugins look at it. The set holds informers weakly: an
 /// informer nobody holds is dropped (its watch stops) and started afresh on
 /// the next [`for_kind`](Self::for_kind).
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use serde_json::json;
+/// use setpoint::api::Api;
+/// use setpoint::informer::{Change, Informer, Informers};
+/// use setpoint::object::ObjectKey;
+/// use setpoint::store::MemoryBackend;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+/// let events = api.kinds().require("v1", "Event")?;
+/// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event",
+///     "metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [
+///     {"apiVersion": "v1", "kind": "Event", "name": "owner", "uid": "u1"}]}});
+///
+/// let informers = Informers::new(api.clone());
+/// let a = informers.for_kind(events.clone());
+/// let b = informers.for_kind(events.clone());
+/// assert_eq!(informers.running(), 1, "one informer per kind, shared");
+/// drop((a, b));
+/// assert_eq!(informers.running(), 0, "dropped with its last handle");
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Informers {
     api: Api,
@@ -359,6 +821,26 @@ type KindId = (String, String);
 
 impl Informers {
     /// An empty set over `api`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::informer::{Change, Informer, Informers};
+    /// use setpoint::object::ObjectKey;
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event",
+    ///     "metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [
+    ///     {"apiVersion": "v1", "kind": "Event", "name": "owner", "uid": "u1"}]}});
+    ///
+    /// assert_eq!(Informers::new(api).running(), 0);
+    /// # Ok(()) }
+    /// ```
     pub fn new(api: Api) -> Self {
         Self {
             api,
@@ -367,6 +849,29 @@ impl Informers {
     }
 
     /// The informer for `kind`, started unless someone holds one already.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::informer::{Change, Informer, Informers};
+    /// use setpoint::object::ObjectKey;
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event",
+    ///     "metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [
+    ///     {"apiVersion": "v1", "kind": "Event", "name": "owner", "uid": "u1"}]}});
+    ///
+    /// let informers = Informers::new(api.clone());
+    /// let informer = informers.for_kind(events.clone());
+    /// informer.wait_synced().await;
+    /// assert!(informers.existing("", "events").is_some());
+    /// # Ok(()) }
+    /// ```
     pub fn for_kind(&self, kind: Arc<KindInfo>) -> Informer {
         let mut map = self.informers.lock().unwrap_or_else(|p| p.into_inner());
         map.retain(|_, weak| weak.strong_count() > 0);
@@ -380,6 +885,27 @@ impl Informers {
     }
 
     /// The informer for a kind if someone holds one.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::informer::{Change, Informer, Informers};
+    /// use setpoint::object::ObjectKey;
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event",
+    ///     "metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [
+    ///     {"apiVersion": "v1", "kind": "Event", "name": "owner", "uid": "u1"}]}});
+    ///
+    /// let informers = Informers::new(api.clone());
+    /// assert!(informers.existing("", "events").is_none(), "not started by a lookup");
+    /// # Ok(()) }
+    /// ```
     pub fn existing(&self, group: &str, plural: &str) -> Option<Informer> {
         self.informers
             .lock()
@@ -390,6 +916,28 @@ impl Informers {
     }
 
     /// How many informers are running (held by someone).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::informer::{Change, Informer, Informers};
+    /// use setpoint::object::ObjectKey;
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event",
+    ///     "metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [
+    ///     {"apiVersion": "v1", "kind": "Event", "name": "owner", "uid": "u1"}]}});
+    ///
+    /// let informers = Informers::new(api.clone());
+    /// let _events = informers.for_kind(events.clone());
+    /// assert_eq!(informers.running(), 1);
+    /// # Ok(()) }
+    /// ```
     pub fn running(&self) -> usize {
         self.informers
             .lock()
@@ -400,6 +948,30 @@ impl Informers {
     }
 
     /// Forget every informer; those still held keep running until dropped.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::informer::{Change, Informer, Informers};
+    /// use setpoint::object::ObjectKey;
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event",
+    ///     "metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [
+    ///     {"apiVersion": "v1", "kind": "Event", "name": "owner", "uid": "u1"}]}});
+    ///
+    /// let informers = Informers::new(api.clone());
+    /// let held = informers.for_kind(events.clone());
+    /// informers.clear();
+    /// assert!(informers.existing("", "events").is_none());
+    /// held.wait_synced().await; // still running for whoever holds it
+    /// # Ok(()) }
+    /// ```
     pub fn clear(&self) {
         self.informers
             .lock()
@@ -526,6 +1098,44 @@ mod tests {
         informer.remove_handler(id);
         tokio::time::sleep(period * 3).await;
         assert_eq!(seen.lock().unwrap().len(), 4, "no resync once removed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_resync_timer_stops_with_its_handler_or_informer_not_at_its_next_tick() {
+        let (api, kind) = api_with_small_history().await;
+        let informer = Informer::start(api.clone(), kind.clone());
+        informer.wait_synced().await;
+        let metrics = tokio::runtime::Handle::current().metrics();
+        let before = metrics.num_alive_tasks();
+        let period = std::time::Duration::from_secs(600);
+
+        let (_, handler) = counting_handler();
+        let id = informer.add_handler_with_resync(handler, period);
+        assert_eq!(metrics.num_alive_tasks(), before + 1, "its timer runs");
+        informer.remove_handler(id);
+        tokio::task::yield_now().await;
+        assert_eq!(
+            metrics.num_alive_tasks(),
+            before,
+            "removing the handler ends its timer at once"
+        );
+        assert!(
+            informer.inner.resyncs.lock().unwrap().is_empty(),
+            "and forgets it"
+        );
+
+        let (seen, handler) = counting_handler();
+        informer.add_handler_with_resync(handler, period);
+        assert_eq!(metrics.num_alive_tasks(), before + 1);
+        drop(informer);
+        tokio::task::yield_now().await;
+        // The informer's own watch task went too.
+        assert_eq!(metrics.num_alive_tasks(), before - 1);
+        tokio::time::sleep(period * 2).await;
+        assert!(
+            seen.lock().unwrap().is_empty(),
+            "nothing was cached, nothing resynced"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -7,6 +7,13 @@ use super::{Object, meta};
 
 /// Encode an object for the store. The resource version is left out: it is
 /// the store revision of the write, known only once the write commits.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::codec;
+/// let bytes = codec::encode(&json!({"metadata": {"name": "web", "resourceVersion": "7"}}));
+/// assert_eq!(bytes, br#"{"metadata":{"name":"web"}}"#);
+/// ```
 pub fn encode(object: &Object) -> Vec<u8> {
     if meta::resource_version(object).is_none() {
         return serde_json::to_vec(object).expect("a JSON value always serialises");
@@ -17,6 +24,13 @@ pub fn encode(object: &Object) -> Vec<u8> {
 }
 
 /// Decode stored bytes, setting `metadata.resourceVersion` to `revision`.
+///
+/// ```
+/// use setpoint::object::{codec, meta};
+/// let object = codec::decode(br#"{"metadata":{"name":"web"}}"#, 42).unwrap();
+/// assert_eq!(meta::resource_version(&object), Some("42"));
+/// assert!(codec::decode(b"not json", 1).is_err());
+/// ```
 pub fn decode(bytes: &[u8], revision: i64) -> Result<Object, serde_json::Error> {
     let mut object: Value = serde_json::from_slice(bytes)?;
     meta::metadata_mut(&mut object).insert(

@@ -9,16 +9,33 @@ use serde_json::Value;
 
 /// A path to a field, rendered the Kubernetes way: `spec.template.metadata`,
 /// `spec.items[2].name`. The empty path is the object itself.
+///
+/// ```
+/// use setpoint::object::field::FieldPath;
+/// let path = FieldPath::new("spec").child("replicas");
+/// assert_eq!(path.as_str(), "spec.replicas");
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FieldPath(String);
 
 impl FieldPath {
     /// The root (the whole object).
+    ///
+    /// ```
+    /// use setpoint::object::field::FieldPath;
+    /// assert!(FieldPath::root().is_root());
+    /// assert_eq!(FieldPath::root().child("spec").as_str(), "spec");
+    /// ```
     pub fn root() -> Self {
         Self::default()
     }
 
     /// A path from its rendered form.
+    ///
+    /// ```
+    /// use setpoint::object::field::FieldPath;
+    /// assert_eq!(FieldPath::new("spec.items[2]").index(0).to_string(), "spec.items[2][0]");
+    /// ```
     pub fn new(path: impl Into<String>) -> Self {
         Self(path.into())
     }
@@ -39,22 +56,44 @@ impl FieldPath {
     }
 
     /// The path of list item `index` below this one.
+    ///
+    /// ```
+    /// use setpoint::object::field::FieldPath;
+    /// assert_eq!(FieldPath::new("spec.ports").index(1).as_str(), "spec.ports[1]");
+    /// ```
     pub fn index(&self, index: usize) -> Self {
         Self(format!("{}[{index}]", self.0))
     }
 
     /// The path of map entry `key` below this one, as `properties[spec]`
     /// (the form Kubernetes uses inside schemas).
+    ///
+    /// ```
+    /// use setpoint::object::field::FieldPath;
+    /// let path = FieldPath::new("openAPIV3Schema.properties").key("spec");
+    /// assert_eq!(path.as_str(), "openAPIV3Schema.properties[spec]");
+    /// ```
     pub fn key(&self, key: &str) -> Self {
         Self(format!("{}[{key}]", self.0))
     }
 
     /// The rendered path.
+    ///
+    /// ```
+    /// use setpoint::object::field::FieldPath;
+    /// assert_eq!(FieldPath::new("metadata.name").as_str(), "metadata.name");
+    /// ```
     pub fn as_str(&self) -> &str {
         &self.0
     }
 
     /// Whether this is the root.
+    ///
+    /// ```
+    /// use setpoint::object::field::FieldPath;
+    /// assert!(FieldPath::new("").is_root());
+    /// assert!(!FieldPath::new("spec").is_root());
+    /// ```
     pub fn is_root(&self) -> bool {
         self.0.is_empty()
     }
@@ -68,6 +107,13 @@ impl fmt::Display for FieldPath {
 
 /// What is wrong with a field; decides the wording and the Kubernetes
 /// `StatusCause.reason`.
+///
+/// ```
+/// use setpoint::object::field::{ErrorType, FieldError, FieldPath};
+/// let err = FieldError::required(FieldPath::new("spec.image"), "");
+/// assert_eq!(err.error_type, ErrorType::Required);
+/// assert_eq!(err.to_string(), "spec.image: Required value");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum ErrorType {
     /// A required field is missing (`Required value`).
@@ -98,6 +144,11 @@ pub enum ErrorType {
 
 impl ErrorType {
     /// The Kubernetes `StatusCause.reason`, e.g. `FieldValueRequired`.
+    ///
+    /// ```
+    /// use setpoint::object::field::ErrorType;
+    /// assert_eq!(ErrorType::NotSupported.cause_type(), "FieldValueNotSupported");
+    /// ```
     pub fn cause_type(self) -> &'static str {
         match self {
             ErrorType::Required => "FieldValueRequired",
@@ -126,6 +177,13 @@ impl ErrorType {
 
 /// One invalid field: its path, what is wrong, the offending value (if it
 /// is shown) and a detail sentence.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::field::{FieldError, FieldPath};
+/// let err = FieldError::invalid(FieldPath::new("spec.replicas"), json!(-1), "must be >= 0");
+/// assert_eq!(err.to_string(), "spec.replicas: Invalid value: -1: must be >= 0");
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct FieldError {
     /// What kind of problem.
@@ -140,6 +198,12 @@ pub struct FieldError {
 
 impl FieldError {
     /// `Required value`.
+    ///
+    /// ```
+    /// use setpoint::object::field::{FieldError, FieldPath};
+    /// let err = FieldError::required(FieldPath::new("metadata.name"), "name is required");
+    /// assert_eq!(err.body(), "Required value: name is required");
+    /// ```
     pub fn required(field: FieldPath, detail: impl Into<String>) -> Self {
         Self {
             error_type: ErrorType::Required,
@@ -150,6 +214,13 @@ impl FieldError {
     }
 
     /// `Invalid value: <value>: <detail>`.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::field::{FieldError, FieldPath};
+    /// let err = FieldError::invalid(FieldPath::new("spec.image"), json!(""), "must not be empty");
+    /// assert_eq!(err.body(), r#"Invalid value: "": must not be empty"#);
+    /// ```
     pub fn invalid(field: FieldPath, value: Value, detail: impl Into<String>) -> Self {
         Self {
             error_type: ErrorType::Invalid,
@@ -160,6 +231,14 @@ impl FieldError {
     }
 
     /// `Invalid value: <value>: <detail>` for a wrong JSON type.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::field::{ErrorType, FieldError, FieldPath};
+    /// let err = FieldError::type_invalid(FieldPath::new("spec.replicas"), json!("string"), "must be of type integer");
+    /// assert_eq!(err.error_type.cause_type(), "FieldValueTypeInvalid");
+    /// assert_eq!(err.body(), r#"Invalid value: "string": must be of type integer"#);
+    /// ```
     pub fn type_invalid(field: FieldPath, value: Value, detail: impl Into<String>) -> Self {
         Self {
             error_type: ErrorType::TypeInvalid,
@@ -170,6 +249,13 @@ impl FieldError {
     }
 
     /// `Unsupported value: <value>: supported values: "a", "b"`.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::field::{FieldError, FieldPath};
+    /// let err = FieldError::not_supported(FieldPath::new("spec.color"), json!("pink"), &["red".into(), "blue".into()]);
+    /// assert_eq!(err.body(), r#"Unsupported value: "pink": supported values: "red", "blue""#);
+    /// ```
     pub fn not_supported(field: FieldPath, value: Value, supported: &[String]) -> Self {
         let list = supported
             .iter()
@@ -185,6 +271,12 @@ impl FieldError {
     }
 
     /// `Too long: may not be longer than <max>`.
+    ///
+    /// ```
+    /// use setpoint::object::field::{FieldError, FieldPath};
+    /// let err = FieldError::too_long(FieldPath::new("metadata.name"), 253);
+    /// assert_eq!(err.body(), "Too long: may not be longer than 253");
+    /// ```
     pub fn too_long(field: FieldPath, max: u64) -> Self {
         Self {
             error_type: ErrorType::TooLong,
@@ -195,6 +287,12 @@ impl FieldError {
     }
 
     /// `Too many: <actual>: must have at most <max> items`.
+    ///
+    /// ```
+    /// use setpoint::object::field::{FieldError, FieldPath};
+    /// let err = FieldError::too_many(FieldPath::new("spec.ports"), 5, 3);
+    /// assert_eq!(err.body(), "Too many: 5: must have at most 3 items");
+    /// ```
     pub fn too_many(field: FieldPath, actual: usize, max: u64) -> Self {
         Self {
             error_type: ErrorType::TooMany,
@@ -205,6 +303,12 @@ impl FieldError {
     }
 
     /// `Forbidden: <detail>`.
+    ///
+    /// ```
+    /// use setpoint::object::field::{FieldError, FieldPath};
+    /// let err = FieldError::forbidden(FieldPath::new("metadata.uid"), "set by the host");
+    /// assert_eq!(err.to_string(), "metadata.uid: Forbidden: set by the host");
+    /// ```
     pub fn forbidden(field: FieldPath, detail: impl Into<String>) -> Self {
         Self {
             error_type: ErrorType::Forbidden,
@@ -216,6 +320,13 @@ impl FieldError {
 
     /// The message without the field path, as in a `StatusCause.message`:
     /// `Invalid value: "x": spec.replicas in body must be of type integer: "string"`.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::field::{FieldError, FieldPath};
+    /// let err = FieldError::invalid(FieldPath::new("spec.replicas"), json!(500), "should be less than or equal to 100");
+    /// assert_eq!(err.body(), "Invalid value: 500: should be less than or equal to 100");
+    /// ```
     pub fn body(&self) -> String {
         let mut body = self.error_type.label().to_owned();
         if let Some(value) = &self.value {
@@ -242,6 +353,14 @@ impl fmt::Display for FieldError {
 
 /// A value as Kubernetes messages show it: strings quoted, other scalars
 /// bare, objects and lists as compact JSON.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::field::render_value;
+/// assert_eq!(render_value(&json!("web")), r#""web""#);
+/// assert_eq!(render_value(&json!(3)), "3");
+/// assert_eq!(render_value(&json!({"a": [1]})), r#"{"a":[1]}"#);
+/// ```
 pub fn render_value(value: &Value) -> String {
     match value {
         Value::String(s) => format!("{s:?}"),

@@ -4,6 +4,11 @@ use std::fmt;
 
 /// Namespace (absent for cluster-scoped kinds) and name of one object of a
 /// known kind. This is the workqueue key of a controller.
+///
+/// ```
+/// use setpoint::object::ObjectKey;
+/// assert_eq!(ObjectKey::new(None, "cluster-wide").to_string(), "cluster-wide");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectKey {
     /// The namespace, `None` for cluster-scoped kinds.
@@ -27,6 +32,12 @@ impl ObjectKey {
     }
 
     /// The key of an object, read from its metadata.
+    ///
+    /// ```
+    /// use setpoint::object::ObjectKey;
+    /// let key = ObjectKey::of(&serde_json::json!({"metadata": {"name": "web", "namespace": "ops"}}));
+    /// assert_eq!(key, ObjectKey::new(Some("ops"), "web"));
+    /// ```
     pub fn of(object: &super::Object) -> Self {
         Self::new(super::meta::namespace(object), super::meta::name(object))
     }

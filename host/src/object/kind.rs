@@ -4,6 +4,13 @@
 use serde::{Deserialize, Serialize};
 
 /// A kind as `apiVersion` plus `kind`, the way manifests name it.
+///
+/// ```
+/// use setpoint::object::KindRef;
+/// let kind: KindRef = serde_json::from_str(r#"{"apiVersion": "v1", "kind": "Event"}"#).unwrap();
+/// assert_eq!(kind, KindRef::new("v1", "Event"));
+/// assert_eq!(kind.to_string(), "v1/Event");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KindRef {
@@ -15,6 +22,12 @@ pub struct KindRef {
 
 impl KindRef {
     /// A kind reference from its parts.
+    ///
+    /// ```
+    /// use setpoint::object::KindRef;
+    /// let pods = KindRef::new("demo.setpoint.dev/v1", "Pod");
+    /// assert_eq!(pods.kind, "Pod");
+    /// ```
     pub fn new(api_version: impl Into<String>, kind: impl Into<String>) -> Self {
         Self {
             api_version: api_version.into(),
@@ -23,6 +36,12 @@ impl KindRef {
     }
 
     /// Split into group, version and kind.
+    ///
+    /// ```
+    /// use setpoint::object::KindRef;
+    /// let gvk = KindRef::new("demo.setpoint.dev/v1", "Pod").gvk();
+    /// assert_eq!((gvk.group.as_str(), gvk.version.as_str()), ("demo.setpoint.dev", "v1"));
+    /// ```
     pub fn gvk(&self) -> GroupVersionKind {
         GroupVersionKind::from_api_version(&self.api_version, &self.kind)
     }
@@ -35,6 +54,12 @@ impl std::fmt::Display for KindRef {
 }
 
 /// Group, version and kind; the core group is the empty string.
+///
+/// ```
+/// use setpoint::object::GroupVersionKind;
+/// let gvk = GroupVersionKind::from_api_version("v1", "Event");
+/// assert_eq!((gvk.group.as_str(), gvk.version.as_str(), gvk.kind.as_str()), ("", "v1", "Event"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GroupVersionKind {
     /// API group, empty for the core group.
@@ -67,6 +92,12 @@ impl GroupVersionKind {
     }
 
     /// `group/version`, or `version` for the core group.
+    ///
+    /// ```
+    /// use setpoint::object::GroupVersionKind;
+    /// assert_eq!(GroupVersionKind::from_api_version("apps.example.com/v2", "App").api_version(), "apps.example.com/v2");
+    /// assert_eq!(GroupVersionKind::from_api_version("v1", "Event").api_version(), "v1");
+    /// ```
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {
             self.version.clone()
@@ -77,6 +108,12 @@ impl GroupVersionKind {
 }
 
 /// Everything the host knows about a registered kind.
+///
+/// ```
+/// use setpoint::api::KindRegistry;
+/// let events = KindRegistry::with_builtins().require("v1", "Event").unwrap();
+/// assert_eq!((events.plural.as_str(), events.namespaced), ("events", true));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct KindInfo {
     /// API group, empty for the core group.
@@ -105,11 +142,23 @@ pub struct KindInfo {
 
 impl KindInfo {
     /// `group/version`, or `version` for the core group.
+    ///
+    /// ```
+    /// use setpoint::api::KindRegistry;
+    /// let crds = KindRegistry::with_builtins().by_plural("apiextensions.k8s.io", "customresourcedefinitions").unwrap();
+    /// assert_eq!(crds.api_version(), "apiextensions.k8s.io/v1");
+    /// ```
     pub fn api_version(&self) -> String {
         self.gvk().api_version()
     }
 
     /// The group/version/kind of this kind.
+    ///
+    /// ```
+    /// use setpoint::api::KindRegistry;
+    /// let events = KindRegistry::with_builtins().require("v1", "Event").unwrap();
+    /// assert_eq!(events.gvk().kind, "Event");
+    /// ```
     pub fn gvk(&self) -> GroupVersionKind {
         GroupVersionKind {
             group: self.group.clone(),
@@ -119,6 +168,13 @@ impl KindInfo {
     }
 
     /// The kind reference of this kind.
+    ///
+    /// ```
+    /// use setpoint::api::KindRegistry;
+    /// use setpoint::object::KindRef;
+    /// let events = KindRegistry::with_builtins().require("v1", "Event").unwrap();
+    /// assert_eq!(events.kind_ref(), KindRef::new("v1", "Event"));
+    /// ```
     pub fn kind_ref(&self) -> KindRef {
         KindRef::new(self.api_version(), self.kind.clone())
     }

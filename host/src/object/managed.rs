@@ -17,6 +17,16 @@ use serde_json::{Map, Value};
 pub type Path = Vec<String>;
 
 /// One `metadata.managedFields` entry, in the Kubernetes shape.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::managed::ManagedFieldsEntry;
+/// let entry: ManagedFieldsEntry = serde_json::from_value(json!({
+///     "manager": "kubectl", "operation": "Apply", "apiVersion": "v1",
+///     "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}}))
+/// .unwrap();
+/// assert_eq!(entry.manager, "kubectl");
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ManagedFieldsEntry {
@@ -47,12 +57,31 @@ fn fields_v1_type() -> String {
 
 impl ManagedFieldsEntry {
     /// The owned fields.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::managed::{self, FieldSet};
+    ///
+    /// let entry: managed::ManagedFieldsEntry = serde_json::from_value(json!({
+    ///     "manager": "m", "operation": "Apply", "fieldsV1": {"f:spec": {"f:replicas": {}}}}))
+    /// .unwrap();
+    /// assert!(entry.fields().contains(&["spec".into(), "replicas".into()]));
+    /// ```
     pub fn fields(&self) -> FieldSet {
         FieldSet::from_fields_v1(&self.fields_v1)
     }
 }
 
 /// A set of owned field paths.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::managed::{self, FieldSet};
+///
+/// let mut set = FieldSet::leaves_of(&json!({"spec": {"replicas": 3}}));
+/// set.insert(vec!["spec".into(), "image".into()]);
+/// assert_eq!(set.len(), 2);
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FieldSet(BTreeSet<Path>);
 
@@ -76,6 +105,15 @@ impl FieldSet {
     /// Read a `fieldsV1` trie. `f:` members are followed; a node that is
     /// empty, or that names list items or itself (`k:`, `v:`, `i:`, `.`),
     /// is owned whole.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::managed::{self, FieldSet};
+    ///
+    /// let set = FieldSet::from_fields_v1(&json!({"f:spec": {"f:replicas": {}, "f:ports": {"k:{\"port\":80}": {}}}}));
+    /// assert!(set.contains(&["spec".into(), "replicas".into()]));
+    /// assert!(set.contains(&["spec".into(), "ports".into()]), "list items make the list owned whole");
+    /// ```
     pub fn from_fields_v1(trie: &Value) -> Self {
         let mut set = Self::default();
         let mut path = Vec::new();
@@ -86,6 +124,14 @@ impl FieldSet {
     }
 
     /// Write the set as a `fieldsV1` trie.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::managed::{self, FieldSet};
+    ///
+    /// let set = FieldSet::leaves_of(&json!({"metadata": {"labels": {"app": "web"}}}));
+    /// assert_eq!(set.to_fields_v1(), json!({"f:metadata": {"f:labels": {"f:app": {}}}}));
+    /// ```
     pub fn to_fields_v1(&self) -> Value {
         let mut root = Map::new();
         for path in &self.0 {
@@ -102,47 +148,125 @@ impl FieldSet {
     }
 
     /// Add a path.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::managed::{self, FieldSet};
+    ///
+    /// let mut set = FieldSet::default();
+    /// set.insert(vec!["spec".into(), "replicas".into()]);
+    /// assert!(!set.is_empty());
+    /// ```
     pub fn insert(&mut self, path: Path) {
         self.0.insert(path);
     }
 
     /// Remove a path; whether it was present.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::managed::{self, FieldSet};
+    ///
+    /// let mut set = FieldSet::leaves_of(&json!({"spec": {"replicas": 3}}));
+    /// assert!(set.remove(&["spec".into(), "replicas".into()]));
+    /// assert!(set.is_empty());
+    /// ```
     pub fn remove(&mut self, path: &[String]) -> bool {
         self.0.remove(path)
     }
 
     /// Whether the exact path is in the set.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::managed::{self, FieldSet};
+    ///
+    /// let set = FieldSet::leaves_of(&json!({"spec": {"replicas": 3}}));
+    /// assert!(set.contains(&["spec".into(), "replicas".into()]));
+    /// assert!(!set.contains(&["spec".into()]), "exact paths only");
+    /// ```
     pub fn contains(&self, path: &[String]) -> bool {
         self.0.contains(path)
     }
 
     /// Whether a path in the set equals `path`, lies inside it or contains it.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::managed::{self, FieldSet};
+    ///
+    /// let set = FieldSet::leaves_of(&json!({"spec": {"replicas": 3}}));
+    /// assert!(set.overlaps(&["spec".into()]), "it contains the path");
+    /// assert!(!set.overlaps(&["metadata".into()]));
+    /// ```
     pub fn overlaps(&self, path: &[String]) -> bool {
         self.0.iter().any(|p| overlapping(p, path))
     }
 
     /// Drop every path for which `keep` is false.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::managed::{self, FieldSet};
+    ///
+    /// let mut set = FieldSet::leaves_of(&json!({"spec": {"replicas": 3}, "data": {"x": 1}}));
+    /// set.retain(|path| path[0] == "spec");
+    /// assert_eq!(set.len(), 1);
+    /// ```
     pub fn retain(&mut self, mut keep: impl FnMut(&Path) -> bool) {
         self.0.retain(|p| keep(p));
     }
 
     /// The paths, in order.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::managed::{self, FieldSet};
+    ///
+    /// let set = FieldSet::leaves_of(&json!({"b": 1, "a": 2}));
+    /// let paths: Vec<_> = set.iter().map(|p| managed::display(p)).collect();
+    /// assert_eq!(paths, [".a", ".b"]);
+    /// ```
     pub fn iter(&self) -> impl Iterator<Item = &Path> {
         self.0.iter()
     }
 
     /// Whether the set is empty.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::managed::{self, FieldSet};
+    ///
+    /// assert!(FieldSet::leaves_of(&json!({"spec": {}})).is_empty(), "an empty map owns nothing");
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
     /// The number of paths.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::managed::{self, FieldSet};
+    ///
+    /// assert_eq!(FieldSet::leaves_of(&json!({"spec": {"a": 1, "b": [2]}})).len(), 2);
+    /// ```
     pub fn len(&self) -> usize {
         self.0.len()
     }
 }
 
 /// Whether one path equals, contains or lies inside the other.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::managed::{self, FieldSet};
+///
+/// let spec = ["spec".to_owned()];
+/// let replicas = ["spec".to_owned(), "replicas".to_owned()];
+/// assert!(managed::overlapping(&spec, &replicas));
+/// assert!(!managed::overlapping(&replicas, &["status".to_owned()]));
+/// ```
 pub fn overlapping(a: &[String], b: &[String]) -> bool {
     a.starts_with(b) || b.starts_with(a)
 }
@@ -189,12 +313,29 @@ fn read_trie(node: &Map<String, Value>, path: &mut Path, out: &mut BTreeSet<Path
 }
 
 /// The value at `path`, if any.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::managed::{self, FieldSet};
+///
+/// let object = json!({"spec": {"replicas": 3}});
+/// assert_eq!(managed::get(&object, &["spec".into(), "replicas".into()]), Some(&json!(3)));
+/// ```
 pub fn get<'a>(value: &'a Value, path: &[String]) -> Option<&'a Value> {
     path.iter()
         .try_fold(value, |v, name| v.as_object()?.get(name))
 }
 
 /// Set the value at `path`, creating (or turning into) maps on the way.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::managed::{self, FieldSet};
+///
+/// let mut object = json!({});
+/// managed::set(&mut object, &["spec".into(), "replicas".into()], json!(2));
+/// assert_eq!(object, json!({"spec": {"replicas": 2}}));
+/// ```
 pub fn set(value: &mut Value, path: &[String], new: Value) {
     let Some((last, parents)) = path.split_last() else {
         *value = new;
@@ -212,6 +353,16 @@ pub fn set(value: &mut Value, path: &[String], new: Value) {
 /// Remove the value at `path`, then every map on the way that it left
 /// empty, down to (not including) the top-level members. Returns the
 /// removed value.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::managed::{self, FieldSet};
+///
+/// let mut object = json!({"spec": {"template": {"image": "x"}}, "kind": "K"});
+/// let path = ["spec".into(), "template".into(), "image".into()];
+/// assert_eq!(managed::remove(&mut object, &path), Some(json!("x")));
+/// assert_eq!(object, json!({"spec": {}, "kind": "K"}), "emptied maps go, down to the top level");
+/// ```
 pub fn remove(value: &mut Value, path: &[String]) -> Option<Value> {
     let (last, parents) = path.split_last()?;
     let removed = {
@@ -239,6 +390,13 @@ pub fn remove(value: &mut Value, path: &[String]) -> Option<Value> {
 }
 
 /// A path as Kubernetes apply conflicts show it: `.spec.replicas`.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::managed::{self, FieldSet};
+///
+/// assert_eq!(managed::display(&["spec".into(), "replicas".into()]), ".spec.replicas");
+/// ```
 pub fn display(path: &[String]) -> String {
     path.iter().map(|name| format!(".{name}")).collect()
 }

@@ -13,26 +13,65 @@ fn meta_str<'a>(object: &'a Object, field: &str) -> Option<&'a str> {
 }
 
 /// `metadata.name`, or the empty string.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::meta;
+///
+/// assert_eq!(meta::name(&json!({"metadata": {"name": "web"}})), "web");
+/// assert_eq!(meta::name(&json!({})), "");
+/// ```
 pub fn name(object: &Object) -> &str {
     meta_str(object, "name").unwrap_or("")
 }
 
 /// `metadata.namespace`, if set and non-empty.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::meta;
+///
+/// assert_eq!(meta::namespace(&json!({"metadata": {"namespace": "ops"}})), Some("ops"));
+/// assert_eq!(meta::namespace(&json!({"metadata": {"namespace": ""}})), None);
+/// ```
 pub fn namespace(object: &Object) -> Option<&str> {
     meta_str(object, "namespace").filter(|ns| !ns.is_empty())
 }
 
 /// `metadata.uid`, or the empty string.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::meta;
+///
+/// assert_eq!(meta::uid(&json!({"metadata": {"uid": "4c1b"}})), "4c1b");
+/// ```
 pub fn uid(object: &Object) -> &str {
     meta_str(object, "uid").unwrap_or("")
 }
 
 /// `metadata.resourceVersion`, if set.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::meta;
+///
+/// assert_eq!(meta::resource_version(&json!({"metadata": {"resourceVersion": "12"}})), Some("12"));
+/// assert_eq!(meta::resource_version(&json!({"metadata": {}})), None);
+/// ```
 pub fn resource_version(object: &Object) -> Option<&str> {
     meta_str(object, "resourceVersion").filter(|rv| !rv.is_empty())
 }
 
 /// `metadata.generation`, or 0.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::meta;
+///
+/// assert_eq!(meta::generation(&json!({"metadata": {"generation": 3}})), 3);
+/// assert_eq!(meta::generation(&json!({})), 0);
+/// ```
 pub fn generation(object: &Object) -> i64 {
     metadata(object)
         .and_then(|m| m.get("generation"))
@@ -41,11 +80,26 @@ pub fn generation(object: &Object) -> i64 {
 }
 
 /// `metadata.deletionTimestamp`, if deletion has started.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::meta;
+///
+/// let deleting = json!({"metadata": {"deletionTimestamp": "2025-01-02T03:04:05Z"}});
+/// assert_eq!(meta::deletion_timestamp(&deleting), Some("2025-01-02T03:04:05Z"));
+/// ```
 pub fn deletion_timestamp(object: &Object) -> Option<&str> {
     meta_str(object, "deletionTimestamp")
 }
 
 /// `apiVersion`, or the empty string.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::meta;
+///
+/// assert_eq!(meta::api_version(&json!({"apiVersion": "demo.setpoint.dev/v1"})), "demo.setpoint.dev/v1");
+/// ```
 pub fn api_version(object: &Object) -> &str {
     object
         .get("apiVersion")
@@ -54,21 +108,54 @@ pub fn api_version(object: &Object) -> &str {
 }
 
 /// `kind`, or the empty string.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::meta;
+///
+/// assert_eq!(meta::kind(&json!({"kind": "Pod"})), "Pod");
+/// ```
 pub fn kind(object: &Object) -> &str {
     object.get("kind").and_then(Value::as_str).unwrap_or("")
 }
 
 /// `metadata.labels` as a map, if any.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::meta;
+///
+/// let pod = json!({"metadata": {"labels": {"app": "web"}}});
+/// assert_eq!(meta::labels(&pod).map(|l| l.len()), Some(1));
+/// assert!(meta::labels(&json!({})).is_none());
+/// ```
 pub fn labels(object: &Object) -> Option<&Map<String, Value>> {
     metadata(object)?.get("labels")?.as_object()
 }
 
 /// The label `key`, if present.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::meta;
+///
+/// let pod = json!({"metadata": {"labels": {"app": "web"}}});
+/// assert_eq!(meta::label(&pod, "app"), Some("web"));
+/// assert_eq!(meta::label(&pod, "tier"), None);
+/// ```
 pub fn label<'a>(object: &'a Object, key: &str) -> Option<&'a str> {
     labels(object)?.get(key)?.as_str()
 }
 
 /// `metadata.finalizers`.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::meta;
+///
+/// let held = json!({"metadata": {"finalizers": ["example.com/cleanup"]}});
+/// assert_eq!(meta::finalizers(&held), ["example.com/cleanup"]);
+/// ```
 pub fn finalizers(object: &Object) -> Vec<&str> {
     metadata(object)
         .and_then(|m| m.get("finalizers"))
@@ -78,6 +165,14 @@ pub fn finalizers(object: &Object) -> Vec<&str> {
 }
 
 /// `metadata.ownerReferences` as JSON objects.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::meta;
+///
+/// let pod = json!({"metadata": {"ownerReferences": [{"kind": "ReplicaSet", "name": "web", "uid": "u1"}]}});
+/// assert_eq!(meta::owner_references(&pod)[0]["name"], "web");
+/// ```
 pub fn owner_references(object: &Object) -> &[Value] {
     metadata(object)
         .and_then(|m| m.get("ownerReferences"))
@@ -87,6 +182,15 @@ pub fn owner_references(object: &Object) -> &[Value] {
 }
 
 /// The uid of the owner reference marked `controller: true`, if any.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::meta;
+///
+/// let pod = json!({"metadata": {"ownerReferences": [
+///     {"uid": "other"}, {"uid": "u1", "controller": true}]}});
+/// assert_eq!(meta::controller_uid(&pod), Some("u1"));
+/// ```
 pub fn controller_uid(object: &Object) -> Option<&str> {
     owner_references(object)
         .iter()
@@ -95,6 +199,14 @@ pub fn controller_uid(object: &Object) -> Option<&str> {
 }
 
 /// The uids of all owners.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::meta;
+///
+/// let pod = json!({"metadata": {"ownerReferences": [{"uid": "a"}, {"uid": "b"}]}});
+/// assert_eq!(meta::owner_uids(&pod).collect::<Vec<_>>(), ["a", "b"]);
+/// ```
 pub fn owner_uids(object: &Object) -> impl Iterator<Item = &str> {
     owner_references(object)
         .iter()
@@ -102,6 +214,15 @@ pub fn owner_uids(object: &Object) -> impl Iterator<Item = &str> {
 }
 
 /// A mutable handle on `metadata`, created if missing or not an object.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::meta;
+///
+/// let mut object = json!({"kind": "Pod"});
+/// meta::metadata_mut(&mut object).insert("name".into(), json!("web-0"));
+/// assert_eq!(meta::name(&object), "web-0");
+/// ```
 pub fn metadata_mut(object: &mut Object) -> &mut Map<String, Value> {
     if !object.is_object() {
         *object = Value::Object(Map::new());
@@ -117,6 +238,17 @@ pub fn metadata_mut(object: &mut Object) -> &mut Map<String, Value> {
 }
 
 /// An owner reference to `owner`, marked as its controller.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::meta;
+///
+/// let owner = json!({"apiVersion": "demo.setpoint.dev/v1", "kind": "ReplicaSet",
+///                    "metadata": {"name": "web", "uid": "u1"}});
+/// let reference = meta::controller_reference(&owner);
+/// assert_eq!(reference["uid"], "u1");
+/// assert_eq!(reference["controller"], true);
+/// ```
 pub fn controller_reference(owner: &Object) -> Value {
     serde_json::json!({
         "apiVersion": api_version(owner),

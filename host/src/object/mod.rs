@@ -24,4 +24,10 @@ pub use key::ObjectKey;
 pub use kind::{GroupVersionKind, KindInfo, KindRef};
 
 /// A Kubernetes-style object as JSON.
+///
+/// ```
+/// use setpoint::object::{Object, meta};
+/// let pod: Object = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-0"}});
+/// assert_eq!(meta::name(&pod), "web-0");
+/// ```
 pub type Object = serde_json::Value;

@@ -6,6 +6,15 @@
 use serde_json::Value;
 
 /// Why a pointer could not be parsed or followed.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::pointer::{Pointer, PointerError};
+///
+/// let doc = json!({"items": [1]});
+/// assert!(matches!(Pointer::parse("/items/7").unwrap().get(&doc), Err(PointerError::BadIndex { .. })));
+/// assert!(matches!(Pointer::parse("/nope").unwrap().get(&doc), Err(PointerError::Missing(_))));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum PointerError {
@@ -29,6 +38,15 @@ pub enum PointerError {
 }
 
 /// A parsed JSON pointer; the empty pointer names the whole document.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::pointer::{Pointer, PointerError};
+///
+/// let doc = json!({"spec": {"ports": [80, 443]}});
+/// assert_eq!(Pointer::parse("/spec/ports/1").unwrap().get(&doc).unwrap(), &json!(443));
+/// assert_eq!(Pointer::parse("").unwrap().get(&doc).unwrap(), &doc, "the empty pointer is the document");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pointer {
     text: String,
@@ -65,21 +83,53 @@ impl Pointer {
     }
 
     /// The unescaped reference tokens.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::pointer::{Pointer, PointerError};
+    ///
+    /// assert_eq!(Pointer::parse("/a~0b/c").unwrap().tokens(), ["a~b", "c"]);
+    /// ```
     pub fn tokens(&self) -> &[String] {
         &self.tokens
     }
 
     /// The pointer as written.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::pointer::{Pointer, PointerError};
+    ///
+    /// assert_eq!(Pointer::parse("/a~1b").unwrap().as_str(), "/a~1b");
+    /// ```
     pub fn as_str(&self) -> &str {
         &self.text
     }
 
     /// Whether `self` names a location strictly inside `other`.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::pointer::{Pointer, PointerError};
+    ///
+    /// let spec = Pointer::parse("/spec").unwrap();
+    /// let replicas = Pointer::parse("/spec/replicas").unwrap();
+    /// assert!(replicas.is_inside(&spec));
+    /// assert!(!spec.is_inside(&spec));
+    /// ```
     pub fn is_inside(&self, other: &Pointer) -> bool {
         self.tokens.len() > other.tokens.len() && self.tokens.starts_with(&other.tokens)
     }
 
     /// The value the pointer names.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::pointer::{Pointer, PointerError};
+    ///
+    /// let doc = json!({"metadata": {"labels": {"app": "web"}}});
+    /// assert_eq!(Pointer::parse("/metadata/labels/app").unwrap().get(&doc).unwrap(), "web");
+    /// ```
     pub fn get<'a>(&self, doc: &'a Value) -> Result<&'a Value, PointerError> {
         let mut current = doc;
         for token in &self.tokens {
@@ -96,6 +146,17 @@ impl Pointer {
     /// Add `value` at the pointer: set an object member (replacing any),
     /// insert into a list before the index (`-` appends), or replace the
     /// whole document for the empty pointer. The parent must exist.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::pointer::{Pointer, PointerError};
+    ///
+    /// let mut doc = json!({"items": [1, 3]});
+    /// Pointer::parse("/items/1").unwrap().add(&mut doc, json!(2)).unwrap();
+    /// Pointer::parse("/items/-").unwrap().add(&mut doc, json!(4)).unwrap();
+    /// assert_eq!(doc, json!({"items": [1, 2, 3, 4]}));
+    /// assert!(Pointer::parse("/missing/x").unwrap().add(&mut doc, json!(0)).is_err());
+    /// ```
     pub fn add(&self, doc: &mut Value, value: Value) -> Result<(), PointerError> {
         let Some((last, parent)) = self.split_last() else {
             *doc = value;
@@ -117,6 +178,15 @@ impl Pointer {
 
     /// Remove and return the value at the pointer; it must exist. The whole
     /// document cannot be removed.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::pointer::{Pointer, PointerError};
+    ///
+    /// let mut doc = json!({"a": 1, "b": 2});
+    /// assert_eq!(Pointer::parse("/a").unwrap().remove(&mut doc).unwrap(), json!(1));
+    /// assert_eq!(doc, json!({"b": 2}));
+    /// ```
     pub fn remove(&self, doc: &mut Value) -> Result<Value, PointerError> {
         let Some((last, parent)) = self.split_last() else {
             return Err(PointerError::Missing("the document root".into()));
@@ -132,6 +202,15 @@ impl Pointer {
     }
 
     /// A mutable reference to the value at the pointer.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::pointer::{Pointer, PointerError};
+    ///
+    /// let mut doc = json!({"spec": {"replicas": 1}});
+    /// *Pointer::parse("/spec/replicas").unwrap().get_mut(&mut doc).unwrap() = json!(3);
+    /// assert_eq!(doc["spec"]["replicas"], 3);
+    /// ```
     pub fn get_mut<'a>(&self, doc: &'a mut Value) -> Result<&'a mut Value, PointerError> {
         let mut current = doc;
         for token in &self.tokens {
@@ -212,6 +291,13 @@ fn unescape(raw: &str) -> Option<String> {
 }
 
 /// Escape one reference token (`~` → `~0`, `/` → `~1`).
+///
+/// ```
+/// use setpoint::object::pointer::{Pointer, escape};
+/// let token = escape("app.kubernetes.io/name");
+/// assert_eq!(token, "app.kubernetes.io~1name");
+/// assert_eq!(Pointer::parse(&format!("/{token}")).unwrap().tokens(), ["app.kubernetes.io/name"]);
+/// ```
 pub fn escape(token: &str) -> String {
     token.replace('~', "~0").replace('/', "~1")
 }

@@ -5,6 +5,16 @@
 use serde_json::{Map, Value};
 
 /// A parsed label selector. The empty selector matches everything.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::selector::LabelSelector;
+///
+/// let all = LabelSelector::default();
+/// assert!(all.is_empty() && all.matches(None));
+/// let web = LabelSelector::parse("app=web").unwrap();
+/// assert!(!web.matches(None));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LabelSelector {
     requirements: Vec<Requirement>,
@@ -21,6 +31,12 @@ enum Requirement {
 }
 
 /// A selector string that does not parse.
+///
+/// ```
+/// use setpoint::object::selector::LabelSelector;
+/// let err = LabelSelector::parse("app in (web").unwrap_err();
+/// assert_eq!(err.selector, "app in (web");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid label selector {selector:?}: {reason}")]
 pub struct SelectorError {
@@ -57,6 +73,16 @@ impl LabelSelector {
     }
 
     /// A selector requiring every `key=value` of `labels` (a `matchLabels` map).
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::selector::LabelSelector;
+    ///
+    /// let labels = json!({"app": "web", "tier": "front"});
+    /// let selector = LabelSelector::from_match_labels(labels.as_object().unwrap());
+    /// assert!(selector.matches(labels.as_object()));
+    /// assert!(!selector.matches(json!({"app": "web"}).as_object()));
+    /// ```
     pub fn from_match_labels(labels: &Map<String, Value>) -> Self {
         let requirements = labels
             .iter()
@@ -66,11 +92,28 @@ impl LabelSelector {
     }
 
     /// Whether the selector has no requirements (matches everything).
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::selector::LabelSelector;
+    ///
+    /// assert!(LabelSelector::parse("").unwrap().is_empty());
+    /// assert!(!LabelSelector::parse("app").unwrap().is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.requirements.is_empty()
     }
 
     /// Whether `labels` (an object's `metadata.labels`) satisfy the selector.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::selector::LabelSelector;
+    ///
+    /// let canary = LabelSelector::parse("track notin (stable)").unwrap();
+    /// assert!(canary.matches(json!({"track": "canary"}).as_object()));
+    /// assert!(canary.matches(None), "a missing label is not in the set");
+    /// ```
     pub fn matches(&self, labels: Option<&Map<String, Value>>) -> bool {
         let get = |key: &str| labels.and_then(|l| l.get(key)).and_then(Value::as_str);
         self.requirements.iter().all(|req| match req {

@@ -11,6 +11,13 @@ use super::rate_limit::{ExponentialBackoff, MaxOf, TokenBucket};
 /// maximum of a per-key [`ExponentialBackoff`] and an overall [`TokenBucket`], like client-go's
 /// `DefaultTypedControllerRateLimiter` (plus optional jitter). They are ignored by
 /// [`WorkQueue::with_rate_limiter`](super::WorkQueue::with_rate_limiter).
+///
+/// ```
+/// use std::time::Duration;
+/// use setpoint::queue::Config;
+/// let gentle = Config { base_delay: Duration::from_millis(100), qps: 5.0, ..Config::named("gentle") };
+/// assert_eq!(gentle.max_delay, Duration::from_secs(1000));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// Queue name: the `name` label of its metrics, and a tracing field. Default `"workqueue"`.
@@ -47,6 +54,11 @@ impl Default for Config {
 
 impl Config {
     /// The default configuration with the given name.
+    ///
+    /// ```
+    /// use setpoint::queue::Config;
+    /// assert_eq!(Config::named("pods").name, "pods");
+    /// ```
     pub fn named(name: impl Into<String>) -> Self {
         Self {
             name: name.into(),
@@ -56,6 +68,16 @@ impl Config {
 
     /// Builds the default rate limiter from these settings: the maximum of the per-key
     /// exponential backoff and the overall token bucket.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{Config, RateLimiter};
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    /// # let _enter = rt.enter();
+    /// let limiter = Config { jitter: 0.0, ..Config::default() }.rate_limiter::<&str>();
+    /// assert_eq!(limiter.when(&"k"), Duration::from_millis(5));
+    /// assert_eq!(limiter.when(&"k"), Duration::from_millis(10));
+    /// ```
     #[must_use]
     pub fn rate_limiter<K>(&self) -> MaxOf<K>
     where

@@ -47,6 +47,20 @@ const BUCKET_BOUNDS_NANOS: [u64; BUCKET_COUNT] = [
 ];
 
 /// A point-in-time copy of a duration histogram.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use setpoint::queue::{Config, WorkQueue};
+/// let queue = WorkQueue::new(Config::default());
+/// queue.add("k");
+/// let k = queue.get().await.unwrap();
+/// queue.done(&k);
+/// let work = queue.metrics().work_duration;
+/// assert_eq!(work.count, 1);
+/// assert_eq!(*work.buckets.last().unwrap(), 1, "cumulative: every bucket up to the last counts it");
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct HistogramSnapshot {
     /// Number of observations (the Prometheus `_count`, and the `+Inf` bucket).
@@ -62,6 +76,14 @@ pub struct HistogramSnapshot {
 
 impl HistogramSnapshot {
     /// Mean observation, or `None` if nothing was observed.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::HistogramSnapshot;
+    /// let h = HistogramSnapshot { count: 2, sum: Duration::from_millis(30), ..Default::default() };
+    /// assert_eq!(h.mean(), Some(Duration::from_millis(15)));
+    /// assert_eq!(HistogramSnapshot::default().mean(), None);
+    /// ```
     #[must_use]
     pub fn mean(&self) -> Option<Duration> {
         let count = u32::try_from(self.count).ok().filter(|&c| c > 0)?;
@@ -73,6 +95,15 @@ impl HistogramSnapshot {
 ///
 /// Counters and histograms are read individually without a common lock, so fields may be
 /// mutually off by in-flight operations; gauges are computed together under the queue lock.
+///
+/// ```
+/// use setpoint::queue::{Config, WorkQueue};
+/// let queue = WorkQueue::new(Config::named("pods"));
+/// queue.add("a");
+/// let _a = queue.try_get();
+/// let metrics = queue.metrics();
+/// assert_eq!((metrics.depth, metrics.in_flight), (0, 1));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetricsSnapshot {
     /// The queue's name ([`Config::name`](super::Config::name)), the `name` label in client-go.

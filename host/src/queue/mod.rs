@@ -115,6 +115,22 @@ use self::state::{State, Take};
 
 /// A deduplicating, delaying, rate-limited work queue of keys; see the [module docs](self)
 /// for its contract. Cloning is cheap and yields a handle to the same queue.
+///
+/// ```
+/// use std::time::Duration;
+/// use setpoint::queue::{Config, WorkQueue};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let queue: WorkQueue<&str> = WorkQueue::new(Config::named("widgets"));
+/// queue.add("default/a");
+/// let key = queue.get().await.unwrap();
+/// queue.add(key); // changed while processing: requeued once `done`
+/// assert!(queue.is_empty(), "never handed to a second worker meanwhile");
+/// queue.done(&key);
+/// assert_eq!(queue.try_get(), Some("default/a"));
+/// # Ok(()) }
+/// ```
 pub struct WorkQueue<K> {
     inner: Arc<Inner<K>>,
 }
@@ -171,6 +187,14 @@ where
     K: Clone + Eq + Hash + Send + Sync + 'static,
 {
     /// A queue using the default rate limiter built from `config` ([`Config::rate_limiter`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{Config, WorkQueue};
+    ///
+    /// let queue: WorkQueue<String> = WorkQueue::new(Config { qps: 50.0, ..Config::named("pods") });
+    /// assert_eq!(queue.name(), "pods");
+    /// ```
     #[must_use]
     pub fn new(config: Config) -> Self {
         let limiter = config.rate_limiter();
@@ -179,6 +203,19 @@ where
 
     /// A queue using `limiter` for [`add_rate_limited`](Self::add_rate_limited); the rate-limit
     /// fields of `config` are ignored. Pass an `Arc` to keep a handle on the limiter.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use setpoint::queue::{Config, ExponentialBackoff, RateLimiter, WorkQueue};
+    ///
+    /// let backoff = Arc::new(ExponentialBackoff::new(Duration::from_secs(1), Duration::from_secs(60)));
+    /// let queue = WorkQueue::with_rate_limiter(Config::named("slow"), backoff.clone());
+    /// # let _guard = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    /// # let _enter = _guard.enter();
+    /// assert_eq!(queue.add_rate_limited("k"), Duration::from_secs(1));
+    /// assert_eq!(backoff.num_requeues(&"k"), 1);
+    /// ```
     pub fn with_rate_limiter(config: Config, limiter: impl RateLimiter<K> + 'static) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -193,6 +230,13 @@ where
     }
 
     /// The queue's name, from [`Config::name`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{Config, WorkQueue};
+    ///
+    /// assert_eq!(WorkQueue::<u32>::new(Config::default()).name(), "workqueue");
+    /// ```
     #[must_use]
     pub fn name(&self) -> &str {
         &self.inner.name
@@ -200,6 +244,16 @@ where
 
     /// Makes `key` ready unless it already is; if it is being processed, marks it to be
     /// requeued on `done`. Ignored after shutdown.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{Config, WorkQueue};
+    ///
+    /// let queue = WorkQueue::new(Config::default());
+    /// queue.add("a");
+    /// queue.add("a");
+    /// assert_eq!(queue.len(), 1, "a key is ready at most once");
+    /// ```
     pub fn add(&self, key: K) {
         let queued = self
             .inner
@@ -212,6 +266,19 @@ where
 
     /// Adds `key` once `delay` has passed, keeping the earlier ready time if `key` is already
     /// waiting. A zero delay is a plain [`add`](Self::add). Ignored after shutdown.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{Config, WorkQueue};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let queue = WorkQueue::new(Config::default());
+    /// queue.add_after("later", Duration::from_millis(20));
+    /// assert_eq!(queue.try_get(), None, "not yet");
+    /// assert_eq!(queue.get().await, Some("later"));
+    /// # Ok(()) }
+    /// ```
     pub fn add_after(&self, key: K, delay: Duration) {
         if delay.is_zero() {
             return self.add(key);
@@ -228,6 +295,17 @@ where
     /// is ready (initial lists and periodic resyncs, which should never delay real changes).
     /// Ignored if `key` is already pending at either priority; a later [`add`](Self::add)
     /// promotes it. Ignored after shutdown.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{Config, WorkQueue};
+    ///
+    /// let queue = WorkQueue::new(Config::default());
+    /// queue.add_low_priority("resync");
+    /// queue.add("change");
+    /// assert_eq!(queue.try_get(), Some("change"), "real changes first");
+    /// assert_eq!(queue.try_get(), Some("resync"));
+    /// ```
     pub fn add_low_priority(&self, key: K) {
         let queued = self
             .inner
@@ -244,6 +322,19 @@ where
     /// A key that was handed out because of a new event ([`add`](Self::add)) and that had
     /// already failed before does not escalate its backoff: it waits as long as after its
     /// latest failure ([`RateLimiter::when_again`]). Only retries escalate.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{Config, WorkQueue};
+    ///
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    /// # let _enter = rt.enter();
+    /// let config = Config { jitter: 0.0, ..Config::default() };
+    /// let queue = WorkQueue::new(config);
+    /// assert_eq!(queue.add_rate_limited("failing"), Duration::from_millis(5));
+    /// assert_eq!(queue.add_rate_limited("failing"), Duration::from_millis(10));
+    /// assert_eq!(queue.num_requeues(&"failing"), 2);
+    /// ```
     pub fn add_rate_limited(&self, key: K) -> Duration {
         let for_event = {
             let state = self.inner.state();
@@ -264,11 +355,30 @@ where
 
     /// Resets the rate limiter's history for `key`, typically after it was processed successfully.
     /// It does not remove `key` from the queue.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{Config, WorkQueue};
+    ///
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    /// # let _enter = rt.enter();
+    /// let queue = WorkQueue::new(Config::default());
+    /// queue.add_rate_limited("k");
+    /// queue.forget(&"k");
+    /// assert_eq!(queue.num_requeues(&"k"), 0, "the backoff starts over");
+    /// ```
     pub fn forget(&self, key: &K) {
         self.inner.limiter.forget(key);
     }
 
     /// How many times `key` was rate-limited since it was last forgotten.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{Config, WorkQueue};
+    ///
+    /// assert_eq!(WorkQueue::<&str>::new(Config::default()).num_requeues(&"never"), 0);
+    /// ```
     pub fn num_requeues(&self, key: &K) -> u32 {
         self.inner.limiter.num_requeues(key)
     }
@@ -276,6 +386,21 @@ where
     /// Waits for the next ready key and marks it as processing; the caller must call
     /// [`done`](Self::done) with it. Returns `None` once shut down and nothing more will be
     /// handed out. Cancel safe.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{Config, WorkQueue};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let queue = WorkQueue::new(Config::default());
+    /// queue.add(1);
+    /// queue.add(2);
+    /// assert_eq!(queue.get().await, Some(1), "first in, first out");
+    /// queue.shutdown();
+    /// assert_eq!(queue.get().await, None);
+    /// # Ok(()) }
+    /// ```
     pub async fn get(&self) -> Option<K> {
         loop {
             // Created before the state check so a wake-up sent after it is not lost; enabled
@@ -312,6 +437,16 @@ where
     }
 
     /// Like [`get`](Self::get) without waiting: the next ready key (marked as processing), if any.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{Config, WorkQueue};
+    ///
+    /// let queue = WorkQueue::new(Config::default());
+    /// assert_eq!(queue.try_get(), None::<u8>);
+    /// queue.add(7);
+    /// assert_eq!(queue.try_get(), Some(7));
+    /// ```
     #[must_use]
     pub fn try_get(&self) -> Option<K> {
         let mut state = self.inner.state();
@@ -330,6 +465,18 @@ where
 
     /// Marks `key` as processed. If it was added while being processed, it is requeued (once).
     /// Ignored if `key` is not being processed.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{Config, WorkQueue};
+    ///
+    /// let queue = WorkQueue::new(Config::default());
+    /// queue.add("k");
+    /// let k = queue.try_get().unwrap();
+    /// queue.done(&k);
+    /// assert!(queue.is_empty(), "processed and not added again: gone");
+    /// assert_eq!(queue.metrics().in_flight, 0);
+    /// ```
     pub fn done(&self, key: &K) {
         let mut state = self.inner.state();
         let Some(requeued) = state.done(key, Instant::now(), &self.inner.metrics) else {
@@ -353,6 +500,17 @@ where
     }
 
     /// Number of ready keys (excluding keys being processed and delayed keys not yet due).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{Config, WorkQueue};
+    ///
+    /// let queue = WorkQueue::new(Config::default());
+    /// queue.add("a");
+    /// queue.add("b");
+    /// let _a = queue.try_get();
+    /// assert_eq!(queue.len(), 1, "keys being processed are not counted");
+    /// ```
     #[must_use]
     pub fn len(&self) -> usize {
         let mut state = self.inner.state();
@@ -366,6 +524,13 @@ where
     }
 
     /// Whether no key is ready.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{Config, WorkQueue};
+    ///
+    /// assert!(WorkQueue::<u8>::new(Config::default()).is_empty());
+    /// ```
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -373,6 +538,15 @@ where
 
     /// Whether [`shutdown`](Self::shutdown) or [`shutdown_with_drain`](Self::shutdown_with_drain)
     /// was called.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{Config, WorkQueue};
+    ///
+    /// let queue = WorkQueue::<u8>::new(Config::default());
+    /// queue.shutdown();
+    /// assert!(queue.is_shutting_down());
+    /// ```
     #[must_use]
     pub fn is_shutting_down(&self) -> bool {
         self.inner.state().is_shutting_down()
@@ -381,6 +555,17 @@ where
     /// Shuts down immediately: adds are ignored, pending and delayed keys are dropped, and every
     /// `get`, including those already waiting, returns `None`. Keys being processed may still be
     /// passed to `done`, which no longer requeues them. Idempotent; also ends a drain.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{Config, WorkQueue};
+    ///
+    /// let queue = WorkQueue::new(Config::default());
+    /// queue.add("dropped");
+    /// queue.shutdown();
+    /// queue.add("ignored");
+    /// assert_eq!(queue.try_get(), None);
+    /// ```
     pub fn shutdown(&self) {
         let drained = {
             let mut state = self.inner.state();
@@ -401,6 +586,24 @@ where
     /// or being processed; it never completes if workers stop calling `get`/`done` with keys
     /// left, so bound it with [`tokio::time::timeout`] and fall back to
     /// [`shutdown`](Self::shutdown).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{Config, WorkQueue};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let queue = WorkQueue::new(Config::default());
+    /// queue.add("last");
+    /// let drained = queue.shutdown_with_drain();
+    /// queue.add("ignored");
+    /// let key = queue.get().await.unwrap();
+    /// assert_eq!(key, "last", "pending keys are still handed out");
+    /// queue.done(&key);
+    /// tokio::time::timeout(Duration::from_secs(1), drained).await?;
+    /// assert_eq!(queue.get().await, None);
+    /// # Ok(()) }
+    /// ```
     pub fn shutdown_with_drain(&self) -> impl Future<Output = ()> + Send + use<K> {
         self.inner.state().shutdown(true);
         tracing::debug!(queue = %self.inner.name, "work queue draining");
@@ -419,6 +622,17 @@ where
     }
 
     /// A snapshot of the queue's metrics.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{Config, WorkQueue};
+    ///
+    /// let queue = WorkQueue::new(Config::named("pods"));
+    /// queue.add("a");
+    /// queue.add("a");
+    /// let metrics = queue.metrics();
+    /// assert_eq!((metrics.name.as_str(), metrics.depth, metrics.adds_total), ("pods", 1, 1));
+    /// ```
     #[must_use]
     pub fn metrics(&self) -> MetricsSnapshot {
         let gauges = self.inner.state().gauges(Instant::now());

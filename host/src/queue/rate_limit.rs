@@ -16,17 +16,73 @@ pub(super) const FAR_FUTURE: Duration = Duration::from_secs(60 * 60 * 24 * 365 *
 ///
 /// Implementations use interior mutability and are shared between tasks. Time-based
 /// implementations should read [`tokio::time::Instant`] so that they follow paused test time.
+///
+/// ```
+/// use std::time::Duration;
+/// use setpoint::queue::{ExponentialBackoff, MaxOf, RateLimiter, TokenBucket};
+///
+/// /// Every retry waits one second, whatever happened before.
+/// struct Fixed;
+/// impl<K> RateLimiter<K> for Fixed {
+///     fn when(&self, _key: &K) -> Duration { Duration::from_secs(1) }
+///     fn forget(&self, _key: &K) {}
+///     fn num_requeues(&self, _key: &K) -> u32 { 0 }
+/// }
+/// let queue = setpoint::queue::WorkQueue::with_rate_limiter(Default::default(), Fixed);
+/// # let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+/// # let _enter = rt.enter();
+/// assert_eq!(queue.add_rate_limited("k"), Duration::from_secs(1));
+/// ```
 pub trait RateLimiter<K>: Send + Sync {
     /// Records a retry of `key` and returns how long it should wait before being processed.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{ExponentialBackoff, MaxOf, RateLimiter, TokenBucket};
+    ///
+    /// let backoff = ExponentialBackoff::new(Duration::from_millis(10), Duration::from_secs(1));
+    /// assert_eq!(backoff.when(&"k"), Duration::from_millis(10));
+    /// assert_eq!(backoff.when(&"k"), Duration::from_millis(20));
+    /// ```
     fn when(&self, key: &K) -> Duration;
     /// Stops tracking `key`: its retry history is reset, as after a success.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{ExponentialBackoff, MaxOf, RateLimiter, TokenBucket};
+    ///
+    /// let backoff = ExponentialBackoff::new(Duration::from_millis(10), Duration::from_secs(1));
+    /// backoff.when(&"k");
+    /// backoff.forget(&"k");
+    /// assert_eq!(backoff.when(&"k"), Duration::from_millis(10));
+    /// ```
     fn forget(&self, key: &K);
     /// How many times `key` has been retried since it was last forgotten.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{ExponentialBackoff, MaxOf, RateLimiter, TokenBucket};
+    ///
+    /// let backoff = ExponentialBackoff::new(Duration::from_millis(10), Duration::from_secs(1));
+    /// backoff.when(&"k");
+    /// assert_eq!(backoff.num_requeues(&"k"), 1);
+    /// ```
     fn num_requeues(&self, key: &K) -> u32;
     /// The delay for a retry that must not escalate `key`'s backoff: its failure count stays
     /// as it is and the delay is that of its latest failure. The queue uses it when a key that
     /// was already failing fails again on a reconcile caused by a new event, so that a stream
     /// of events cannot push a key to the maximum backoff. Defaults to [`when`](Self::when).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{ExponentialBackoff, MaxOf, RateLimiter, TokenBucket};
+    ///
+    /// let backoff = ExponentialBackoff::new(Duration::from_millis(10), Duration::from_secs(1));
+    /// backoff.when(&"k");
+    /// backoff.when(&"k");
+    /// assert_eq!(backoff.when_again(&"k"), Duration::from_millis(20), "no escalation");
+    /// assert_eq!(backoff.num_requeues(&"k"), 2);
+    /// ```
     fn when_again(&self, key: &K) -> Duration {
         self.when(key)
     }
@@ -76,6 +132,15 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// `((1 - j) * nominal, nominal]`: jitter only ever shortens a delay, so `max` is never exceeded
 /// and keys that all hit the cap still spread out. `j = 0` (the default of [`new`](Self::new))
 /// is deterministic; `j = 1` is "full jitter".
+///
+/// ```
+/// use std::time::Duration;
+/// use setpoint::queue::{ExponentialBackoff, MaxOf, RateLimiter, TokenBucket};
+///
+/// let backoff = ExponentialBackoff::new(Duration::from_millis(5), Duration::from_millis(12));
+/// let delays: Vec<_> = (0..4).map(|_| backoff.when(&"k")).collect();
+/// assert_eq!(delays, [5, 10, 12, 12].map(Duration::from_millis), "capped at max");
+/// ```
 pub struct ExponentialBackoff<K> {
     base: Duration,
     max: Duration,
@@ -90,6 +155,14 @@ struct BackoffState<K> {
 
 impl<K> ExponentialBackoff<K> {
     /// Backoff from `base` doubling up to `max`, without jitter.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{ExponentialBackoff, MaxOf, RateLimiter, TokenBucket};
+    ///
+    /// let backoff = ExponentialBackoff::<&str>::new(Duration::from_millis(5), Duration::from_secs(1000));
+    /// assert_eq!(backoff.nominal_delay(3), Duration::from_millis(40));
+    /// ```
     #[must_use]
     pub fn new(base: Duration, max: Duration) -> Self {
         Self {
@@ -104,6 +177,15 @@ impl<K> ExponentialBackoff<K> {
     }
 
     /// Sets the jitter factor, clamped to `[0, 1]` (NaN means 0).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{ExponentialBackoff, MaxOf, RateLimiter, TokenBucket};
+    ///
+    /// let backoff = ExponentialBackoff::new(Duration::from_secs(1), Duration::from_secs(60)).with_jitter(0.5);
+    /// let delay = backoff.when(&"k");
+    /// assert!(delay > Duration::from_millis(500) && delay <= Duration::from_secs(1), "only ever shorter");
+    /// ```
     #[must_use]
     pub fn with_jitter(mut self, factor: f64) -> Self {
         self.jitter = if factor.is_nan() {
@@ -115,6 +197,19 @@ impl<K> ExponentialBackoff<K> {
     }
 
     /// Seeds the jitter's random number generator, making delays reproducible.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{ExponentialBackoff, MaxOf, RateLimiter, TokenBucket};
+    ///
+    /// let delays = |seed| {
+    ///     let backoff = ExponentialBackoff::new(Duration::from_secs(1), Duration::from_secs(60))
+    ///         .with_jitter(1.0)
+    ///         .with_seed(seed);
+    ///     (0..3).map(|_| backoff.when(&"k")).collect::<Vec<_>>()
+    /// };
+    /// assert_eq!(delays(7), delays(7), "reproducible");
+    /// ```
     #[must_use]
     pub fn with_seed(self, seed: u64) -> Self {
         lock(&self.state).rng = fastrand::Rng::with_seed(seed);
@@ -122,6 +217,15 @@ impl<K> ExponentialBackoff<K> {
     }
 
     /// The nominal (un-jittered) delay after `failures` previous failures: `min(base * 2^failures, max)`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{ExponentialBackoff, MaxOf, RateLimiter, TokenBucket};
+    ///
+    /// let backoff = ExponentialBackoff::<u8>::new(Duration::from_millis(5), Duration::from_secs(1000));
+    /// assert_eq!(backoff.nominal_delay(0), Duration::from_millis(5));
+    /// assert_eq!(backoff.nominal_delay(40), Duration::from_secs(1000));
+    /// ```
     pub fn nominal_delay(&self, failures: u32) -> Duration {
         const NANOS_PER_SEC: u128 = 1_000_000_000;
         let nanos = 1u128
@@ -198,6 +302,18 @@ impl<K> fmt::Debug for ExponentialBackoff<K> {
 /// `qps <= 0` or NaN never refills, so reservations beyond the burst wait "forever" (~30 years).
 /// A `burst` of 0 is treated as 1. It keeps no per-key state: `forget` does nothing and
 /// `num_requeues` is always 0.
+///
+/// ```
+/// use std::time::Duration;
+/// use setpoint::queue::{ExponentialBackoff, MaxOf, RateLimiter, TokenBucket};
+///
+/// # let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+/// # let _enter = rt.enter();
+/// let bucket = TokenBucket::new(10.0, 2);
+/// assert_eq!(bucket.when(&"a"), Duration::ZERO);
+/// assert_eq!(bucket.when(&"b"), Duration::ZERO);
+/// assert!(bucket.when(&"c") > Duration::ZERO, "the burst is spent: wait for a refill");
+/// ```
 pub struct TokenBucket {
     qps: f64,
     burst: f64,
@@ -215,6 +331,16 @@ struct BucketState {
 
 impl TokenBucket {
     /// A full bucket of `burst` tokens refilling at `qps` tokens per second.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{ExponentialBackoff, MaxOf, RateLimiter, TokenBucket};
+    ///
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    /// # let _enter = rt.enter();
+    /// let unlimited = TokenBucket::new(f64::INFINITY, 1);
+    /// assert!((0..1000).all(|i| unlimited.when(&i) == Duration::ZERO));
+    /// ```
     #[must_use]
     pub fn new(qps: f64, burst: u32) -> Self {
         Self {
@@ -279,18 +405,49 @@ impl fmt::Debug for TokenBucket {
 /// `when` consults every limiter (so each records the retry) and returns the maximum;
 /// `forget` forgets in all of them; `num_requeues` is the maximum over them. With no limiters
 /// every delay is zero.
+///
+/// ```
+/// use std::time::Duration;
+/// use setpoint::queue::{ExponentialBackoff, MaxOf, RateLimiter, TokenBucket};
+///
+/// # let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+/// # let _enter = rt.enter();
+/// let limiter = MaxOf::new(Vec::new())
+///     .with(ExponentialBackoff::new(Duration::from_millis(5), Duration::from_secs(1)))
+///     .with(TokenBucket::new(1.0, 1));
+/// assert_eq!(limiter.when(&"a"), Duration::from_millis(5));
+/// assert!(limiter.when(&"b") > Duration::from_millis(900), "the bucket is empty now");
+/// ```
 pub struct MaxOf<K> {
     limiters: Vec<Box<dyn RateLimiter<K>>>,
 }
 
 impl<K> MaxOf<K> {
     /// Combines the given limiters.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{ExponentialBackoff, MaxOf, RateLimiter, TokenBucket};
+    ///
+    /// let none: MaxOf<&str> = MaxOf::new(Vec::new());
+    /// assert_eq!(none.when(&"k"), Duration::ZERO);
+    /// ```
     #[must_use]
     pub fn new(limiters: Vec<Box<dyn RateLimiter<K>>>) -> Self {
         Self { limiters }
     }
 
     /// Adds one more limiter.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{ExponentialBackoff, MaxOf, RateLimiter, TokenBucket};
+    ///
+    /// let limiter = MaxOf::new(Vec::new())
+    ///     .with(ExponentialBackoff::new(Duration::from_millis(1), Duration::from_secs(1)))
+    ///     .with(ExponentialBackoff::new(Duration::from_millis(3), Duration::from_secs(1)));
+    /// assert_eq!(limiter.when(&"k"), Duration::from_millis(3), "the longest delay wins");
+    /// ```
     #[must_use]
     pub fn with(mut self, limiter: impl RateLimiter<K> + 'static) -> Self {
         self.limiters.push(Box::new(limiter));

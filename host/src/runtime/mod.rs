@@ -34,6 +34,7 @@ mod host_api;
 mod limits;
 mod metrics;
 mod plugin;
+mod wit;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -49,10 +50,12 @@ pub use error::Error;
 pub use limits::Limits;
 pub use metrics::PluginCallStats;
 pub use plugin::WasmPlugin;
+pub use wit::{ACCEPTED_WIT_VERSIONS, WIT_PACKAGE, accepts_wit_version};
 
 use host_api::HostState;
 
-/// The WIT package version of the plugin world this host speaks.
+/// The WIT package version of the plugin world this host speaks; it accepts
+/// plugins built against [`ACCEPTED_WIT_VERSIONS`].
 pub const WIT_VERSION: &str = "0.1.0";
 
 /// How often the epoch advances; deadlines are rounded up to this.
@@ -217,8 +220,9 @@ impl Runtime {
             .inner
             .linker
             .instantiate_pre(&component)
-            .map_err(error::link)?;
-        let pre = bindings::ReconcilerPre::new(pre).map_err(error::link)?;
+            .map_err(|e| wit::link_error(&self.inner.engine, &component, e))?;
+        let pre = bindings::ReconcilerPre::new(pre)
+            .map_err(|e| wit::link_error(&self.inner.engine, &component, e))?;
         WasmPlugin::new(
             self.clone(),
             pre,

@@ -3,6 +3,17 @@
 use super::Revision;
 
 /// A backend failure. Conflicts are normal under optimistic concurrency.
+///
+/// ```
+/// use setpoint::store::{Backend, Condition, Error, MemoryBackend};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let store = MemoryBackend::new();
+/// store.put("/k", vec![], Condition::Any).await.unwrap();
+/// let err = store.put("/k", vec![], Condition::Absent).await.unwrap_err();
+/// assert!(matches!(err, Error::Conflict { expected: None, actual: Some(1), .. }));
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

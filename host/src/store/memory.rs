@@ -67,6 +67,14 @@ impl Default for MemoryBackend {
 
 impl MemoryBackend {
     /// An empty store at revision 0.
+    ///
+    /// ```
+    /// use setpoint::store::{Backend, MemoryBackend};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// assert_eq!(MemoryBackend::new().current_revision().await.unwrap(), 0);
+    /// # }
+    /// ```
     pub fn new() -> Self {
         let (revision_tx, _) = watch::channel(0);
         Self {

@@ -45,6 +45,19 @@ pub type Revision = i64;
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// One key with its value and revisions.
+///
+/// ```
+/// use setpoint::store::{Backend, Condition, MemoryBackend, Range};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = MemoryBackend::new();
+///
+/// let created = store.put("/k", b"v1".to_vec(), Condition::Absent).await?;
+/// let updated = store.put("/k", b"v2".to_vec(), Condition::Any).await?;
+/// assert_eq!((updated.create_revision, updated.mod_revision), (created.mod_revision, 2));
+/// assert_eq!(&*updated.value, b"v2");
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyValue {
     /// The key.
@@ -58,6 +71,20 @@ pub struct KeyValue {
 }
 
 /// A precondition on a write, checked atomically with it.
+///
+/// ```
+/// use setpoint::store::{Backend, Condition, MemoryBackend, Range};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = MemoryBackend::new();
+///
+/// let kv = store.put("/k", b"1".to_vec(), Condition::Absent).await?;
+/// assert!(store.put("/k", b"x".to_vec(), Condition::Absent).await.is_err(), "exists");
+/// store.put("/k", b"2".to_vec(), Condition::ModRevision(kv.mod_revision)).await?;
+/// let stale = store.put("/k", b"3".to_vec(), Condition::ModRevision(kv.mod_revision)).await;
+/// assert!(matches!(stale, Err(setpoint::store::Error::Conflict { .. })));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Condition {
     /// No precondition.
@@ -90,6 +117,27 @@ pub struct Fence {
 }
 
 /// A range read.
+///
+/// ```
+/// use setpoint::store::{Backend, Condition, MemoryBackend, Range};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = MemoryBackend::new();
+///
+/// for key in ["/a/1", "/a/2", "/a/3", "/b/1"] {
+///     store.put(key, vec![], Condition::Any).await?;
+/// }
+/// let first = store.range(Range { prefix: "/a/".into(), limit: 2, ..Default::default() }).await?;
+/// assert!(first.more);
+/// let rest = store.range(Range {
+///     prefix: "/a/".into(),
+///     start_after: Some(first.kvs[1].key.clone()),
+///     revision: Some(first.revision),
+///     ..Default::default()
+/// }).await?;
+/// assert_eq!(rest.kvs.len(), 1);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Range {
     /// Every key that starts with this prefix.
@@ -103,6 +151,18 @@ pub struct Range {
 }
 
 /// The answer to a range read.
+///
+/// ```
+/// use setpoint::store::{Backend, Condition, MemoryBackend, Range};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = MemoryBackend::new();
+///
+/// store.put("/a", vec![], Condition::Any).await?;
+/// let all = store.range(Range::default()).await?;
+/// assert_eq!((all.kvs.len(), all.more, all.revision), (1, false, 1));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RangeResult {
     /// The keys, in key order.
@@ -114,6 +174,21 @@ pub struct RangeResult {
 }
 
 /// What happened to a key.
+///
+/// ```
+/// use setpoint::store::{Backend, Condition, MemoryBackend, Range};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = MemoryBackend::new();
+///
+/// use setpoint::store::EventKind;
+/// let mut changes = store.watch(0).await?;
+/// store.put("/k", vec![], Condition::Any).await?;
+/// store.delete("/k", Condition::Any).await?;
+/// assert_eq!(changes.recv().await.unwrap()?.kind, EventKind::Put);
+/// assert_eq!(changes.recv().await.unwrap()?.kind, EventKind::Delete);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {
     /// The key was created or modified.
@@ -123,6 +198,20 @@ pub enum EventKind {
 }
 
 /// One change, as delivered by [`Backend::watch`].
+///
+/// ```
+/// use setpoint::store::{Backend, Condition, MemoryBackend, Range};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = MemoryBackend::new();
+///
+/// let mut changes = store.watch(0).await?;
+/// store.put("/k", b"1".to_vec(), Condition::Any).await?;
+/// let event = changes.recv().await.unwrap()?;
+/// assert!(event.created);
+/// assert_eq!(event.kv.key, "/k");
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatchEvent {
     /// Put or delete.
@@ -136,6 +225,18 @@ pub struct WatchEvent {
 
 impl WatchEvent {
     /// The revision of the change.
+    ///
+    /// ```
+    /// use setpoint::store::{Backend, Condition, MemoryBackend, Range};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryBackend::new();
+    ///
+    /// let mut changes = store.watch(0).await?;
+    /// let kv = store.put("/k", vec![], Condition::Any).await?;
+    /// assert_eq!(changes.recv().await.unwrap()?.revision(), kv.mod_revision);
+    /// # Ok(()) }
+    /// ```
     pub fn revision(&self) -> Revision {
         self.kv.mod_revision
     }
@@ -145,6 +246,18 @@ impl WatchEvent {
 pub type WatchStream = mpsc::Receiver<Result<WatchEvent>>;
 
 /// The result of a delete.
+///
+/// ```
+/// use setpoint::store::{Backend, Condition, MemoryBackend, Range};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = MemoryBackend::new();
+///
+/// store.put("/k", b"last".to_vec(), Condition::Any).await?;
+/// let deleted = store.delete("/k", Condition::Any).await?;
+/// assert_eq!((deleted.revision, &*deleted.prev.value), (2, &b"last"[..]));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Deleted {
     /// The revision of the delete.
@@ -154,27 +267,125 @@ pub struct Deleted {
 }
 
 /// A revisioned key-value store: memory, embedded or etcd.
+///
+/// ```
+/// use setpoint::store::{Backend, Condition, MemoryBackend, Range};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = MemoryBackend::new();
+///
+/// let backend: std::sync::Arc<dyn Backend> = std::sync::Arc::new(store);
+/// backend.put("/k", b"v".to_vec(), Condition::Absent).await?;
+/// assert_eq!(backend.current_revision().await?, 1);
+/// # Ok(()) }
+/// ```
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
     /// The key at the current revision, if it exists.
+    ///
+    /// ```
+    /// use setpoint::store::{Backend, Condition, MemoryBackend, Range};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryBackend::new();
+    ///
+    /// assert!(store.get("/k").await?.is_none());
+    /// store.put("/k", b"v".to_vec(), Condition::Any).await?;
+    /// assert_eq!(&*store.get("/k").await?.unwrap().value, b"v");
+    /// # Ok(()) }
+    /// ```
     async fn get(&self, key: &str) -> Result<Option<KeyValue>>;
 
     /// Keys under a prefix at one revision, with limit and continuation.
+    ///
+    /// ```
+    /// use setpoint::store::{Backend, Condition, MemoryBackend, Range};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryBackend::new();
+    ///
+    /// store.put("/a", b"old".to_vec(), Condition::Any).await?;
+    /// store.put("/a", b"new".to_vec(), Condition::Any).await?;
+    /// let then = store.range(Range { prefix: "/".into(), revision: Some(1), ..Default::default() }).await?;
+    /// assert_eq!(&*then.kvs[0].value, b"old", "a read at a past revision");
+    /// # Ok(()) }
+    /// ```
     async fn range(&self, range: Range) -> Result<RangeResult>;
 
     /// Create or replace a key if `condition` holds; returns the stored key.
+    ///
+    /// ```
+    /// use setpoint::store::{Backend, Condition, MemoryBackend, Range};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryBackend::new();
+    ///
+    /// let kv = store.put("/k", b"v".to_vec(), Condition::Absent).await?;
+    /// assert_eq!(kv.mod_revision, 1);
+    /// # Ok(()) }
+    /// ```
     async fn put(&self, key: &str, value: Vec<u8>, condition: Condition) -> Result<KeyValue>;
 
     /// Delete a key if it exists and `condition` holds.
+    ///
+    /// ```
+    /// use setpoint::store::{Backend, Condition, MemoryBackend, Range};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryBackend::new();
+    ///
+    /// assert!(matches!(store.delete("/nope", Condition::Any).await, Err(setpoint::store::Error::NotFound { .. })));
+    /// # Ok(()) }
+    /// ```
     async fn delete(&self, key: &str, condition: Condition) -> Result<Deleted>;
 
     /// The revision of the last write.
+    ///
+    /// ```
+    /// use setpoint::store::{Backend, Condition, MemoryBackend, Range};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryBackend::new();
+    ///
+    /// assert_eq!(store.current_revision().await?, 0);
+    /// store.put("/k", vec![], Condition::Any).await?;
+    /// assert_eq!(store.current_revision().await?, 1);
+    /// # Ok(()) }
+    /// ```
     async fn current_revision(&self) -> Result<Revision>;
 
     /// Forget history at and before `revision`.
+    ///
+    /// ```
+    /// use setpoint::store::{Backend, Condition, MemoryBackend, Range};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryBackend::new();
+    ///
+    /// store.put("/k", b"1".to_vec(), Condition::Any).await?;
+    /// store.put("/k", b"2".to_vec(), Condition::Any).await?;
+    /// store.compact(1).await?;
+    /// let old = store.range(Range { revision: Some(1), ..Default::default() }).await;
+    /// assert!(matches!(old, Err(setpoint::store::Error::Compacted { .. })));
+    /// # Ok(()) }
+    /// ```
     async fn compact(&self, revision: Revision) -> Result<()>;
 
     /// Every change after `after` (exclusive), in order, then live changes.
+    ///
+    /// ```
+    /// use setpoint::store::{Backend, Condition, MemoryBackend, Range};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryBackend::new();
+    ///
+    /// store.put("/a", vec![], Condition::Any).await?;
+    /// let mut changes = store.watch(0).await?; // history first, then live changes
+    /// store.put("/b", vec![], Condition::Any).await?;
+    /// assert_eq!(changes.recv().await.unwrap()?.kv.key, "/a");
+    /// assert_eq!(changes.recv().await.unwrap()?.kv.key, "/b");
+    /// # Ok(()) }
+    /// ```
     async fn watch(&self, after: Revision) -> Result<WatchStream>;
 
     /// [`Backend::put`], only while `fence` holds (atomically with the

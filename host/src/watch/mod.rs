@@ -30,6 +30,24 @@ use crate::store::{self, Backend, EventKind, Revision};
 pub const DEFAULT_HISTORY: usize = 8192;
 
 /// What happened to an object.
+///
+/// ```
+/// use std::sync::Arc;
+/// use setpoint::store::{Backend, Condition, MemoryBackend};
+/// use setpoint::watch::{EventType, WatchHub};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = Arc::new(MemoryBackend::new());
+/// let hub = WatchHub::start(store.clone(), 16).await?;
+///
+/// let mut changes = hub.subscribe("/", 0)?;
+/// store.put("/k", br#"{"n": 1}"#.to_vec(), Condition::Any).await?;
+/// store.put("/k", br#"{"n": 2}"#.to_vec(), Condition::Any).await?;
+/// store.delete("/k", Condition::Any).await?;
+/// let kinds = [changes.next().await?.kind, changes.next().await?.kind, changes.next().await?.kind];
+/// assert_eq!(kinds, [EventType::Added, EventType::Modified, EventType::Deleted]);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum EventType {
@@ -42,6 +60,23 @@ pub enum EventType {
 }
 
 /// One change to one object, shared by all subscribers.
+///
+/// ```
+/// use std::sync::Arc;
+/// use setpoint::store::{Backend, Condition, MemoryBackend};
+/// use setpoint::watch::{EventType, WatchHub};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = Arc::new(MemoryBackend::new());
+/// let hub = WatchHub::start(store.clone(), 16).await?;
+///
+/// let mut changes = hub.subscribe("/", 0)?;
+/// store.put("/k", br#"{"metadata": {"name": "k"}}"#.to_vec(), Condition::Any).await?;
+/// let event = changes.next().await?;
+/// assert_eq!((event.revision, event.key.as_str()), (1, "/k"));
+/// assert_eq!(event.object["metadata"]["resourceVersion"], "1", "decoded once, for everyone");
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct Event {
     /// The store revision of the change.
@@ -56,6 +91,25 @@ pub struct Event {
 }
 
 /// A subscription failure.
+///
+/// ```
+/// use std::sync::Arc;
+/// use setpoint::store::{Backend, Condition, MemoryBackend};
+/// use setpoint::watch::{EventType, WatchHub};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = Arc::new(MemoryBackend::new());
+/// let hub = WatchHub::start(store.clone(), 16).await?;
+///
+/// use setpoint::watch::Error;
+/// for i in 0..40 {
+///     store.put(&format!("/k{i}"), b"{}".to_vec(), Condition::Any).await?;
+/// }
+/// hub.wait_for(40).await;
+/// let err = hub.subscribe("/", 0).err().unwrap();
+/// assert!(matches!(err, Error::TooOldResourceVersion { requested: 0, .. }), "only 16 kept: relist");
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -74,6 +128,23 @@ pub enum Error {
 }
 
 /// The fan-out point for one store.
+///
+/// ```
+/// use std::sync::Arc;
+/// use setpoint::store::{Backend, Condition, MemoryBackend};
+/// use setpoint::watch::{EventType, WatchHub};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = Arc::new(MemoryBackend::new());
+/// let hub = WatchHub::start(store.clone(), 16).await?;
+///
+/// let mut a = hub.subscribe("/pods/", 0)?;
+/// let mut b = hub.subscribe("/", 0)?;
+/// store.put("/pods/web-0", b"{}".to_vec(), Condition::Any).await?;
+/// let (seen_a, seen_b) = (a.next().await?, b.next().await?);
+/// assert!(Arc::ptr_eq(&seen_a, &seen_b), "one shared event, not a copy per subscriber");
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct WatchHub {
     inner: Arc<Inner>,
@@ -99,6 +170,22 @@ impl WatchHub {
     /// Start a hub following `backend`, keeping `capacity` (rounded up to a
     /// power of two) events of history, also the lag allowed per subscriber.
     /// The history starts filled with the store's last `capacity` changes.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use setpoint::store::{Backend, Condition, MemoryBackend};
+    /// use setpoint::watch::{EventType, WatchHub};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = Arc::new(MemoryBackend::new());
+    /// let hub = WatchHub::start(store.clone(), 16).await?;
+    ///
+    /// store.put("/before", b"{}".to_vec(), Condition::Any).await?;
+    /// let late = WatchHub::start(store.clone(), 16).await?;
+    /// let mut changes = late.subscribe("/", 0)?;
+    /// assert_eq!(changes.next().await?.key, "/before", "history starts filled from the store");
+    /// # Ok(()) }
+    /// ```
     pub async fn start(backend: Arc<dyn Backend>, capacity: usize) -> store::Result<Self> {
         let capacity = capacity.max(1).next_power_of_two();
         // Start from the last `capacity` changes the store still has, so that
@@ -132,17 +219,60 @@ impl WatchHub {
 
     /// How many changes a subscriber may fall behind before it is cut off
     /// (and how many the history keeps).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use setpoint::store::{Backend, Condition, MemoryBackend};
+    /// use setpoint::watch::{EventType, WatchHub};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = Arc::new(MemoryBackend::new());
+    /// let hub = WatchHub::start(store.clone(), 16).await?;
+    ///
+    /// assert_eq!(WatchHub::start(store.clone(), 100).await?.max_lag(), 128, "a power of two");
+    /// # Ok(()) }
+    /// ```
     pub fn max_lag(&self) -> usize {
         self.inner.capacity
     }
 
     /// The revision of the last change the hub has seen.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use setpoint::store::{Backend, Condition, MemoryBackend};
+    /// use setpoint::watch::{EventType, WatchHub};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = Arc::new(MemoryBackend::new());
+    /// let hub = WatchHub::start(store.clone(), 16).await?;
+    ///
+    /// store.put("/k", b"{}".to_vec(), Condition::Any).await?;
+    /// hub.wait_for(1).await;
+    /// assert_eq!(hub.last_revision(), 1);
+    /// # Ok(()) }
+    /// ```
     pub fn last_revision(&self) -> Revision {
         self.lock().last
     }
 
     /// Wait until the hub has seen `revision` (used after a write so that a
     /// watcher started now includes it).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use setpoint::store::{Backend, Condition, MemoryBackend};
+    /// use setpoint::watch::{EventType, WatchHub};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = Arc::new(MemoryBackend::new());
+    /// let hub = WatchHub::start(store.clone(), 16).await?;
+    ///
+    /// let kv = store.put("/k", b"{}".to_vec(), Condition::Any).await?;
+    /// hub.wait_for(kv.mod_revision).await;
+    /// assert!(hub.last_revision() >= kv.mod_revision);
+    /// # Ok(()) }
+    /// ```
     pub async fn wait_for(&self, revision: Revision) {
         let mut rx = self.inner.sender.subscribe();
         while self.last_revision() < revision {
@@ -157,6 +287,25 @@ impl WatchHub {
     /// The store was compacted at `revision`: forget the history at and
     /// before it, so that subscribing after an earlier revision fails with
     /// [`Error::TooOldResourceVersion`], as reading the store there does.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use setpoint::store::{Backend, Condition, MemoryBackend};
+    /// use setpoint::watch::{EventType, WatchHub};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = Arc::new(MemoryBackend::new());
+    /// let hub = WatchHub::start(store.clone(), 16).await?;
+    ///
+    /// store.put("/a", b"{}".to_vec(), Condition::Any).await?;
+    /// store.put("/b", b"{}".to_vec(), Condition::Any).await?;
+    /// hub.wait_for(2).await;
+    /// store.compact(1).await?;
+    /// hub.compacted(1);
+    /// assert!(hub.subscribe("/", 0).is_err(), "before the compaction point");
+    /// assert_eq!(hub.subscribe("/", 1)?.next().await?.key, "/b");
+    /// # Ok(()) }
+    /// ```
     pub fn compacted(&self, revision: Revision) {
         let mut state = self.lock();
         while state
@@ -170,6 +319,24 @@ impl WatchHub {
     }
 
     /// Subscribe to changes under `prefix` after revision `after`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use setpoint::store::{Backend, Condition, MemoryBackend};
+    /// use setpoint::watch::{EventType, WatchHub};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = Arc::new(MemoryBackend::new());
+    /// let hub = WatchHub::start(store.clone(), 16).await?;
+    ///
+    /// store.put("/pods/a", b"{}".to_vec(), Condition::Any).await?;
+    /// store.put("/other/x", b"{}".to_vec(), Condition::Any).await?;
+    /// let mut pods = hub.subscribe("/pods/", 0)?;
+    /// store.put("/pods/b", b"{}".to_vec(), Condition::Any).await?;
+    /// assert_eq!(pods.next().await?.key, "/pods/a", "the backlog first");
+    /// assert_eq!(pods.next().await?.key, "/pods/b", "then live changes, under the prefix only");
+    /// # Ok(()) }
+    /// ```
     pub fn subscribe(&self, prefix: &str, after: Revision) -> Result<Subscription, Error> {
         let state = self.lock();
         if after < state.oldest {
@@ -305,6 +472,22 @@ async fn follow(
 }
 
 /// A stream of changes under one prefix; see the module docs.
+///
+/// ```
+/// use std::sync::Arc;
+/// use setpoint::store::{Backend, Condition, MemoryBackend};
+/// use setpoint::watch::{EventType, WatchHub};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = Arc::new(MemoryBackend::new());
+/// let hub = WatchHub::start(store.clone(), 16).await?;
+///
+/// let mut changes = hub.subscribe("/", 0)?;
+/// store.put("/k", b"{}".to_vec(), Condition::Any).await?;
+/// let event = changes.next().await?;
+/// assert_eq!(changes.revision(), event.revision);
+/// # Ok(()) }
+/// ```
 pub struct Subscription {
     epoch: Arc<AtomicU64>,
     subscribed_in: u64,
@@ -317,6 +500,25 @@ pub struct Subscription {
 
 impl Subscription {
     /// The next change, or why there is none.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use setpoint::store::{Backend, Condition, MemoryBackend};
+    /// use setpoint::watch::{EventType, WatchHub};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = Arc::new(MemoryBackend::new());
+    /// let hub = WatchHub::start(store.clone(), 16).await?;
+    ///
+    /// let mut changes = hub.subscribe("/", 0)?;
+    /// let writer = tokio::spawn({
+    ///     let store = store.clone();
+    ///     async move { store.put("/later", b"{}".to_vec(), Condition::Any).await }
+    /// });
+    /// assert_eq!(changes.next().await?.key, "/later", "waits for the next change");
+    /// writer.await??;
+    /// # Ok(()) }
+    /// ```
     pub async fn next(&mut self) -> Result<Arc<Event>, Error> {
         if let Some(event) = self.backlog.pop_front() {
             self.after = event.revision;
@@ -350,6 +552,20 @@ impl Subscription {
     }
 
     /// The revision of the last change delivered (or the starting point).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use setpoint::store::{Backend, Condition, MemoryBackend};
+    /// use setpoint::watch::{EventType, WatchHub};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = Arc::new(MemoryBackend::new());
+    /// let hub = WatchHub::start(store.clone(), 16).await?;
+    ///
+    /// let changes = hub.subscribe("/", 0)?;
+    /// assert_eq!(changes.revision(), 0, "the starting point, before any change");
+    /// # Ok(()) }
+    /// ```
     pub fn revision(&self) -> Revision {
         self.after
     }
@@ -358,6 +574,27 @@ impl Subscription {
     /// revision a bookmark may carry. It moves past `revision()` when the
     /// hub has seen changes under other prefixes and this subscriber has
     /// nothing left to read.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use setpoint::store::{Backend, Condition, MemoryBackend};
+    /// use setpoint::watch::{EventType, WatchHub};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = Arc::new(MemoryBackend::new());
+    /// let hub = WatchHub::start(store.clone(), 16).await?;
+    ///
+    /// let mut pods = hub.subscribe("/pods/", 0)?;
+    /// store.put("/other/x", b"{}".to_vec(), Condition::Any).await?;
+    /// hub.wait_for(1).await;
+    /// assert_eq!(pods.progress(&hub), 0, "a change is still unread");
+    /// // Reading skips the change under another prefix and finds nothing more.
+    /// let idle = tokio::time::timeout(std::time::Duration::from_millis(10), pods.next()).await;
+    /// assert!(idle.is_err());
+    /// assert_eq!(pods.revision(), 0, "nothing delivered");
+    /// assert_eq!(pods.progress(&hub), 1, "but nothing missed up to 1: a bookmark may say so");
+    /// # Ok(()) }
+    /// ```
     pub fn progress(&self, hub: &WatchHub) -> Revision {
         if !self.backlog.is_empty() {
             return self.after;

@@ -75,6 +75,32 @@ impl Api {
     /// Start the garbage collector (see the `gc` module docs) as a task that
     /// runs until the handle is aborted or the watch hub stops. One per
     /// store is enough; two are safe but do the work twice.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::{Api, Error};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+    ///
+    /// use std::time::Duration;
+    /// use setpoint::object::meta;
+    /// let gc = api.start_garbage_collector();
+    /// let owner = api.create(&events, event("owner")).await?;
+    /// let mut child = event("child");
+    /// child["metadata"]["ownerReferences"] = json!([meta::controller_reference(&owner)]);
+    /// api.create(&events, child).await?;
+    /// api.delete(&events, None, "owner", &Default::default()).await?;
+    /// while api.get(&events, None, "child").await.is_ok() {
+    ///     tokio::time::sleep(Duration::from_millis(10)).await;
+    /// }
+    /// gc.abort();
+    /// # Ok(()) }
+    /// ```
     pub fn start_garbage_collector(&self) -> JoinHandle<()> {
         tokio::spawn(run(self.clone()))
     }

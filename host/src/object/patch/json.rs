@@ -8,6 +8,14 @@ use serde_json::Value;
 use crate::object::pointer::{Pointer, PointerError};
 
 /// One JSON patch operation, in its wire form (`{"op": "add", "path": …}`).
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::patch::{JsonPatch, PatchError, PatchOperation};
+///
+/// let op: PatchOperation = serde_json::from_value(json!({"op": "remove", "path": "/spec/paused"})).unwrap();
+/// assert_eq!(op, PatchOperation::Remove { path: "/spec/paused".into() });
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
 pub enum PatchOperation {
@@ -55,6 +63,14 @@ pub enum PatchOperation {
 
 impl PatchOperation {
     /// The operation's name (`add`, `remove`, …).
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::patch::{JsonPatch, PatchError, PatchOperation};
+    ///
+    /// let op = PatchOperation::Test { path: "/a".into(), value: json!(1) };
+    /// assert_eq!(op.name(), "test");
+    /// ```
     pub fn name(&self) -> &'static str {
         match self {
             PatchOperation::Add { .. } => "add",
@@ -67,6 +83,14 @@ impl PatchOperation {
     }
 
     /// The target path.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::patch::{JsonPatch, PatchError, PatchOperation};
+    ///
+    /// let op = PatchOperation::Move { from: "/a".into(), path: "/b".into() };
+    /// assert_eq!(op.path(), "/b");
+    /// ```
     pub fn path(&self) -> &str {
         match self {
             PatchOperation::Add { path, .. }
@@ -79,6 +103,16 @@ impl PatchOperation {
     }
 
     /// Whether the operation writes to `pointer` (test only reads).
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::patch::{JsonPatch, PatchError, PatchOperation};
+    ///
+    /// let replace = PatchOperation::Replace { path: "/metadata/resourceVersion".into(), value: json!("7") };
+    /// assert!(replace.writes("/metadata/resourceVersion"));
+    /// let test = PatchOperation::Test { path: "/metadata/resourceVersion".into(), value: json!("7") };
+    /// assert!(!test.writes("/metadata/resourceVersion"), "a test only reads");
+    /// ```
     pub fn writes(&self, pointer: &str) -> bool {
         !matches!(self, PatchOperation::Test { .. }) && self.path() == pointer
     }
@@ -104,6 +138,16 @@ pub struct JsonPatch(pub Vec<PatchOperation>);
 
 /// A JSON patch that is malformed or cannot be applied. Names the operation
 /// (by index) and the path.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::patch::{JsonPatch, PatchError, PatchOperation};
+///
+/// let patch = JsonPatch::from_value(&json!([{"op": "test", "path": "/n", "value": 2}])).unwrap();
+/// let err = patch.apply(&mut json!({"n": 1})).unwrap_err();
+/// assert!(matches!(err, PatchError::TestFailed { index: 0, .. }));
+/// assert_eq!(err.to_string(), "operation 0 (test /n): test failed: expected 2, found 1");
+/// ```
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum PatchError {
@@ -157,6 +201,15 @@ pub enum PatchError {
 impl PatchError {
     /// Whether the patch document itself is malformed (a bad request) rather
     /// than not applicable to this object.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::patch::{JsonPatch, PatchError, PatchOperation};
+    ///
+    /// assert!(JsonPatch::from_value(&json!({"op": "add"})).unwrap_err().is_malformed());
+    /// let patch = JsonPatch::from_value(&json!([{"op": "remove", "path": "/x"}])).unwrap();
+    /// assert!(!patch.apply(&mut json!({})).unwrap_err().is_malformed(), "well-formed, not applicable");
+    /// ```
     pub fn is_malformed(&self) -> bool {
         matches!(self, PatchError::NotAList | PatchError::Malformed { .. })
     }
@@ -164,6 +217,14 @@ impl PatchError {
 
 impl JsonPatch {
     /// Parse a patch document, naming the first malformed operation.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::patch::{JsonPatch, PatchError, PatchOperation};
+    ///
+    /// let err = JsonPatch::from_value(&json!([{"op": "replace", "path": "/a", "value": 1}, {"op": "frobnicate"}])).unwrap_err();
+    /// assert!(matches!(err, PatchError::Malformed { index: 1, .. }));
+    /// ```
     pub fn from_value(doc: &Value) -> Result<Self, PatchError> {
         let ops = doc.as_array().ok_or(PatchError::NotAList)?;
         ops.iter()
@@ -179,6 +240,19 @@ impl JsonPatch {
     }
 
     /// Apply every operation in order. On error the document is unchanged.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::patch::{JsonPatch, PatchError, PatchOperation};
+    ///
+    /// let patch = JsonPatch::from_value(&json!([
+    ///     {"op": "replace", "path": "/a", "value": 2},
+    ///     {"op": "remove", "path": "/missing"},
+    /// ])).unwrap();
+    /// let mut doc = json!({"a": 1});
+    /// assert!(patch.apply(&mut doc).is_err());
+    /// assert_eq!(doc, json!({"a": 1}), "all or nothing");
+    /// ```
     pub fn apply(&self, doc: &mut Value) -> Result<(), PatchError> {
         let mut work = doc.clone();
         for (index, op) in self.0.iter().enumerate() {
@@ -189,6 +263,14 @@ impl JsonPatch {
     }
 
     /// Whether any operation writes `pointer` (e.g. `/metadata/resourceVersion`).
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::patch::{JsonPatch, PatchError, PatchOperation};
+    ///
+    /// let patch = JsonPatch::from_value(&json!([{"op": "add", "path": "/metadata/resourceVersion", "value": "3"}])).unwrap();
+    /// assert!(patch.writes("/metadata/resourceVersion"));
+    /// ```
     pub fn writes(&self, pointer: &str) -> bool {
         self.0.iter().any(|op| op.writes(pointer))
     }
@@ -252,6 +334,13 @@ fn apply_one(doc: &mut Value, index: usize, op: &PatchOperation) -> Result<(), P
 
 /// JSON equality as RFC 6902 `test` defines it: numbers compare by value
 /// (`1` equals `1.0`), objects ignore member order.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::patch::json_equal;
+/// assert!(json_equal(&json!(1), &json!(1.0)), "numbers compare by value");
+/// assert!(!json_equal(&json!([1, 2]), &json!([2, 1])));
+/// ```
 pub fn json_equal(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => match (x.as_i64(), y.as_i64()) {

@@ -45,6 +45,14 @@ use serde_json::Value;
 use super::field::{FieldError, FieldPath};
 
 /// The JSON type a schema node requires.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::{field::FieldPath, schema::{Schema, Type}};
+///
+/// let schema = Schema::compile(&json!({"type": "object"}), &FieldPath::root()).unwrap();
+/// assert_eq!(schema.type_(), Some(Type::Object));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Type {
     /// A JSON object.
@@ -63,6 +71,13 @@ pub enum Type {
 
 impl Type {
     /// The OpenAPI name of the type.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::{field::FieldPath, schema::{Schema, Type}};
+    ///
+    /// assert_eq!(Type::Integer.name(), "integer");
+    /// ```
     pub fn name(self) -> &'static str {
         match self {
             Type::Object => "object",
@@ -76,6 +91,18 @@ impl Type {
 }
 
 /// What an object node says about members it does not declare.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::{field::FieldPath, schema::Schema};
+/// // A map of strings: every member is checked against `additionalProperties`.
+/// let schema = Schema::compile(&json!({"type": "object", "properties": {
+///     "data": {"type": "object", "additionalProperties": {"type": "string"}}}}), &FieldPath::root()).unwrap();
+/// let mut ok = json!({"data": {"a": "x"}});
+/// assert!(schema.admit(&mut ok).is_ok());
+/// let mut bad = json!({"data": {"a": 1}});
+/// assert!(schema.admit(&mut bad).is_err());
+/// ```
 #[derive(Debug, Clone, Default)]
 pub enum Additional {
     /// Not said: unknown members are pruned.
@@ -88,6 +115,16 @@ pub enum Additional {
 }
 
 /// One compiled schema node (the root describes the whole object).
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::{field::FieldPath, schema::{Schema, Type}};
+///
+/// let schema = Schema::compile(&json!({"type": "object", "properties": {
+///     "spec": {"type": "object", "properties": {"replicas": {"type": "integer"}}}}}), &FieldPath::root()).unwrap();
+/// let replicas = schema.property("spec").and_then(|s| s.property("replicas")).unwrap();
+/// assert_eq!(replicas.type_(), Some(Type::Integer));
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct Schema {
     types: Option<Type>,
@@ -123,16 +160,41 @@ impl Schema {
     /// Compile an `openAPIV3Schema`, checking that it is a structural
     /// schema with an object at the root. Errors carry paths below `at`
     /// (e.g. `spec.versions[0].schema.openAPIV3Schema`).
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::{field::FieldPath, schema::{Schema, Type}};
+    ///
+    /// let errors = Schema::compile(&json!({"type": "string"}), &FieldPath::new("openAPIV3Schema")).unwrap_err();
+    /// assert_eq!(errors[0].field.as_str(), "openAPIV3Schema.type");
+    /// ```
     pub fn compile(schema: &Value, at: &FieldPath) -> Result<Self, Vec<FieldError>> {
         compile::compile_root(schema, at)
     }
 
     /// The required type, if any.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::{field::FieldPath, schema::{Schema, Type}};
+    ///
+    /// let schema = Schema::compile(&json!({"type": "object", "properties": {"n": {"type": "number"}}}), &FieldPath::root()).unwrap();
+    /// assert_eq!(schema.property("n").unwrap().type_(), Some(Type::Number));
+    /// ```
     pub fn type_(&self) -> Option<Type> {
         self.types
     }
 
     /// The schema of a declared property.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::{field::FieldPath, schema::{Schema, Type}};
+    ///
+    /// let schema = Schema::compile(&json!({"type": "object", "properties": {"spec": {"type": "object"}}}), &FieldPath::root()).unwrap();
+    /// assert!(schema.property("spec").is_some());
+    /// assert!(schema.property("status").is_none());
+    /// ```
     pub fn property(&self, name: &str) -> Option<&Schema> {
         self.properties.get(name)
     }
@@ -168,11 +230,33 @@ impl Schema {
 
     /// Prune unknown fields of a whole object without applying defaults
     /// (what server-side apply does to an applied configuration).
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::{field::FieldPath, schema::{Schema, Type}};
+    ///
+    /// let schema = Schema::compile(&json!({"type": "object", "properties": {
+    ///     "spec": {"type": "object", "properties": {"replicas": {"type": "integer", "default": 1}}}}}), &FieldPath::root()).unwrap();
+    /// let mut applied = json!({"spec": {"junk": true}});
+    /// schema.prune(&mut applied);
+    /// assert_eq!(applied, json!({"spec": {}}), "pruned, not defaulted");
+    /// ```
     pub fn prune(&self, object: &mut Value) {
         normalize::normalize_root(self, object, false);
     }
 
     /// Validate a value against this node, reporting paths below `at`.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::object::{field::FieldPath, schema::{Schema, Type}};
+    ///
+    /// let schema = Schema::compile(&json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}}), &FieldPath::root()).unwrap();
+    /// let n = schema.property("n").unwrap();
+    /// let errors = n.validate(&json!(-1), &FieldPath::new("spec.n"));
+    /// assert_eq!(errors[0].field.as_str(), "spec.n");
+    /// assert!(n.validate(&json!(1), &FieldPath::new("spec.n")).is_empty());
+    /// ```
     pub fn validate(&self, value: &Value, at: &FieldPath) -> Vec<FieldError> {
         let mut errors = Vec::new();
         validate::validate(self, value, at, &mut errors);

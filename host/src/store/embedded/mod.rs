@@ -159,6 +159,20 @@ struct Stats {
 }
 
 /// Running totals of the embedded store's writer, for metrics.
+///
+/// ```
+/// use setpoint::store::{Backend, Condition, EmbeddedBackend};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = tempfile::tempdir()?;
+///
+/// let store = EmbeddedBackend::open(dir.path())?;
+/// store.put("/a", vec![], Condition::Any).await?;
+/// let stats = store.stats();
+/// assert_eq!((stats.commits, stats.writes), (1, 1));
+/// store.close().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct EmbeddedStats {
@@ -231,6 +245,22 @@ impl EmbeddedBackend {
     ///
     /// This blocks while it checks the whole file; call it from
     /// `spawn_blocking` in async code that must not stall.
+    ///
+    /// ```
+    /// use setpoint::store::{Backend, Condition, EmbeddedBackend};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let dir = tempfile::tempdir()?;
+    ///
+    /// let store = EmbeddedBackend::open(dir.path())?;
+    /// store.put("/k", b"kept".to_vec(), Condition::Any).await?;
+    /// assert!(EmbeddedBackend::open(dir.path()).is_err(), "the directory is in use");
+    /// store.close().await?;
+    /// let reopened = EmbeddedBackend::open(dir.path())?;
+    /// assert_eq!(&*reopened.get("/k").await?.unwrap().value, b"kept");
+    /// reopened.close().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn open(dir: &Path) -> Result<Self> {
         let opened = open::open(dir)?;
         let counters = opened.counters;
@@ -269,11 +299,35 @@ impl EmbeddedBackend {
     }
 
     /// The database file.
+    ///
+    /// ```
+    /// use setpoint::store::{Backend, Condition, EmbeddedBackend};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let dir = tempfile::tempdir()?;
+    ///
+    /// let store = EmbeddedBackend::open(dir.path())?;
+    /// assert_eq!(store.file(), dir.path().join("store.redb"));
+    /// store.close().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn file(&self) -> &Path {
         &self.shared.file
     }
 
     /// The writer's running totals (commits, writes, time spent).
+    ///
+    /// ```
+    /// use setpoint::store::{Backend, Condition, EmbeddedBackend};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let dir = tempfile::tempdir()?;
+    ///
+    /// let store = EmbeddedBackend::open(dir.path())?;
+    /// assert_eq!(store.stats().commits, 0);
+    /// store.close().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn stats(&self) -> EmbeddedStats {
         let stats = &self.shared.stats;
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
@@ -290,6 +344,21 @@ impl EmbeddedBackend {
     /// releases the directory; every handle then fails with
     /// [`Error::Unavailable`] and watches end. Returns once the directory can
     /// be opened again.
+    ///
+    /// ```
+    /// use setpoint::store::{Backend, Condition, EmbeddedBackend};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let dir = tempfile::tempdir()?;
+    ///
+    /// let store = EmbeddedBackend::open(dir.path())?;
+    /// let handle = store.clone();
+    /// store.close().await?;
+    /// assert!(handle.get("/k").await.is_err(), "every handle is closed");
+    /// let again = EmbeddedBackend::open(dir.path())?; // the directory is free again
+    /// again.close().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn close(&self) -> Result<()> {
         let (reply, done) = oneshot::channel();
         if self.send(Request::Close { reply }).await.is_ok() {
