@@ -529,3 +529,482 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// What kubectl ≥ 1.26 sends to `/api` and `/apis`.
+const AGGREGATED_ACCEPT: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+
+async fn discovery(url: &str, accept: Option<&str>) -> (String, String, Value) {
+    let mut request = reqwest::Client::new().get(url);
+    if let Some(accept) = accept {
+        request = request.header("Accept", accept);
+    }
+    let response = request.send().await.unwrap();
+    assert_eq!(response.status(), 200, "{url}");
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let vary = response
+        .headers()
+        .get("vary")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (content_type, vary, response.json().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn aggregated_discovery_describes_every_group_in_one_answer_when_asked_for() {
+    let host = TestHost::start(&["podsim"]).await;
+    let (content_type, vary, list) =
+        discovery(&format!("{}/apis", host.url), Some(AGGREGATED_ACCEPT)).await;
+    assert_eq!(
+        content_type,
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+    );
+    assert_eq!(vary, "Accept");
+    assert_eq!(list["kind"], "APIGroupDiscoveryList");
+    assert_eq!(list["apiVersion"], "apidiscovery.k8s.io/v2");
+    let group = |name: &str| {
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no group {name} in {list}"))
+            .clone()
+    };
+    let demo = group("demo.setpoint.dev");
+    assert_eq!(demo["versions"][0]["version"], "v1");
+    assert_eq!(demo["versions"][0]["freshness"], "Current");
+    let pods = &demo["versions"][0]["resources"][0];
+    assert_eq!(
+        *pods,
+        json!({
+            "resource": "pods",
+            "responseKind": {"group": "demo.setpoint.dev", "version": "v1", "kind": "Pod"},
+            "scope": "Namespaced",
+            "singularResource": "pod",
+            "shortNames": ["po"],
+            "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+            "subresources": [{
+                "subresource": "status",
+                "responseKind": {"group": "demo.setpoint.dev", "version": "v1", "kind": "Pod"},
+                "verbs": ["get", "patch", "update"],
+            }],
+        })
+    );
+    let crds = &group("apiextensions.k8s.io")["versions"][0]["resources"][0];
+    assert_eq!(crds["resource"], "customresourcedefinitions");
+    assert_eq!(crds["scope"], "Cluster");
+    assert_eq!(crds["shortNames"], json!(["crd", "crds"]));
+
+    // The core group has no name; its v1 carries Events.
+    let (_, _, core) = discovery(&format!("{}/api", host.url), Some(AGGREGATED_ACCEPT)).await;
+    assert_eq!(core["kind"], "APIGroupDiscoveryList");
+    assert_eq!(core["items"].as_array().unwrap().len(), 1, "{core}");
+    assert!(core["items"][0]["metadata"].get("name").is_none(), "{core}");
+    let events = &core["items"][0]["versions"][0]["resources"][0];
+    assert_eq!(
+        (
+            &events["resource"],
+            &events["scope"],
+            &events["responseKind"]["kind"]
+        ),
+        (&json!("events"), &json!("Namespaced"), &json!("Event"))
+    );
+
+    // v2beta1 when only that is accepted.
+    let (content_type, _, beta) = discovery(
+        &format!("{}/apis", host.url),
+        Some("application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"),
+    )
+    .await;
+    assert_eq!(
+        content_type,
+        "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
+    );
+    assert_eq!(beta["apiVersion"], "apidiscovery.k8s.io/v2beta1");
+    assert_eq!(beta["items"], list["items"]);
+
+    // Any other Accept header gets the legacy lists.
+    for accept in [
+        None,
+        Some("application/json"),
+        Some("application/json, */*"),
+        Some(
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;q=0,application/json",
+        ),
+        Some(
+            "application/json;g=apidiscovery.k8s.io;v=v9;as=APIGroupDiscoveryList,application/json",
+        ),
+    ] {
+        let (content_type, _, legacy) = discovery(&format!("{}/apis", host.url), accept).await;
+        assert_eq!(content_type, "application/json", "{accept:?}");
+        assert_eq!(legacy["kind"], "APIGroupList", "{accept:?}");
+        let (_, _, versions) = discovery(&format!("{}/api", host.url), accept).await;
+        assert_eq!(versions["kind"], "APIVersions", "{accept:?}");
+    }
+    host.stop().await;
+}
+
+/// A `Widget` kind whose schema declares `spec.replicas` and `spec.color`.
+async fn install_widgets(host: &TestHost) {
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com", "scope": "Namespaced",
+            "names": {"kind": "Widget", "listKind": "WidgetList", "plural": "widgets", "singular": "widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {
+                        "replicas": {"type": "integer"}, "color": {"type": "string"}}}}}}}]
+        }
+    });
+    let created = reqwest::Client::new()
+        .post(format!(
+            "{}/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            host.url
+        ))
+        .json(&crd)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+}
+
+fn widgets(host: &TestHost) -> String {
+    format!(
+        "{}/apis/example.com/v1/namespaces/default/widgets",
+        host.url
+    )
+}
+
+/// Status, `Warning` headers and body of a response.
+async fn answer(response: reqwest::Response) -> (u16, Vec<String>, Value) {
+    let status = response.status().as_u16();
+    let warnings = response
+        .headers()
+        .get_all("warning")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect();
+    (status, warnings, response.json().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn field_validation_strict_refuses_unknown_and_duplicate_fields_warn_reports_and_ignore_prunes()
+ {
+    let host = TestHost::start(&[]).await;
+    install_widgets(&host).await;
+    let http = reqwest::Client::new();
+    let with_bogus = |name: &str| {
+        json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": name},
+               "spec": {"replicas": 1, "bogus": true, "deep": {"x": 1}}})
+    };
+    let strict_message = r#"Widget in version "v1" cannot be handled as a Widget: strict decoding error: unknown field "spec.bogus", unknown field "spec.deep""#;
+
+    // Strict: 400 naming every unknown field, nothing written.
+    let (status, _, body) = answer(
+        http.post(format!("{}?fieldValidation=Strict", widgets(&host)))
+            .json(&with_bogus("s1"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["reason"], "BadRequest");
+    assert_eq!(body["message"], strict_message);
+    let missing = http
+        .get(format!("{}/s1", widgets(&host)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+
+    // A member given twice is refused too, even one the schema knows.
+    let (status, _, body) = answer(
+        http.post(format!("{}?fieldValidation=Strict", widgets(&host)))
+            .header("content-type", "application/json")
+            .body(r#"{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"s2"},"spec":{"replicas":1,"replicas":2}}"#)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .ends_with(r#"strict decoding error: duplicate field "spec.replicas""#),
+        "{body}"
+    );
+
+    // Known fields only: Strict writes, without warnings.
+    let known = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+                       "metadata": {"name": "w1", "labels": {"any": "label"}},
+                       "spec": {"replicas": 1, "color": "red"}});
+    let (status, warnings, _) = answer(
+        http.post(format!("{}?fieldValidation=Strict", widgets(&host)))
+            .json(&known)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((status, warnings.len()), (201, 0));
+
+    // Warn (also the default): written, pruned, one Warning per field.
+    for (query, name) in [("?fieldValidation=Warn", "w2"), ("", "w3")] {
+        let (status, warnings, body) = answer(
+            http.post(format!("{}{query}", widgets(&host)))
+                .json(&with_bogus(name))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+        assert_eq!(
+            warnings,
+            [
+                r#"299 - "unknown field \"spec.bogus\"""#,
+                r#"299 - "unknown field \"spec.deep\"""#
+            ]
+        );
+        assert_eq!(body["spec"], json!({"replicas": 1}));
+    }
+
+    // Ignore: written and pruned without a word.
+    let (status, warnings, body) = answer(
+        http.post(format!("{}?fieldValidation=Ignore", widgets(&host)))
+            .json(&with_bogus("w4"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((status, warnings.len()), (201, 0), "{body}");
+    assert_eq!(body["spec"], json!({"replicas": 1}));
+
+    // Update, merge patch, JSON patch and apply are reviewed the same way.
+    let mut replaced: Value = http
+        .get(format!("{}/w1", widgets(&host)))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    replaced["spec"]["bogus"] = json!(1);
+    let strict = format!("{}/w1?fieldValidation=Strict", widgets(&host));
+    let refused = [
+        http.put(&strict).json(&replaced),
+        http.patch(&strict)
+            .header("content-type", "application/merge-patch+json")
+            .body(r#"{"spec":{"bogus":1}}"#),
+        http.patch(&strict)
+            .header("content-type", "application/json-patch+json")
+            .body(r#"[{"op":"add","path":"/spec/bogus","value":1}]"#),
+        http.patch(format!("{strict}&fieldManager=test"))
+            .header("content-type", "application/apply-patch+yaml")
+            .body("apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\nspec:\n  bogus: 1\n"),
+    ];
+    for request in refused {
+        let (status, _, body) = answer(request.send().await.unwrap()).await;
+        assert_eq!(status, 400, "{body}");
+        assert!(
+            body["message"]
+                .as_str()
+                .unwrap()
+                .ends_with(r#"strict decoding error: unknown field "spec.bogus""#),
+            "{body}"
+        );
+    }
+    let (status, _, body) = answer(
+        http.patch(format!("{strict}&fieldManager=test"))
+            .header("content-type", "application/apply-patch+yaml")
+            .body("apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\nspec:\n  color: a\n  color: b\n")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .ends_with(r#"duplicate field "spec.color""#),
+        "{body}"
+    );
+    let unchanged: Value = http
+        .get(format!("{}/w1", widgets(&host)))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(unchanged["spec"], json!({"replicas": 1, "color": "red"}));
+
+    // Deleting an unknown field with a merge patch is no unknown field.
+    let (status, warnings, body) = answer(
+        http.patch(&strict)
+            .header("content-type", "application/merge-patch+json")
+            .body(r#"{"spec":{"bogus":null,"replicas":2}}"#)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((status, warnings.len()), (200, 0), "{body}");
+    assert_eq!(body["spec"]["replicas"], 2);
+    // A JSON patch under Warn: written, pruned, warned about.
+    let (status, warnings, body) = answer(
+        http.patch(format!("{}/w1", widgets(&host)))
+            .header("content-type", "application/json-patch+json")
+            .body(r#"[{"op":"add","path":"/spec/bogus","value":1},{"op":"replace","path":"/spec/replicas","value":3}]"#)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(warnings, [r#"299 - "unknown field \"spec.bogus\"""#]);
+    assert_eq!(body["spec"], json!({"replicas": 3, "color": "red"}));
+
+    // Anything but the three values is refused.
+    let (status, _, body) = answer(
+        http.post(format!("{}?fieldValidation=Loose", widgets(&host)))
+            .json(&known)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    host.stop().await;
+}
+
+async fn scrape(host: &TestHost) -> String {
+    reqwest::get(format!("{}/metrics", host.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_report_store_latencies_watchers_and_per_plugin_reconciles_and_faults() {
+    let dir = plugins_dir(&["podsim", "zoo"]);
+    std::fs::write(dir.path().join("zoo.toml"), "deadline_ms = 200\n").unwrap();
+    let host = TestHost::start_in(dir, setpoint::runtime::RuntimeConfig::default()).await;
+    let http = reqwest::Client::new();
+    let zoos = format!(
+        "{}/apis/test.setpoint.dev/v1/namespaces/default/zoos",
+        host.url
+    );
+    for (name, fault) in [("spinner", "spin"), ("panicker", "panic"), ("calm", "none")] {
+        let created = http
+            .post(&zoos)
+            .json(&json!({"apiVersion": "test.setpoint.dev/v1", "kind": "Zoo",
+                          "metadata": {"name": name}, "spec": {"fault": fault}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status(), 201);
+    }
+    let created = http
+        .post(pods(&host, "default"))
+        .json(&pod("p1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let watch = http
+        .get(format!("{}?watch=true", pods(&host, "default")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(watch.status(), 200);
+
+    let faults = |page: &str, fault: &str| {
+        sample(
+            page,
+            &format!(r#"setpoint_plugin_faults_total{{plugin="zoo",fault="{fault}"}}"#),
+        )
+        .unwrap_or(0.0)
+    };
+    let page = eventually(
+        "zoo's timeout and trap are counted",
+        Duration::from_secs(30),
+        || async {
+            let page = scrape(&host).await;
+            if faults(&page, "timeout") >= 1.0 && faults(&page, "trap") >= 1.0 {
+                Ok(page)
+            } else {
+                Err(page)
+            }
+        },
+    )
+    .await;
+    assert_eq!(faults(&page, "memory"), 0.0, "{page}");
+    assert_eq!(faults(&page, "fuel"), 0.0, "{page}");
+
+    // Per plugin: calls (as `setpoint plugins` counts them), failures, and
+    // the duration histogram of the Wasm calls.
+    let series = |name: &str| sample(&page, name).unwrap_or_else(|| panic!("no {name} in\n{page}"));
+    assert!(series(r#"setpoint_plugin_reconciles_total{plugin="zoo"}"#) >= 3.0);
+    assert!(series(r#"setpoint_plugin_reconcile_errors_total{plugin="zoo"}"#) >= 2.0);
+    let zoo_calls = series(r#"setpoint_plugin_reconcile_duration_seconds_count{plugin="zoo"}"#);
+    assert!(zoo_calls >= 3.0, "{page}");
+    assert_eq!(
+        series(r#"setpoint_plugin_reconcile_duration_seconds_bucket{plugin="zoo",le="+Inf"}"#),
+        zoo_calls
+    );
+    assert!(series(r#"setpoint_plugin_reconcile_duration_seconds_sum{plugin="zoo"}"#) > 0.0);
+    let podsim = host.plugin("podsim").await.unwrap();
+    assert!(podsim.reconciles >= 1);
+    assert!(series(r#"setpoint_plugin_reconciles_total{plugin="podsim"}"#) >= 1.0);
+
+    // The store: every operation timed; the writes above went through put.
+    assert!(series(r#"setpoint_store_request_duration_seconds_count{operation="put"}"#) >= 5.0);
+    assert!(series(r#"setpoint_store_request_duration_seconds_count{operation="get"}"#) >= 1.0);
+    assert!(series(r#"setpoint_store_request_duration_seconds_count{operation="range"}"#) >= 1.0);
+    assert!(series(r#"setpoint_store_request_duration_seconds_count{operation="watch"}"#) >= 1.0);
+    assert_eq!(
+        series(r#"setpoint_store_request_duration_seconds_bucket{operation="put",le="+Inf"}"#),
+        series(r#"setpoint_store_request_duration_seconds_count{operation="put"}"#)
+    );
+    assert_eq!(
+        series(r#"setpoint_store_request_errors_total{operation="put"}"#),
+        0.0
+    );
+
+    // The open watch, by group and resource.
+    assert_eq!(
+        series(r#"setpoint_watchers{group="demo.setpoint.dev",resource="pods"}"#),
+        1.0
+    );
+    drop(watch);
+    eventually(
+        "the closed watch is no longer counted",
+        Duration::from_secs(10),
+        || async {
+            let page = scrape(&host).await;
+            match sample(
+                &page,
+                r#"setpoint_watchers{group="demo.setpoint.dev",resource="pods"}"#,
+            ) {
+                Some(0.0) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    host.stop().await;
+}

@@ -228,3 +228,197 @@ fn serve_refuses_to_listen_beyond_loopback() {
         text(&out.stderr)
     );
 }
+
+/// A self-signed certificate for 127.0.0.1 and its key (openssl).
+fn test_certificate(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "1", "-subj", "/CN=setpoint"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl makes a test certificate");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    (cert, key)
+}
+
+/// Run the binary with exactly `args` (no server from the environment).
+fn setpoint(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(setpoint_bin())
+        .args(args)
+        .env_remove("SETPOINT_SERVER")
+        .env_remove("SETPOINT_TOKEN")
+        .env_remove("SETPOINT_KUBECONFIG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(input) = stdin {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    drop(child.stdin.take());
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn the_cli_speaks_https_with_a_certificate_authority_or_the_kubeconfig_serve_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = test_certificate(dir.path());
+    let tokens = dir.path().join("tokens.yaml");
+    let plugins = plugins_dir(&["podsim"]);
+    let process = ServeProcess::start([
+        std::ffi::OsStr::new("--in-memory"),
+        "--plugins".as_ref(),
+        plugins.path().as_os_str(),
+        "--tokens".as_ref(),
+        tokens.as_os_str(),
+        "--tls-cert".as_ref(),
+        cert.as_os_str(),
+        "--tls-key".as_ref(),
+        key.as_os_str(),
+    ]);
+    assert!(
+        process.url.starts_with("https://127.0.0.1:"),
+        "{}",
+        process.url
+    );
+    let url = process.url.as_str();
+    // serve generated the tokens file and a kubeconfig (with the CA) beside it.
+    let kubeconfig = dir.path().join("kubeconfig");
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let token = std::fs::read_to_string(&tokens)
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("token:")
+                .map(|t| t.trim().trim_matches('"').to_owned())
+        })
+        .expect("a generated token");
+    let cert = cert.to_str().unwrap();
+
+    let ok = |args: &[&str], stdin: Option<&str>| {
+        let out = setpoint(args, stdin);
+        assert!(
+            out.status.success(),
+            "setpoint {args:?}: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+    };
+    // The CA and token as flags.
+    let crds = ok(
+        &[
+            "get",
+            "crds",
+            "-o",
+            "json",
+            "--server",
+            url,
+            "--certificate-authority",
+            cert,
+            "--token",
+            &token,
+        ],
+        None,
+    );
+    assert!(crds.contains("pods.demo.setpoint.dev"), "{crds}");
+    // Everything from the kubeconfig: apply, get, plugins and describe.
+    let pod = "apiVersion: demo.setpoint.dev/v1\nkind: Pod\nmetadata:\n  name: p1\nspec:\n  startupDelayMs: 10\n";
+    let applied = ok(&["apply", "-f", "-", "--kubeconfig", kubeconfig], Some(pod));
+    assert_eq!(applied.trim(), "pod.demo.setpoint.dev/p1 created");
+    let table = ok(&["get", "pods", "--kubeconfig", kubeconfig], None);
+    assert!(table.contains("p1"), "{table}");
+    let plugins_list = ok(&["plugins", "--json", "--kubeconfig", kubeconfig], None);
+    assert!(plugins_list.contains("podsim"), "{plugins_list}");
+    let described = ok(&["describe", "pod", "p1", "--kubeconfig", kubeconfig], None);
+    assert!(described.contains("p1"), "{described}");
+    // Flags win over the kubeconfig: a wrong token is refused.
+    let out = setpoint(
+        &[
+            "get",
+            "pods",
+            "--kubeconfig",
+            kubeconfig,
+            "--token",
+            "not-a-known-token-at-all",
+        ],
+        None,
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("HTTP 401"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // Without the CA the self-signed certificate is not trusted…
+    let out = setpoint(&["get", "pods", "--server", url, "--token", &token], None);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("certificate"),
+        "{}",
+        text(&out.stderr)
+    );
+    // A trusted certificate must still name the server it is served by.
+    let by_name = url.replacen("127.0.0.1", "localhost", 1);
+    let out = setpoint(
+        &[
+            "get",
+            "pods",
+            "--server",
+            &by_name,
+            "--certificate-authority",
+            cert,
+            "--token",
+            &token,
+        ],
+        None,
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains(r#"certificate not valid for name "localhost""#),
+        "{}",
+        text(&out.stderr)
+    );
+    // …unless checking is turned off.
+    let table = ok(
+        &[
+            "get",
+            "pods",
+            "--server",
+            url,
+            "--token",
+            &token,
+            "--insecure-skip-tls-verify",
+        ],
+        None,
+    );
+    assert!(table.contains("p1"), "{table}");
+    // Plain HTTP to the HTTPS port gets no answer it can use.
+    let plain = url.replacen("https://", "http://", 1);
+    let out = setpoint(
+        &["get", "pods", "--server", &plain, "--token", &token],
+        None,
+    );
+    assert!(!out.status.success());
+}

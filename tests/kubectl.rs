@@ -125,6 +125,16 @@ impl Kubectl {
         String::from_utf8(out.stderr).unwrap()
     }
 
+    /// The client's minor version (`33` for kubectl 1.33).
+    async fn minor(&self) -> u32 {
+        let version: Value =
+            serde_json::from_str(&self.ok(&["version", "--client", "-o", "json"]).await).unwrap();
+        version["clientVersion"]["minor"]
+            .as_str()
+            .and_then(|m| m.trim_end_matches('+').parse().ok())
+            .unwrap()
+    }
+
     /// Write `manifest` to a file and `kubectl apply` it with `extra` flags.
     async fn apply(&self, manifest: &Value, extra: &[&str]) -> Output {
         let file = self
@@ -250,6 +260,22 @@ async fn kubectl_applies_a_crd_and_objects_and_reads_them_as_table_json_and_yaml
         widgets.contains("example.com/v1") && widgets.contains("Widget") && widgets.contains("wd"),
         "{widgets}"
     );
+    // kubectl ≥ 1.26 asks `/api` and `/apis` for aggregated discovery; served,
+    // it needs no request per group-version.
+    if kubectl.minor().await >= 26 {
+        let out = kubectl.run(&["api-resources", "-v=6"]).await;
+        let log = text(&out);
+        assert!(out.status.success(), "{log}");
+        assert!(
+            log.contains("/apis?timeout=") && log.contains("/api?timeout="),
+            "{log}"
+        );
+        assert!(
+            !log.contains("/apis/example.com/v1") && !log.contains("/api/v1?"),
+            "kubectl fell back to per-group discovery:\n{log}"
+        );
+        assert!(log.contains("widgets"), "{log}");
+    }
     host.stop().await;
 }
 
@@ -299,6 +325,55 @@ async fn kubectl_reports_not_found_conflict_and_invalid_field_errors() {
         err.contains("Conflict") && err.contains("the object has been modified"),
         "{err}"
     );
+    host.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_refuses_unknown_fields_by_default_and_only_warns_with_validate_warn() {
+    let host = TestHost::start(&[]).await;
+    let kubectl = Kubectl::new(&host.url);
+    install_widgets(&kubectl).await;
+    if kubectl.minor().await < 27 {
+        // Older clients validate on their side, against /openapi/v2 only.
+        host.stop().await;
+        return;
+    }
+    let mut bogus = widget("w1", json!(1), "red");
+    bogus["spec"]["bogus"] = json!(true);
+    let strict = r#"strict decoding error: unknown field "spec.bogus""#;
+
+    // Create (client-side apply of a new object), server-side apply, and
+    // client-side apply over an existing object (a merge patch).
+    let out = kubectl.apply(&bogus, &[]).await;
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("BadRequest") && text(&out).contains(strict),
+        "{}",
+        text(&out)
+    );
+    let out = kubectl.apply(&bogus, &["--server-side"]).await;
+    assert!(!out.status.success());
+    assert!(text(&out).contains(strict), "{}", text(&out));
+    let err = kubectl.fails(&["get", "widget", "w1"]).await;
+    assert!(err.contains("NotFound"), "{err}");
+    let out = kubectl.apply(&widget("w1", json!(1), "red"), &[]).await;
+    assert!(out.status.success(), "{}", text(&out));
+    bogus["spec"]["replicas"] = json!(2);
+    let out = kubectl.apply(&bogus, &[]).await;
+    assert!(!out.status.success());
+    assert!(text(&out).contains(strict), "{}", text(&out));
+
+    // --validate=warn: written without the field, and kubectl shows why.
+    let out = kubectl.apply(&bogus, &["--validate=warn"]).await;
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(r#"Warning: unknown field "spec.bogus""#),
+        "{}",
+        text(&out)
+    );
+    let object: Value =
+        serde_json::from_str(&kubectl.ok(&["get", "widget", "w1", "-o", "json"]).await).unwrap();
+    assert_eq!(object["spec"], json!({"replicas": 2, "color": "red"}));
     host.stop().await;
 }
 
@@ -542,12 +617,7 @@ async fn kubectl_explain_describes_the_fields_of_a_registered_kind_from_openapi_
     let host = TestHost::start(&[]).await;
     let kubectl = Kubectl::new(&host.url);
     install_widgets(&kubectl).await;
-    let version: Value =
-        serde_json::from_str(&kubectl.ok(&["version", "--client", "-o", "json"]).await).unwrap();
-    let minor: u32 = version["clientVersion"]["minor"]
-        .as_str()
-        .and_then(|m| m.trim_end_matches('+').parse().ok())
-        .unwrap();
+    let minor = kubectl.minor().await;
     let index: Value = reqwest::get(format!("{}/openapi/v3", host.url))
         .await
         .unwrap()

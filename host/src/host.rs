@@ -205,7 +205,8 @@ impl HostBuilder {
             self.backend
                 .unwrap_or_else(|| Arc::new(MemoryBackend::new()))
         };
-        let api = Api::open(backend).await?;
+        // Timed for /metrics (setpoint_store_request_duration_seconds).
+        let api = Api::open(Arc::new(crate::store::Metered::new(backend))).await?;
         let runtime = Runtime::new(self.runtime)?;
         let cluster = match (self.cluster, etcd) {
             (Some(config), Some(etcd)) => Some(Cluster::join(etcd, api.clone(), config).await?),

@@ -48,6 +48,7 @@ pub mod cluster;
 pub mod controller;
 pub mod host;
 pub mod informer;
+mod metrics;
 pub mod object;
 pub mod plugins;
 pub mod queue;

@@ -1,11 +1,15 @@
 //! A small typed HTTP client for a running host: discovery-based kind
 //! resolution, get, list, apply (create or update) and delete. Server
-//! `Status` errors become messages a user can act on.
+//! `Status` errors become messages a user can act on; the server's
+//! `Warning` headers are printed to standard error, as kubectl does. How
+//! requests travel (HTTP or HTTPS, token) is `http`'s.
 
 use anyhow::{Context, anyhow, bail};
-use reqwest::StatusCode;
+use axum::http::{Method, StatusCode};
+use http_body_util::BodyExt;
 use serde_json::Value;
 
+use super::http::{Transport, Trust};
 use super::manifest::Manifest;
 
 /// A kind as the server's discovery describes it.
@@ -67,54 +71,54 @@ impl Resource {
 
 /// A client of one host's HTTP API.
 pub struct Client {
-    base: String,
-    http: reqwest::Client,
+    http: Transport,
 }
 
 impl Client {
-    /// A client for the API at `base` (e.g. `http://127.0.0.1:8490`).
+    /// A client for the API at `base` (e.g. `http://127.0.0.1:8490`),
+    /// without a token; an `https://` server must have a certificate the
+    /// system trusts.
     pub fn new(base: &str) -> anyhow::Result<Self> {
-        let http = reqwest::Client::builder()
-            .build()
-            .context("building the HTTP client")?;
+        Self::connect(base, &Trust::System, None)
+    }
+
+    /// A client for the API at `base` that trusts `trust` over HTTPS and
+    /// sends `token` as a bearer token with every request.
+    pub fn connect(base: &str, trust: &Trust, token: Option<&str>) -> anyhow::Result<Self> {
         Ok(Self {
-            base: base.trim_end_matches('/').to_owned(),
-            http,
+            http: Transport::new(base, trust, token)?,
         })
     }
 
-    /// Send `token` as a bearer token with every request.
-    pub fn with_token(mut self, token: Option<&str>) -> anyhow::Result<Self> {
-        if let Some(token) = token {
-            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
-                .context("the token is not a valid HTTP header value")?;
-            value.set_sensitive(true);
-            let mut headers = reqwest::header::HeaderMap::new();
-            headers.insert(reqwest::header::AUTHORIZATION, value);
-            self.http = reqwest::Client::builder()
-                .default_headers(headers)
-                .build()
-                .context("building the HTTP client")?;
-        }
-        Ok(self)
-    }
-
-    async fn send(&self, request: reqwest::RequestBuilder) -> anyhow::Result<(StatusCode, Value)> {
-        let response = request.send().await.map_err(|e| {
-            anyhow!(
-                "cannot reach the Setpoint API at {} ({e}); is `setpoint serve` running?",
-                self.base
-            )
-        })?;
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> anyhow::Result<(StatusCode, Value)> {
+        let response = self.http.send(method, path, body).await?;
+        print_warnings(response.headers());
         let status = response.status();
-        let bytes = response.bytes().await.context("reading the response")?;
-        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Ok((status, body))
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .context("reading the response")?
+            .to_bytes();
+        Ok((
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        ))
     }
 
     /// Send a request whose success answer is the JSON body.
-    async fn send_ok(&self, request: reqwest::RequestBuilder) -> anyhow::Result<Value> {
-        let (status, body) = self.send(request).await?;
+    async fn send_ok(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> anyhow::Result<Value> {
+        let (status, body) = self.send(method, path, body).await?;
         if status.is_success() {
             Ok(body)
         } else {
@@ -129,10 +133,9 @@ impl Client {
         }
     }
 
-    async fn get_json(&self, path: &str) -> anyhow::Result<Option<Value>> {
-        let (status, body) = self
-            .send(self.http.get(format!("{}{path}", self.base)))
-            .await?;
+    /// `GET path` (with its query): the JSON body, or `None` on 404.
+    pub async fn get_json(&self, path: &str) -> anyhow::Result<Option<Value>> {
+        let (status, body) = self.send(Method::GET, path, None).await?;
         match status {
             StatusCode::NOT_FOUND => Ok(None),
             s if s.is_success() => Ok(Some(body)),
@@ -218,7 +221,7 @@ impl Client {
         namespace: Option<&str>,
         name: &str,
     ) -> anyhow::Result<Value> {
-        self.send_ok(self.http.get(self.url(resource, namespace, Some(name))))
+        self.send_ok(Method::GET, &resource.path(namespace, Some(name)), None)
             .await
     }
 
@@ -229,11 +232,11 @@ impl Client {
         namespace: Option<&str>,
         selector: Option<&str>,
     ) -> anyhow::Result<Value> {
-        let mut request = self.http.get(self.url(resource, namespace, None));
+        let mut path = resource.path(namespace, None);
         if let Some(selector) = selector {
-            request = request.query(&[("labelSelector", selector)]);
+            path.push_str(&query(&[("labelSelector", selector)]));
         }
-        self.send_ok(request).await
+        self.send_ok(Method::GET, &path, None).await
     }
 
     /// Follow a watch stream, calling `on_event` with each event
@@ -244,23 +247,30 @@ impl Client {
         namespace: Option<&str>,
         mut on_event: impl FnMut(Value),
     ) -> anyhow::Result<()> {
-        let request = self
-            .http
-            .get(self.url(resource, namespace, None))
-            .query(&[("watch", "true")]);
-        let mut response = request.send().await.map_err(|e| {
-            anyhow!(
-                "cannot reach the Setpoint API at {} ({e}); is `setpoint serve` running?",
-                self.base
-            )
-        })?;
+        let path = format!(
+            "{}{}",
+            resource.path(namespace, None),
+            query(&[("watch", "true")])
+        );
+        let response = self.http.send(Method::GET, &path, None).await?;
         if !response.status().is_success() {
             let status = response.status();
-            let body: Value = response.json().await.unwrap_or(Value::Null);
+            let bytes = response
+                .into_body()
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             return Err(Self::fail(status, &body));
         }
+        let mut body = response.into_body();
         let mut buffer = Vec::new();
-        while let Some(chunk) = response.chunk().await.context("reading the watch stream")? {
+        while let Some(frame) = body.frame().await {
+            let frame = frame.context("reading the watch stream")?;
+            let Ok(chunk) = frame.into_data() else {
+                continue;
+            };
             buffer.extend_from_slice(&chunk);
             while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = buffer.drain(..=end).collect();
@@ -285,7 +295,7 @@ impl Client {
         namespace: Option<&str>,
         name: &str,
     ) -> anyhow::Result<Value> {
-        self.send_ok(self.http.delete(self.url(resource, namespace, Some(name))))
+        self.send_ok(Method::DELETE, &resource.path(namespace, Some(name)), None)
             .await
     }
 
@@ -318,10 +328,6 @@ impl Client {
                 json_path: c["jsonPath"].as_str().unwrap_or("").to_owned(),
             })
             .collect())
-    }
-
-    fn url(&self, resource: &Resource, namespace: Option<&str>, name: Option<&str>) -> String {
-        format!("{}{}", self.base, resource.path(namespace, name))
     }
 
     /// Create or update every manifest, after checking that the server knows
@@ -370,16 +376,11 @@ impl Client {
                 .unwrap_or("default")
         });
         for _attempt in 0..5 {
-            let (status, live) = self
-                .send(self.http.get(self.url(resource, namespace, Some(name))))
-                .await?;
+            let item = resource.path(namespace, Some(name));
+            let (status, live) = self.send(Method::GET, &item, None).await?;
             if status == StatusCode::NOT_FOUND {
                 let (status, body) = self
-                    .send(
-                        self.http
-                            .post(self.url(resource, namespace, None))
-                            .json(object),
-                    )
+                    .send(Method::POST, &resource.path(namespace, None), Some(object))
                     .await?;
                 match status {
                     s if s.is_success() => return Ok("created"),
@@ -391,13 +392,7 @@ impl Client {
                 return Err(Self::fail(status, &live));
             }
             let desired = merged(&live, object);
-            let (status, body) = self
-                .send(
-                    self.http
-                        .put(self.url(resource, namespace, Some(name)))
-                        .json(&desired),
-                )
-                .await?;
+            let (status, body) = self.send(Method::PUT, &item, Some(&desired)).await?;
             match status {
                 s if s.is_success() => {
                     let unchanged =
@@ -428,4 +423,52 @@ fn merged(live: &Value, manifest: &Value) -> Value {
         }
     }
     next
+}
+
+/// `?k=v&…`, percent-encoded.
+pub(super) fn query(pairs: &[(&str, &str)]) -> String {
+    let encode = |text: &str| -> String {
+        text.bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                    (b as char).to_string()
+                }
+                other => format!("%{other:02X}"),
+            })
+            .collect()
+    };
+    let pairs: Vec<String> = pairs
+        .iter()
+        .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
+        .collect();
+    format!("?{}", pairs.join("&"))
+}
+
+/// Print the server's warnings (`Warning: 299 - "text"`) as kubectl does.
+fn print_warnings(headers: &axum::http::HeaderMap) {
+    for value in headers.get_all(axum::http::header::WARNING) {
+        let Ok(value) = value.to_str() else { continue };
+        // warn-code SP warn-agent SP quoted-text: print the text, unquoted.
+        let text = value
+            .splitn(3, ' ')
+            .nth(2)
+            .and_then(|t| t.strip_prefix('"'))
+            .and_then(|t| t.strip_suffix('"'))
+            .map(|t| t.replace("\\\"", "\"").replace("\\\\", "\\"))
+            .unwrap_or_else(|| value.to_owned());
+        eprintln!("Warning: {text}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_strings_are_percent_encoded() {
+        assert_eq!(
+            query(&[("labelSelector", "app in (a,b)"), ("watch", "true")]),
+            "?labelSelector=app%20in%20%28a%2Cb%29&watch=true"
+        );
+    }
 }

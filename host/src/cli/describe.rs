@@ -5,23 +5,21 @@
 
 use std::fmt::Write as _;
 
-use anyhow::Context;
 use serde_json::Value;
 
-use super::client::{Client, Resource};
+use super::client::{Client, Resource, query};
 
 /// Fetch and render the description of one object.
 pub async fn describe(
-    server: &str,
+    client: &Client,
     kind: &str,
     name: &str,
     namespace: &str,
 ) -> anyhow::Result<String> {
-    let client = Client::new(server)?;
     let resource = client.resolve(kind).await?;
     let namespace = resource.namespaced.then_some(namespace);
     let object = client.get(&resource, namespace, name).await?;
-    let history = fetch_history(server, &resource, namespace, name).await?;
+    let history = fetch_history(client, &resource, namespace, name).await;
     let events = client.resolve("events").await?;
     let events = client.list(&events, namespace, None).await?;
     let uid = object["metadata"]["uid"].as_str().unwrap_or_default();
@@ -47,35 +45,29 @@ pub async fn describe(
 }
 
 async fn fetch_history(
-    server: &str,
+    client: &Client,
     resource: &Resource,
     namespace: Option<&str>,
     name: &str,
-) -> anyhow::Result<Vec<Value>> {
-    let mut query = vec![
-        ("apiVersion", resource.api_version()),
-        ("kind", resource.kind.clone()),
-        ("name", name.to_owned()),
+) -> Vec<Value> {
+    let api_version = resource.api_version();
+    let mut pairs = vec![
+        ("apiVersion", api_version.as_str()),
+        ("kind", resource.kind.as_str()),
+        ("name", name),
     ];
     if let Some(ns) = namespace {
-        query.push(("namespace", ns.to_owned()));
+        pairs.push(("namespace", ns));
     }
-    let url = format!("{}/setpoint/v1/history", server.trim_end_matches('/'));
-    let response = reqwest::Client::new()
-        .get(url)
-        .query(&query)
-        .send()
+    match client
+        .get_json(&format!("/setpoint/v1/history{}", query(&pairs)))
         .await
-        .context("reading the reconcile history")?;
-    if !response.status().is_success() {
-        // An older host without the endpoint: describe without history.
-        return Ok(Vec::new());
+    {
+        Ok(Some(body)) => body["records"].as_array().cloned().unwrap_or_default(),
+        // An older host without the endpoint, or a token that may not read
+        // it: describe without history.
+        _ => Vec::new(),
     }
-    let body: Value = response
-        .json()
-        .await
-        .context("decoding the reconcile history")?;
-    Ok(body["records"].as_array().cloned().unwrap_or_default())
 }
 
 fn text(value: &Value) -> String {

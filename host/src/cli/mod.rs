@@ -5,19 +5,23 @@
 
 mod client;
 mod describe;
+mod http;
+mod kubeconfig;
 mod manifest;
 pub mod new_plugin;
 mod output;
 mod plugins;
 mod serve;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 
 pub use client::Client;
+pub use http::Trust;
+pub use kubeconfig::Connection;
 pub use manifest::{Manifest, read_manifests};
 
 /// Where the HTTP API listens unless told otherwise.
@@ -43,15 +47,71 @@ pub enum Format {
     Json,
 }
 
-/// The address of a running host.
+/// How to reach a running host. Flags win over the kubeconfig, which wins
+/// over the default address.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServerArgs {
-    /// The host's API address.
-    #[arg(long, env = "SETPOINT_SERVER", default_value = "http://127.0.0.1:8490")]
-    pub server: String,
+    /// The host's API address [default: the kubeconfig's server, else http://127.0.0.1:8490].
+    #[arg(long, env = "SETPOINT_SERVER")]
+    pub server: Option<String>,
     /// A bearer token, when the host was started with `--tokens`.
     #[arg(long, env = "SETPOINT_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// A kubeconfig to take server, token and certificate authority from
+    /// (its current context), e.g. the one `setpoint serve --tokens` writes.
+    #[arg(long, env = "SETPOINT_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// PEM file of the certificate (authority) to trust for an https:// server.
+    #[arg(long, env = "SETPOINT_CERTIFICATE_AUTHORITY")]
+    pub certificate_authority: Option<PathBuf>,
+    /// Do not check the https:// server's certificate (the connection is
+    /// encrypted but not authenticated).
+    #[arg(long)]
+    pub insecure_skip_tls_verify: bool,
+}
+
+impl ServerArgs {
+    /// Where to connect and how, from the flags and the kubeconfig.
+    pub fn connection(&self) -> anyhow::Result<Connection> {
+        let from_file = match &self.kubeconfig {
+            Some(path) => kubeconfig::read(path)?,
+            None => Connection::default(),
+        };
+        let certificate_authority = match &self.certificate_authority {
+            Some(path) => Some(read_file(path)?),
+            None => from_file.certificate_authority,
+        };
+        let server = self
+            .server
+            .clone()
+            .or_else(|| Some(from_file.server).filter(|s| !s.is_empty()))
+            .unwrap_or_else(|| format!("http://{DEFAULT_ADDR}"));
+        Ok(Connection {
+            server,
+            token: self.token.clone().or(from_file.token),
+            certificate_authority,
+            insecure_skip_tls_verify: self.insecure_skip_tls_verify
+                || from_file.insecure_skip_tls_verify,
+        })
+    }
+
+    /// A client for the host these arguments name.
+    pub fn client(&self) -> anyhow::Result<Client> {
+        let connection = self.connection()?;
+        let trust = match (
+            connection.insecure_skip_tls_verify,
+            connection.certificate_authority,
+        ) {
+            (true, _) => Trust::Insecure,
+            (false, Some(pem)) => Trust::Pem(pem),
+            (false, None) => Trust::System,
+        };
+        Client::connect(&connection.server, &trust, connection.token.as_deref())
+    }
+}
+
+fn read_file(path: &Path) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
 }
 
 /// A `setpoint` subcommand.
@@ -161,7 +221,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve(args) => serve::run(*args),
         Command::Apply { files, server } => block_on(async move {
-            let client = Client::new(&server.server)?.with_token(server.token.as_deref())?;
+            let client = server.client()?;
             let mut manifests = Vec::new();
             for file in &files {
                 manifests.extend(read_manifests(file)?);
@@ -180,7 +240,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             output,
             server,
         } => block_on(async move {
-            let client = Client::new(&server.server)?.with_token(server.token.as_deref())?;
+            let client = server.client()?;
             let resource = client.resolve(&kind).await?;
             let namespace = (!all_namespaces).then_some(namespace.as_str());
             let columns = if output == Format::Table {
@@ -210,7 +270,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
             server,
         } => block_on(async move {
-            let client = Client::new(&server.server)?.with_token(server.token.as_deref())?;
+            let client = server.client()?;
             let resource = client.resolve(&kind).await?;
             let namespace = (!all_namespaces).then_some(namespace.as_str());
             client
@@ -232,12 +292,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => block_on(async move {
             print!(
                 "{}",
-                describe::describe(&server.server, &kind, &name, &namespace).await?
+                describe::describe(&server.client()?, &kind, &name, &namespace).await?
             );
             Ok(ExitCode::SUCCESS)
         }),
         Command::Plugins { json, server } => block_on(async move {
-            let list = plugins::fetch(&server.server).await?;
+            let list = plugins::fetch(&server.client()?).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&list)?);
             } else {
@@ -266,7 +326,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             namespace,
             server,
         } => block_on(async move {
-            let client = Client::new(&server.server)?.with_token(server.token.as_deref())?;
+            let client = server.client()?;
             let resource = client.resolve(&kind).await?;
             client.delete(&resource, Some(&namespace), &name).await?;
             println!(
@@ -287,4 +347,73 @@ fn block_on<F: std::future::Future<Output = anyhow::Result<ExitCode>>>(
         .build()
         .context("starting the async runtime")?
         .block_on(future)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server_args(args: &[&str]) -> ServerArgs {
+        let mut argv = vec!["setpoint", "plugins"];
+        argv.extend_from_slice(args);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Plugins { server, .. } => server,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn flags_win_over_the_kubeconfig_which_wins_over_the_default_address() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubeconfig");
+        std::fs::write(
+            &path,
+            kubeconfig::render(
+                "https://10.0.0.1:8490",
+                Some(("admin", "from-file")),
+                Some(b"ca"),
+            ),
+        )
+        .unwrap();
+        let path = path.to_str().unwrap();
+        assert_eq!(
+            server_args(&[]).connection().unwrap(),
+            Connection {
+                server: format!("http://{DEFAULT_ADDR}"),
+                ..Connection::default()
+            }
+        );
+        assert_eq!(
+            server_args(&["--kubeconfig", path]).connection().unwrap(),
+            Connection {
+                server: "https://10.0.0.1:8490".into(),
+                token: Some("from-file".into()),
+                certificate_authority: Some(b"ca".to_vec()),
+                insecure_skip_tls_verify: false,
+            }
+        );
+        let ca = dir.path().join("other.pem");
+        std::fs::write(&ca, "other").unwrap();
+        assert_eq!(
+            server_args(&[
+                "--kubeconfig",
+                path,
+                "--server",
+                "https://127.0.0.1:1",
+                "--token",
+                "from-flag",
+                "--certificate-authority",
+                ca.to_str().unwrap(),
+                "--insecure-skip-tls-verify",
+            ])
+            .connection()
+            .unwrap(),
+            Connection {
+                server: "https://127.0.0.1:1".into(),
+                token: Some("from-flag".into()),
+                certificate_authority: Some(b"other".to_vec()),
+                insecure_skip_tls_verify: true,
+            }
+        );
+    }
 }

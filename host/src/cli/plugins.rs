@@ -4,20 +4,17 @@
 
 use std::fmt::Write;
 
-use anyhow::{Context, anyhow};
+use anyhow::anyhow;
 use serde_json::Value;
 
-/// Fetch the plugin list from the host at `server`.
-pub async fn fetch(server: &str) -> anyhow::Result<Value> {
-    let url = format!("{}/setpoint/v1/plugins", server.trim_end_matches('/'));
-    let response = reqwest::get(&url).await.map_err(|e| {
-        anyhow!("cannot reach the Setpoint API at {server} ({e}); is `setpoint serve` running?")
-    })?;
-    let status = response.status();
-    if !status.is_success() {
-        return Err(anyhow!("the server answered HTTP {status} for {url}"));
-    }
-    response.json().await.context("reading the plugin list")
+use super::client::Client;
+
+/// Fetch the plugin list from the host `client` talks to.
+pub async fn fetch(client: &Client) -> anyhow::Result<Value> {
+    client
+        .get_json("/setpoint/v1/plugins")
+        .await?
+        .ok_or_else(|| anyhow!("the server has no plugin list (/setpoint/v1/plugins)"))
 }
 
 /// Render the list as a table; failures and rejected replacements are

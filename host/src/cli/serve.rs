@@ -217,25 +217,6 @@ fn load_or_generate_tokens(path: &Path) -> anyhow::Result<Tokens> {
     Ok(tokens)
 }
 
-/// A kubeconfig for `server`, authenticating with `token` if given and
-/// trusting `ca_pem` (the served certificate, for HTTPS) if given.
-pub fn kubeconfig(server: &str, token: Option<(&str, &str)>, ca_pem: Option<&[u8]>) -> String {
-    let ca_line = ca_pem
-        .map(|pem| format!("    certificate-authority-data: {}\n", base64(pem)))
-        .unwrap_or_default();
-    let (user, token_line) = match token {
-        Some((user, token)) => (user, format!("    token: {token}\n")),
-        None => ("anonymous", String::new()),
-    };
-    format!(
-        "apiVersion: v1\nkind: Config\n\
-         clusters:\n- name: setpoint\n  cluster:\n    server: {server}\n{ca_line}\
-         users:\n- name: {user}\n  user:\n{token_line}\
-         contexts:\n- name: setpoint\n  context:\n    cluster: setpoint\n    user: {user}\n    namespace: default\n\
-         current-context: setpoint\n"
-    )
-}
-
 /// Say how to reach the API: with tokens, write a kubeconfig for the first
 /// user and name it; without, the flags to use.
 fn print_instructions(
@@ -266,7 +247,8 @@ fn print_instructions(
                 ),
                 None => None,
             };
-            let text = kubeconfig(&server, Some((&user.name, &user.token)), ca.as_deref());
+            let text =
+                super::kubeconfig::render(&server, Some((&user.name, &user.token)), ca.as_deref());
             crate::server::auth::write_private(&path, &text)
                 .with_context(|| format!("writing {}", path.display()))?;
             let path = std::path::absolute(&path).unwrap_or(path);
@@ -274,8 +256,8 @@ fn print_instructions(
             eprintln!("  export KUBECONFIG={}", path.display());
             eprintln!("  kubectl get crds");
             eprintln!(
-                "Or: setpoint --server {server} --token <token from {}> get replicasets",
-                tokens_path.display()
+                "Or: setpoint get replicasets --kubeconfig {}",
+                path.display()
             );
         }
         _ => {
@@ -285,53 +267,8 @@ fn print_instructions(
                 .map(|c| format!(" --certificate-authority {}", c.display()))
                 .unwrap_or_default();
             eprintln!("Point kubectl at it:  kubectl --server {server}{ca} get crds");
-            eprintln!("Or:                   setpoint --server {server} get replicasets");
+            eprintln!("Or:                   setpoint get replicasets --server {server}{ca}");
         }
     }
     Ok(())
-}
-
-/// Standard base64 with padding (for kubeconfig `*-data` fields).
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn base64_matches_the_standard_alphabet_with_padding() {
-        assert_eq!(base64(b""), "");
-        assert_eq!(base64(b"f"), "Zg==");
-        assert_eq!(base64(b"fo"), "Zm8=");
-        assert_eq!(base64(b"foo"), "Zm9v");
-        assert_eq!(base64(b"foobar"), "Zm9vYmFy");
-    }
-
-    #[test]
-    fn a_kubeconfig_carries_server_token_and_certificate_authority() {
-        let text = kubeconfig("https://127.0.0.1:1", Some(("admin", "tok")), Some(b"foo"));
-        assert!(text.contains("server: https://127.0.0.1:1"));
-        assert!(text.contains("token: tok"));
-        assert!(text.contains("certificate-authority-data: Zm9v"));
-        assert!(text.contains("current-context: setpoint"));
-    }
 }

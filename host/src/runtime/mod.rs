@@ -32,6 +32,7 @@ mod bindings;
 mod error;
 mod host_api;
 mod limits;
+mod metrics;
 mod plugin;
 mod wit;
 
@@ -47,6 +48,7 @@ use wasmtime::{
 
 pub use error::Error;
 pub use limits::Limits;
+pub use metrics::PluginCallStats;
 pub use plugin::WasmPlugin;
 pub use wit::{ACCEPTED_WIT_VERSIONS, WIT_PACKAGE, accepts_wit_version};
 
@@ -106,6 +108,8 @@ struct Inner {
     slots: Slots,
     /// Compiled components by content hash, so the same bytes compile once.
     compiled: Mutex<HashMap<[u8; 32], Component>>,
+    /// Reconcile call durations and guest faults, by plugin name.
+    calls: metrics::CallMetrics,
 }
 
 impl Runtime {
@@ -153,6 +157,7 @@ impl Runtime {
                 config,
                 disk_cache,
                 compiled: Mutex::default(),
+                calls: metrics::CallMetrics::default(),
             }),
         })
     }
@@ -178,6 +183,12 @@ impl Runtime {
                 misses: c.cache_misses(),
             })
             .unwrap_or_default()
+    }
+
+    /// Each plugin's reconcile call durations and guest faults so far, by
+    /// plugin name (for `/metrics`).
+    pub fn plugin_call_stats(&self) -> Vec<PluginCallStats> {
+        self.inner.calls.snapshot()
     }
 
     /// Compile (or reuse) a component, link it against the plugin world and

@@ -290,6 +290,7 @@ impl controller::Reconciler for WasmPlugin {
         request: &Request,
         cache: &Arc<dyn CacheView>,
     ) -> Result<Response, ReconcileError> {
+        let timer = self.runtime.inner.calls.start(&self.name);
         let key = crate::object::ObjectKey::of(&request.object).to_string();
         let input = wit::Request {
             object: request.object.to_string(),
@@ -320,6 +321,7 @@ impl controller::Reconciler for WasmPlugin {
         // object and wait for the object (or the plugin, whose reload
         // requeues everything) to change. Anything else is retried.
         result.map_err(|err| {
+            timer.fault(&err);
             if err.is_guest_fault() {
                 ReconcileError::Permanent(err.to_string())
             } else {

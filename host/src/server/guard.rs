@@ -168,9 +168,17 @@ pub(super) async fn check(
         return next.run(request).await;
     }
     let started = Instant::now();
-    let (verb, resource) = match &classified {
-        auth::Request::Resource(r) => (r.verb.to_ascii_uppercase(), r.full_resource()),
-        _ => (request.method().as_str().to_owned(), String::new()),
+    let (verb, resource, group) = match &classified {
+        auth::Request::Resource(r) => (
+            r.verb.to_ascii_uppercase(),
+            r.full_resource(),
+            r.group.clone(),
+        ),
+        _ => (
+            request.method().as_str().to_owned(),
+            String::new(),
+            String::new(),
+        ),
     };
     let response = gate(&guard, request, next, watch, classified).await;
     guard.metrics.observe(
@@ -181,7 +189,7 @@ pub(super) async fn check(
     );
     if watch && response.status().is_success() {
         // Count the stream as open until its body is dropped.
-        let gauge = guard.metrics.watch_started();
+        let gauge = guard.metrics.watch_started(&group, &resource);
         let (parts, body) = response.into_parts();
         let stream = tokio_stream::StreamExt::map(body.into_data_stream(), move |chunk| {
             let _open = &gauge;

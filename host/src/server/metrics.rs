@@ -11,11 +11,20 @@
 //!   rate-limited re-add (a retry);
 //! - `apiserver_request_total{verb,resource,code}` and
 //!   `apiserver_request_duration_seconds{verb}` for the HTTP API, and
-//!   `apiserver_longrunning_requests` / `setpoint_watches_total` for watch
-//!   streams.
+//!   `apiserver_longrunning_requests`, `setpoint_watchers{group,resource}`
+//!   and `setpoint_watches_total` for watch streams;
+//! - `setpoint_store_request_duration_seconds{operation}` and
+//!   `setpoint_store_request_errors_total{operation}`, the store backend's
+//!   operations (modelled on `etcd_request_duration_seconds`);
+//! - `setpoint_plugin_reconciles_total{plugin}` and
+//!   `setpoint_plugin_reconcile_errors_total{plugin}` (what `setpoint
+//!   plugins` shows), `setpoint_plugin_reconcile_duration_seconds{plugin}`
+//!   and `setpoint_plugin_faults_total{plugin,fault}` with `fault` one of
+//!   `trap`, `timeout`, `memory`, `fuel`, `bad_response`.
 //!
-//! Owns the HTTP request counters and the text rendering; the workqueue
-//! owns its own metrics.
+//! Owns the HTTP request counters and the text rendering; the workqueue,
+//! the store wrapper (`store::Metered`), the plugin counters and the
+//! runtime own their own numbers.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -29,6 +38,8 @@ use axum::response::{IntoResponse, Response};
 
 use crate::Host;
 use crate::queue::{DURATION_BUCKETS_SECONDS, HistogramSnapshot, MetricsSnapshot};
+use crate::runtime::PluginCallStats;
+use crate::store::metered::OperationSnapshot;
 
 /// Upper bounds (seconds) of the request duration histogram.
 const REQUEST_BUCKETS: [f64; 10] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
@@ -47,14 +58,29 @@ pub(super) struct RequestMetrics {
     durations: Mutex<BTreeMap<String, Histogram>>,
     watches_active: AtomicI64,
     watches_total: AtomicU64,
+    /// Open watch streams by (group, resource); entries stay at zero once
+    /// created, so the series does not vanish between watches.
+    watchers: Mutex<BTreeMap<(String, String), i64>>,
 }
 
-/// Decrements the active watch gauge when the watch's body is dropped.
-pub(super) struct WatchGauge(Arc<RequestMetrics>);
+/// Decrements the open watch gauges when the watch's body is dropped.
+pub(super) struct WatchGauge {
+    metrics: Arc<RequestMetrics>,
+    key: (String, String),
+}
 
 impl Drop for WatchGauge {
     fn drop(&mut self) {
-        self.0.watches_active.fetch_sub(1, Ordering::Relaxed);
+        self.metrics.watches_active.fetch_sub(1, Ordering::Relaxed);
+        if let Some(n) = self
+            .metrics
+            .watchers
+            .lock()
+            .expect("metrics lock")
+            .get_mut(&self.key)
+        {
+            *n -= 1;
+        }
     }
 }
 
@@ -79,11 +105,22 @@ impl RequestMetrics {
         }
     }
 
-    /// A watch started; the gauge goes down when the returned value drops.
-    pub(super) fn watch_started(self: &Arc<Self>) -> WatchGauge {
+    /// A watch of `resource` in `group` started; the gauges go down when
+    /// the returned value drops.
+    pub(super) fn watch_started(self: &Arc<Self>, group: &str, resource: &str) -> WatchGauge {
         self.watches_active.fetch_add(1, Ordering::Relaxed);
         self.watches_total.fetch_add(1, Ordering::Relaxed);
-        WatchGauge(self.clone())
+        let key = (group.to_owned(), resource.to_owned());
+        *self
+            .watchers
+            .lock()
+            .expect("metrics lock")
+            .entry(key.clone())
+            .or_default() += 1;
+        WatchGauge {
+            metrics: self.clone(),
+            key,
+        }
     }
 }
 
@@ -108,8 +145,49 @@ fn histogram(out: &mut String, name: &str, labels: &str, h: &HistogramSnapshot) 
     let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
 }
 
+/// What the host's parts counted, read for one scrape.
+#[derive(Default)]
+pub(super) struct HostNumbers {
+    /// Each reconciler's workqueue, by name.
+    pub(super) queues: Vec<(String, MetricsSnapshot)>,
+    /// The store's operations, when the backend is metered.
+    pub(super) store: Vec<OperationSnapshot>,
+    /// (plugin, reconciles, errors), from the plugin files' counters.
+    pub(super) plugins: Vec<(String, u64, u64)>,
+    /// Each plugin's call durations and guest faults, from the runtime.
+    pub(super) calls: Vec<PluginCallStats>,
+}
+
+impl HostNumbers {
+    async fn read(host: &Host) -> Self {
+        // Several files may carry one plugin name (a failed copy, say): one
+        // series per name.
+        let mut plugins: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+        for p in host.plugins().await {
+            let entry = plugins.entry(p.name).or_default();
+            entry.0 += p.reconciles;
+            entry.1 += p.errors;
+        }
+        Self {
+            queues: host.queue_metrics().await,
+            store: host
+                .api()
+                .backend()
+                .metrics()
+                .map(|m| m.snapshot())
+                .unwrap_or_default(),
+            plugins: plugins
+                .into_iter()
+                .map(|(name, (reconciles, errors))| (name, reconciles, errors))
+                .collect(),
+            calls: host.runtime().plugin_call_stats(),
+        }
+    }
+}
+
 /// Render every metric in the Prometheus text format (0.0.4).
-pub(super) fn render(queues: &[(String, MetricsSnapshot)], requests: &RequestMetrics) -> String {
+pub(super) fn render(numbers: &HostNumbers, requests: &RequestMetrics) -> String {
+    let queues = &numbers.queues;
     let mut out = String::new();
     type Gauge = (&'static str, &'static str, fn(&MetricsSnapshot) -> String);
     let gauges: [Gauge; 5] = [
@@ -299,18 +377,130 @@ pub(super) fn render(queues: &[(String, MetricsSnapshot)], requests: &RequestMet
         "setpoint_watches_total {}",
         requests.watches_total.load(Ordering::Relaxed)
     );
+    header(
+        &mut out,
+        "setpoint_watchers",
+        "gauge",
+        "Watch streams currently open, by group and resource.",
+    );
+    for ((group, resource), n) in requests.watchers.lock().expect("metrics lock").iter() {
+        let _ = writeln!(
+            out,
+            "setpoint_watchers{{group=\"{}\",resource=\"{}\"}} {n}",
+            escape(group),
+            escape(resource)
+        );
+    }
+    render_store(&mut out, &numbers.store);
+    render_plugins(&mut out, &numbers.plugins, &numbers.calls);
     out
+}
+
+fn render_store(out: &mut String, store: &[OperationSnapshot]) {
+    header(
+        out,
+        "setpoint_store_request_duration_seconds",
+        "histogram",
+        "Store backend request latency in seconds, by operation.",
+    );
+    for op in store {
+        let labels = format!("operation=\"{}\"", op.operation);
+        histogram(
+            out,
+            "setpoint_store_request_duration_seconds",
+            &labels,
+            &op.latency,
+        );
+    }
+    header(
+        out,
+        "setpoint_store_request_errors_total",
+        "counter",
+        "Store backend requests that failed (not counting failed preconditions), by operation.",
+    );
+    for op in store {
+        let _ = writeln!(
+            out,
+            "setpoint_store_request_errors_total{{operation=\"{}\"}} {}",
+            op.operation, op.errors
+        );
+    }
+}
+
+fn render_plugins(out: &mut String, plugins: &[(String, u64, u64)], calls: &[PluginCallStats]) {
+    header(
+        out,
+        "setpoint_plugin_reconciles_total",
+        "counter",
+        "Reconcile calls per plugin, across reloads of its file.",
+    );
+    for (plugin, reconciles, _) in plugins {
+        let _ = writeln!(
+            out,
+            "setpoint_plugin_reconciles_total{{plugin=\"{}\"}} {reconciles}",
+            escape(plugin)
+        );
+    }
+    header(
+        out,
+        "setpoint_plugin_reconcile_errors_total",
+        "counter",
+        "Reconcile calls per plugin that failed (plugin errors and guest faults).",
+    );
+    for (plugin, _, errors) in plugins {
+        let _ = writeln!(
+            out,
+            "setpoint_plugin_reconcile_errors_total{{plugin=\"{}\"}} {errors}",
+            escape(plugin)
+        );
+    }
+    header(
+        out,
+        "setpoint_plugin_reconcile_duration_seconds",
+        "histogram",
+        "Time per Wasm reconcile call, per plugin.",
+    );
+    for call in calls {
+        let labels = format!("plugin=\"{}\"", escape(&call.plugin));
+        histogram(
+            out,
+            "setpoint_plugin_reconcile_duration_seconds",
+            &labels,
+            &call.duration,
+        );
+    }
+    header(
+        out,
+        "setpoint_plugin_faults_total",
+        "counter",
+        "Reconcile calls a guest fault ended, per plugin and fault (trap, timeout, memory, fuel, bad_response).",
+    );
+    for call in calls {
+        let p = escape(&call.plugin);
+        for (fault, n) in [
+            ("trap", call.traps),
+            ("timeout", call.timeouts),
+            ("memory", call.memory_exhausted),
+            ("fuel", call.fuel_exhausted),
+            ("bad_response", call.bad_responses),
+        ] {
+            let _ = writeln!(
+                out,
+                "setpoint_plugin_faults_total{{plugin=\"{p}\",fault=\"{fault}\"}} {n}"
+            );
+        }
+    }
 }
 
 /// `GET /metrics`.
 pub(super) async fn metrics(host: Arc<Host>, requests: Arc<RequestMetrics>) -> Response {
-    let queues = host.queue_metrics().await;
+    let numbers = HostNumbers::read(&host).await;
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        render(&queues, &requests),
+        render(&numbers, &requests),
     )
         .into_response()
 }

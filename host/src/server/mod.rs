@@ -7,6 +7,7 @@
 
 pub mod auth;
 mod discovery;
+mod fields;
 pub mod guard;
 mod host_info;
 mod metrics;

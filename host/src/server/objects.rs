@@ -1,5 +1,7 @@
 //! Collection and item endpoints of every registered kind: get, list,
 //! create, update, merge patch, delete, and the `status` sub-resource.
+//! Every write's fields are reviewed first (`fieldValidation`, see
+//! [`super::fields`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,6 +13,7 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
+use super::fields::{self, FieldValidation, Format, Write};
 use super::status::{ApiError, error_response};
 use super::table;
 use crate::Host;
@@ -128,6 +131,18 @@ async fn handle(
         Ok(t) => t,
         Err(response) => return *response,
     };
+    let validation = if matches!(method, Method::POST | Method::PUT | Method::PATCH) {
+        match FieldValidation::from_query(&query) {
+            Ok(v) => v,
+            Err(response) => return *response,
+        }
+    } else {
+        FieldValidation::Ignore
+    };
+    let review = |write: Write<'_>, format: Format| {
+        fields::review(validation, host.api(), &target.kind, write, &body, format)
+    };
+    let mut warnings = Vec::new();
     let result = match (&method, &target.name) {
         (&Method::GET, None) if super::watch::is_watch(&query) => {
             return super::watch::watch(
@@ -156,20 +171,43 @@ async fn handle(
                 ),
                 None => (StatusCode::OK, o),
             }),
-        (&Method::POST, None) => match parse_body(&body) {
-            Ok(object) => create(&host, &target, object).await,
-            Err(r) => return *r,
-        },
-        (&Method::PUT, Some(name)) => match parse_body(&body) {
-            Ok(object) => update(&host, &target, name, object).await,
-            Err(r) => return *r,
-        },
+        (&Method::POST, None) => {
+            match parse_body(&body).and_then(|o| Ok((review(Write::Object(&o), Format::Json)?, o)))
+            {
+                Ok((found, object)) => {
+                    warnings = found;
+                    create(&host, &target, object).await
+                }
+                Err(r) => return *r,
+            }
+        }
+        (&Method::PUT, Some(name)) => {
+            match parse_body(&body).and_then(|o| Ok((review(Write::Object(&o), Format::Json)?, o)))
+            {
+                Ok((found, object)) => {
+                    warnings = found;
+                    update(&host, &target, name, object).await
+                }
+                Err(r) => return *r,
+            }
+        }
         (&Method::PATCH, Some(name)) => {
             let content_type = headers
                 .get(header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("");
-            match patch(&host, &target, name, content_type, &query, &body).await {
+            match patch(
+                &host,
+                &target,
+                name,
+                content_type,
+                &query,
+                &body,
+                &review,
+                &mut warnings,
+            )
+            .await
+            {
                 Ok(result) => Ok(result),
                 Err(PatchFailure::Response(r)) => return *r,
                 Err(PatchFailure::Api(e)) => Err(e),
@@ -194,10 +232,12 @@ async fn handle(
             );
         }
     };
-    match result {
+    let mut response = match result {
         Ok((code, body)) => (code, Json(body)).into_response(),
         Err(err) => ApiError(err).into_response(),
-    }
+    };
+    fields::add_warnings(response.headers_mut(), &warnings);
+    response
 }
 
 async fn list(
@@ -328,8 +368,15 @@ impl From<Error> for PatchFailure {
     }
 }
 
+/// Reviews a write's fields (see [`fields::review`]).
+type Review<'a> =
+    dyn Fn(Write<'_>, Format) -> Result<Vec<String>, Box<Response>> + Send + Sync + 'a;
+
 /// PATCH by content type: JSON merge patch, JSON patch (RFC 6902), or
-/// server-side apply (`fieldManager` required, `force` optional).
+/// server-side apply (`fieldManager` required, `force` optional). The
+/// patch's fields are reviewed first; what review warns about goes to
+/// `warnings`.
+#[allow(clippy::too_many_arguments)]
 async fn patch(
     host: &Host,
     target: &Target,
@@ -337,6 +384,8 @@ async fn patch(
     content_type: &str,
     query: &HashMap<String, String>,
     body: &Bytes,
+    review: &Review<'_>,
+    warnings: &mut Vec<String>,
 ) -> Result<(StatusCode, Value), PatchFailure> {
     let api = host.api();
     let namespace = target.namespace.as_deref();
@@ -344,6 +393,8 @@ async fn patch(
     match media {
         "application/merge-patch+json" => {
             let doc = parse_body(body).map_err(PatchFailure::Response)?;
+            *warnings =
+                review(Write::MergePatch(&doc), Format::Json).map_err(PatchFailure::Response)?;
             Ok((
                 StatusCode::OK,
                 api.merge_patch(&target.kind, namespace, name, &doc, target.status)
@@ -354,6 +405,8 @@ async fn patch(
             let doc = parse_body(body).map_err(PatchFailure::Response)?;
             let ops = JsonPatch::from_value(&doc)
                 .map_err(|e| Error::BadRequest(format!("invalid JSON patch: {e}")))?;
+            *warnings =
+                review(Write::JsonPatch(&ops), Format::Json).map_err(PatchFailure::Response)?;
             Ok((
                 StatusCode::OK,
                 api.json_patch(&target.kind, namespace, name, &ops, target.status)
@@ -375,6 +428,13 @@ async fn patch(
                 })?;
             let force = matches!(query.get("force").map(String::as_str), Some("true" | "1"));
             let mut object = parse_yaml_or_json(body).map_err(PatchFailure::Response)?;
+            // kubectl sends JSON (a subset of YAML); scan it as what it is.
+            let format = if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
+                Format::Json
+            } else {
+                Format::Yaml
+            };
+            *warnings = review(Write::Object(&object), format).map_err(PatchFailure::Response)?;
             place(target, &mut object)?;
             if meta::name(&object) != name {
                 return Err(Error::BadRequest(format!(

@@ -24,6 +24,7 @@ mod error;
 pub mod etcd;
 mod fenced;
 pub mod memory;
+pub mod metered;
 
 use std::sync::Arc;
 
@@ -35,6 +36,7 @@ pub use error::Error;
 pub use etcd::{EtcdBackend, EtcdConfig};
 pub use fenced::FencedBackend;
 pub use memory::MemoryBackend;
+pub use metered::{Metered, StoreMetrics};
 
 /// A global, gap-free write counter. Revision 0 means "nothing written yet".
 pub type Revision = i64;
@@ -434,5 +436,11 @@ pub trait Backend: Send + Sync + 'static {
         Err(Error::Unsupported(
             "fenced writes (several hosts need etcd)",
         ))
+    }
+
+    /// Latencies and failures of this backend's operations, when it counts
+    /// them (a [`Metered`] wrapper does; plain backends do not).
+    fn metrics(&self) -> Option<&StoreMetrics> {
+        None
     }
 }

@@ -21,6 +21,10 @@
 //! At the root, `apiVersion`, `kind` and `metadata` are never pruned or
 //! validated by the schema: the host checks metadata itself.
 //!
+//! [`Schema::unknown_fields`] and its patch variants name, without
+//! changing anything, the fields step 1 would drop (for the API's
+//! `fieldValidation`).
+//!
 //! # Simplifications
 //!
 //! `allOf`, `anyOf`, `oneOf`, `not`, `uniqueItems`, `x-kubernetes-validations`
@@ -30,6 +34,7 @@
 
 mod compile;
 mod normalize;
+mod unknown;
 mod validate;
 
 use std::collections::BTreeMap;

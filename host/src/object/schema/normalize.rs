@@ -36,7 +36,7 @@ pub(super) fn normalize(schema: &Schema, value: &mut Value, defaults: bool) {
     }
 }
 
-fn object_like(schema: &Schema) -> bool {
+pub(super) fn object_like(schema: &Schema) -> bool {
     matches!(schema.types, Some(Type::Object) | None)
 }
 
@@ -63,7 +63,7 @@ fn normalize_object(schema: &Schema, map: &mut Map<String, Value>, defaults: boo
     }
 }
 
-fn keeps_unknown(schema: &Schema, name: &str) -> bool {
+pub(super) fn keeps_unknown(schema: &Schema, name: &str) -> bool {
     schema.preserve_unknown
         || matches!(
             schema.additional,

@@ -386,3 +386,99 @@ fn accessors_expose_the_compiled_tree() {
             .starts_with("spec.n: Invalid value")
     );
 }
+
+fn unknown(s: &Schema, object: Value) -> Vec<String> {
+    s.unknown_fields(&object)
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+#[test]
+fn unknown_fields_are_exactly_those_pruning_drops() {
+    let s = schema(json!({"type": "object", "properties": {
+    "spec": {"type": "object", "properties": {
+        "replicas": {"type": "integer"},
+        "items": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}}}},
+        "labels": {"type": "object", "additionalProperties": {"type": "object", "properties": {"v": {"type": "string"}}}},
+        "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+        "open": {"type": "object", "additionalProperties": true},
+        "embedded": {"type": "object", "x-kubernetes-embedded-resource": true,
+                     "properties": {"spec": {"type": "object"}}},
+        "text": {"type": "string"}
+    }}}}));
+    let object = json!({
+        "apiVersion": "x/v1", "kind": "X", "metadata": {"whatever": 1},
+        "top": 1,
+        "spec": {
+            "replicas": null,
+            "bogus": {"deep": 1},
+            "items": [{"name": "a"}, {"name": "b", "extra": true}],
+            "labels": {"any": {"v": "1", "w": "2"}},
+            "free": {"x": {"y": 1}},
+            "open": {"x": 1},
+            "embedded": {"apiVersion": "v1", "kind": "K", "metadata": {"name": "n"}, "other": 1},
+            "text": {"not": "an object"}
+        }
+    });
+    let found = unknown(&s, object.clone());
+    assert_eq!(
+        found,
+        [
+            "spec.bogus",
+            "spec.embedded.other",
+            "spec.items[1].extra",
+            "spec.labels.any.w",
+            "top"
+        ]
+    );
+    // Pruning drops exactly these (and nothing it keeps is reported).
+    let mut pruned = object.clone();
+    s.prune(&mut pruned);
+    assert!(pruned["spec"].get("bogus").is_none() && pruned.get("top").is_none());
+    assert!(pruned["spec"]["items"][1].get("extra").is_none());
+    assert!(pruned["spec"]["labels"]["any"].get("w").is_none());
+    assert!(pruned["spec"]["embedded"].get("other").is_none());
+    assert_eq!(pruned["spec"]["free"], object["spec"]["free"]);
+    assert_eq!(pruned["spec"]["text"], object["spec"]["text"]);
+}
+
+#[test]
+fn unknown_fields_of_patches_skip_deletions_and_follow_pointers() {
+    let s = with_spec(json!({"type": "object", "properties": {
+        "replicas": {"type": "integer"},
+        "items": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}}}},
+        "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}));
+    let text =
+        |paths: Vec<FieldPath>| -> Vec<String> { paths.iter().map(ToString::to_string).collect() };
+    assert_eq!(
+        text(s.unknown_fields_in_merge_patch(
+            &json!({"spec": {"gone": null, "new": 1, "items": [{"name": null, "x": null}]}})
+        )),
+        ["spec.items[0].x", "spec.new"]
+    );
+    let tokens = |p: &str| -> Vec<String> { p.split('/').skip(1).map(str::to_owned).collect() };
+    let at = |p: &str, v: Option<Value>| text(s.unknown_fields_at(&tokens(p), v.as_ref()));
+    assert_eq!(at("/spec/bogus", Some(json!(1))), ["spec.bogus"]);
+    assert_eq!(at("/spec/bogus/deeper", Some(json!(1))), ["spec.bogus"]);
+    assert_eq!(at("/spec/replicas", Some(json!(1))), Vec::<String>::new());
+    assert_eq!(
+        at("/spec/items/-", Some(json!({"name": "a", "x": 1}))),
+        ["spec.items[-].x"]
+    );
+    assert_eq!(at("/spec/items/0/y", Some(json!(1))), ["spec.items[0].y"]);
+    assert_eq!(
+        at("/spec/free/anything", Some(json!({"a": 1}))),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        at("/metadata/labels/a", Some(json!("b"))),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        at("/spec", Some(json!({"replicas": 1, "z": 2}))),
+        ["spec.z"]
+    );
+    assert_eq!(at("", Some(json!({"kind": "X", "q": 1}))), ["q"]);
+    assert_eq!(at("/spec/other", None), ["spec.other"]);
+}
