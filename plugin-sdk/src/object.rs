@@ -2,7 +2,10 @@
 //! reconciles, untyped ([`DynamicObject`]) for children and anything read from
 //! the host, plus the references ([`KindRef`], [`ObjectRef`]) that name them.
 
+use std::borrow::Cow;
+use std::cell::Cell;
 use std::collections::BTreeMap;
+use std::marker::PhantomData;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -104,10 +107,18 @@ pub struct ObjectMeta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_timestamp: Option<Time>,
     /// Identifying labels, matched by label selectors.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "string_map"
+    )]
     pub labels: BTreeMap<String, String>,
     /// Non-identifying annotations.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "string_map"
+    )]
     pub annotations: BTreeMap<String, String>,
     /// Finalizers that hold back deletion.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -115,6 +126,45 @@ pub struct ObjectMeta {
     /// The objects that own this one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub owner_references: Vec<OwnerReference>,
+}
+
+/// Deserialises a string map by collecting its entries and building the tree
+/// in one go instead of inserting them one by one.
+///
+/// The host sends objects with their keys sorted, and building a `BTreeMap`
+/// from sorted entries costs about two key comparisons per entry instead of
+/// a descent through the tree per insert. Key comparisons are `memcmp`
+/// calls, which in a Wasm guest are a byte-at-a-time loop: on a 16 KiB
+/// object whose bulk is annotations, inserting them one by one was a quarter
+/// of the whole reconcile (BENCHMARKS.md, plugins). Duplicate keys keep the
+/// last value, as inserting would.
+fn string_map<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<BTreeMap<String, String>, D::Error> {
+    struct Entries;
+
+    impl<'de> serde::de::Visitor<'de> for Entries {
+        type Value = BTreeMap<String, String>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a map")
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(0));
+            while let Some(entry) = map.next_entry::<String, String>()? {
+                entries.push(entry);
+            }
+            // Stable sort (a single pass over input that is already sorted),
+            // then a bulk build that keeps the last of equal keys.
+            Ok(entries.into_iter().collect())
+        }
+    }
+
+    deserializer.deserialize_map(Entries)
 }
 
 /// A typed object: the kind a reconciler reconciles, with its `spec` and
@@ -176,52 +226,31 @@ where
 
     /// Parses an object from JSON text; see [`Object::from_value`].
     ///
-    /// Each part is parsed straight from the text into its type, without an
-    /// intermediate `Value` tree: the object is parsed once.
+    /// One pass over the text: each part is parsed straight into its type
+    /// as the parser reaches it, without an intermediate `Value` tree or a
+    /// first pass to find where the parts are.
     pub fn from_json(text: &str) -> Result<Self, Error> {
-        /// The top-level fields, each still as its JSON text.
-        #[derive(serde::Deserialize)]
-        struct Parts<'a> {
-            #[serde(rename = "apiVersion", borrow, default)]
-            api_version: Option<&'a serde_json::value::RawValue>,
-            #[serde(borrow, default)]
-            kind: Option<&'a serde_json::value::RawValue>,
-            #[serde(borrow, default)]
-            metadata: Option<&'a serde_json::value::RawValue>,
-            #[serde(borrow, default)]
-            spec: Option<&'a serde_json::value::RawValue>,
-            #[serde(borrow, default)]
-            status: Option<&'a serde_json::value::RawValue>,
-        }
-        let parts: Parts<'_> = serde_json::from_str(text).map_err(|e| {
-            if e.classify() == serde_json::error::Category::Data {
+        let failed = Cell::new(None);
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        let fields = Fields {
+            failed: &failed,
+            parts: PhantomData,
+        };
+        let parsed = serde::Deserializer::deserialize_map(&mut deserializer, fields)
+            .and_then(|object| deserializer.end().map(|()| object));
+        parsed.map_err(|e| match failed.take() {
+            Some(err) => err,
+            None if e.classify() == serde_json::error::Category::Data => {
                 Error::permanent("object: expected a JSON object")
-            } else {
-                Error::from(e).context("object")
             }
-        })?;
-        fn part(raw: Option<&serde_json::value::RawValue>) -> Option<&str> {
-            raw.map(|r| r.get()).filter(|t| *t != "null")
-        }
-        Ok(Self {
-            api_version: parse_text(part(parts.api_version).unwrap_or("null"), "apiVersion")?,
-            kind: parse_text(part(parts.kind).unwrap_or("null"), "kind")?,
-            metadata: match part(parts.metadata) {
-                Some(text) => parse_text(text, "metadata")?,
-                None => ObjectMeta::default(),
-            },
-            spec: parse_text(part(parts.spec).unwrap_or("{}"), "spec")?,
-            status: match part(parts.status) {
-                Some(text) => parse_text(text, "status")?,
-                None => Status::default(),
-            },
+            None => Error::from(e).context("object"),
         })
     }
 }
 
-/// Reads an object the way [`Object::from_value`] does, so that the types a
-/// reconciler uses also read objects from elsewhere: the host's embedding
-/// client, a file.
+/// Reads an object the way [`Object::from_value`] does, in one pass as
+/// [`Object::from_json`] does, so that the types a reconciler uses also read
+/// objects from elsewhere: the host's embedding client, a file.
 ///
 /// ```
 /// # use serde::Deserialize;
@@ -241,8 +270,128 @@ where
     Status: DeserializeOwned + Default,
 {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = Value::deserialize(deserializer)?;
-        Self::from_value(value).map_err(|e| serde::de::Error::custom(e.message()))
+        // The error carries the part's name in its message already.
+        let failed = Cell::new(None);
+        deserializer.deserialize_map(Fields {
+            failed: &failed,
+            parts: PhantomData,
+        })
+    }
+}
+
+/// The top-level fields [`Object::from_json`] reads; anything else is skipped.
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "camelCase")]
+enum Field {
+    ApiVersion,
+    Kind,
+    Metadata,
+    Spec,
+    Status,
+    #[serde(other)]
+    Other,
+}
+
+/// The visitor behind [`Object::from_json`]. A part that fails to parse
+/// leaves its error, named after the part, in `failed`: serde's error type
+/// would otherwise carry a position in the whole text, which means little
+/// to a user.
+struct Fields<'a, Spec, Status> {
+    failed: &'a Cell<Option<Error>>,
+    parts: PhantomData<fn() -> (Spec, Status)>,
+}
+
+impl<Spec, Status> Fields<'_, Spec, Status> {
+    /// Records `err` as the reason and returns an error that stops the parse.
+    fn fail<E: serde::de::Error>(&self, err: Error) -> E {
+        let message = err.message().to_owned();
+        self.failed.set(Some(err));
+        E::custom(message)
+    }
+
+    /// Parses the value of the current entry into `slot`; `null` is `None`.
+    fn part<'de, A, T>(
+        &self,
+        map: &mut A,
+        slot: &mut Option<Option<T>>,
+        name: &str,
+    ) -> Result<(), A::Error>
+    where
+        A: serde::de::MapAccess<'de>,
+        T: Deserialize<'de>,
+    {
+        if slot.is_some() {
+            return Err(self.fail(Error::permanent(format!(
+                "object: duplicate field `{name}`"
+            ))));
+        }
+        match map.next_value::<Option<T>>() {
+            Ok(value) => {
+                *slot = Some(value);
+                Ok(())
+            }
+            Err(e) => {
+                let message = e.to_string();
+                Err(self.fail(Error::permanent(without_position(&message)).context(name)))
+            }
+        }
+    }
+}
+
+impl<'de, Spec, Status> serde::de::Visitor<'de> for Fields<'_, Spec, Status>
+where
+    Spec: DeserializeOwned,
+    Status: DeserializeOwned + Default,
+{
+    type Value = Object<Spec, Status>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let (mut api_version, mut kind, mut metadata) = (None, None, None);
+        let (mut spec, mut status) = (None, None);
+        while let Some(field) = map.next_key::<Field>()? {
+            match field {
+                Field::ApiVersion => self.part(&mut map, &mut api_version, "apiVersion")?,
+                Field::Kind => self.part(&mut map, &mut kind, "kind")?,
+                Field::Metadata => self.part(&mut map, &mut metadata, "metadata")?,
+                Field::Spec => self.part(&mut map, &mut spec, "spec")?,
+                Field::Status => self.part(&mut map, &mut status, "status")?,
+                Field::Other => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        // Missing (or null) parts: the same defaults and errors as
+        // `from_value`, from parsing the JSON they stand for.
+        let or_parse = |value: Option<Option<_>>, json: &str, name: &str| match value.flatten() {
+            Some(value) => Ok(value),
+            None => parse_text(json, name).map_err(|e| self.fail(e)),
+        };
+        Ok(Object {
+            api_version: or_parse(api_version, "null", "apiVersion")?,
+            kind: or_parse(kind, "null", "kind")?,
+            metadata: metadata.flatten().unwrap_or_default(),
+            spec: match spec.flatten() {
+                Some(spec) => spec,
+                None => parse_text("{}", "spec").map_err(|e| self.fail(e))?,
+            },
+            status: status.flatten().unwrap_or_default(),
+        })
+    }
+}
+
+/// `message` without serde_json's trailing ` at line L column C`.
+fn without_position(message: &str) -> &str {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    match message.rfind(" at line ") {
+        Some(i) => match message[i + " at line ".len()..].split_once(" column ") {
+            Some((line, column)) if digits(line) && digits(column) => &message[..i],
+            _ => message,
+        },
+        None => message,
     }
 }
 
@@ -393,18 +542,29 @@ impl DynamicObject {
         }
     }
 
-    fn str_at(&self, pointer: &str) -> Option<&str> {
-        self.field(pointer).and_then(Value::as_str)
+    /// The value at a path of object keys. The accessors below use this
+    /// rather than a JSON pointer: a pointer is parsed (and its tokens
+    /// unescaped) on every call, and reconcilers call `name()` and `kind()`
+    /// in loops over their children.
+    fn at(&self, path: &[&str]) -> Option<&Value> {
+        let (first, rest) = path.split_first()?;
+        rest.iter().try_fold(self.0.get(*first)?, |value, key| {
+            value.as_object()?.get(*key)
+        })
+    }
+
+    fn str_at(&self, path: &[&str]) -> Option<&str> {
+        self.at(path).and_then(Value::as_str)
     }
 
     /// `apiVersion`.
     pub fn api_version(&self) -> &str {
-        self.str_at("/apiVersion").unwrap_or_default()
+        self.str_at(&["apiVersion"]).unwrap_or_default()
     }
 
     /// `kind`.
     pub fn kind(&self) -> &str {
-        self.str_at("/kind").unwrap_or_default()
+        self.str_at(&["kind"]).unwrap_or_default()
     }
 
     /// Whether this object is of the given `apiVersion` and `kind`.
@@ -414,50 +574,50 @@ impl DynamicObject {
 
     /// `metadata.name` (empty if missing).
     pub fn name(&self) -> &str {
-        self.str_at("/metadata/name").unwrap_or_default()
+        self.str_at(&["metadata", "name"]).unwrap_or_default()
     }
 
     /// `metadata.namespace`.
     pub fn namespace(&self) -> Option<&str> {
-        self.str_at("/metadata/namespace")
+        self.str_at(&["metadata", "namespace"])
     }
 
     /// `metadata.uid` (empty if missing).
     pub fn uid(&self) -> &str {
-        self.str_at("/metadata/uid").unwrap_or_default()
+        self.str_at(&["metadata", "uid"]).unwrap_or_default()
     }
 
     /// `metadata.generation`.
     pub fn generation(&self) -> Option<i64> {
-        self.field("/metadata/generation").and_then(Value::as_i64)
+        self.at(&["metadata", "generation"]).and_then(Value::as_i64)
     }
 
     /// One label's value.
     pub fn label(&self, key: &str) -> Option<&str> {
-        self.field("/metadata/labels")
+        self.at(&["metadata", "labels"])
             .and_then(|l| l.get(key))
             .and_then(Value::as_str)
     }
 
     /// All labels (non-string values are skipped).
     pub fn labels(&self) -> BTreeMap<String, String> {
-        self.string_map("/metadata/labels")
+        self.string_map("labels")
     }
 
     /// One annotation's value.
     pub fn annotation(&self, key: &str) -> Option<&str> {
-        self.field("/metadata/annotations")
+        self.at(&["metadata", "annotations"])
             .and_then(|a| a.get(key))
             .and_then(Value::as_str)
     }
 
     /// All annotations (non-string values are skipped).
     pub fn annotations(&self) -> BTreeMap<String, String> {
-        self.string_map("/metadata/annotations")
+        self.string_map("annotations")
     }
 
-    fn string_map(&self, pointer: &str) -> BTreeMap<String, String> {
-        let Some(Value::Object(map)) = self.field(pointer) else {
+    fn string_map(&self, key: &str) -> BTreeMap<String, String> {
+        let Some(Value::Object(map)) = self.at(&["metadata", key]) else {
             return BTreeMap::new();
         };
         map.iter()
@@ -467,13 +627,13 @@ impl DynamicObject {
 
     /// `metadata.deletionTimestamp`, if set and well-formed.
     pub fn deletion_timestamp(&self) -> Option<Time> {
-        self.str_at("/metadata/deletionTimestamp")
+        self.str_at(&["metadata", "deletionTimestamp"])
             .and_then(|t| t.parse().ok())
     }
 
     /// Whether deletion has started (`metadata.deletionTimestamp` is set).
     pub fn is_deleting(&self) -> bool {
-        self.field("/metadata/deletionTimestamp")
+        self.at(&["metadata", "deletionTimestamp"])
             .is_some_and(|t| !t.is_null())
     }
 
@@ -504,13 +664,13 @@ impl DynamicObject {
 
     /// The value at a JSON pointer (RFC 6901), e.g. `"/status/phase"`.
     pub fn field(&self, pointer: &str) -> Option<&Value> {
-        let rest = pointer.strip_prefix('/')?;
-        let (first, rest) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, ""),
-        };
-        let first = first.replace("~1", "/").replace("~0", "~");
-        self.0.get(&first)?.pointer(rest)
+        let mut tokens = pointer.strip_prefix('/')?.split('/').map(unescape);
+        let first = tokens.next()?;
+        tokens.try_fold(self.0.get(first.as_ref())?, |value, token| match value {
+            Value::Object(map) => map.get(token.as_ref()),
+            Value::Array(list) => list.get(array_index(&token)?),
+            _ => None,
+        })
     }
 
     /// The condition of type `type_` in `status.conditions`, if present and
@@ -549,9 +709,29 @@ impl DynamicObject {
 
     /// The object as JSON text.
     pub fn to_json(&self) -> String {
-        // A map of JSON values always serialises.
-        Value::Object(self.0.clone()).to_string()
+        // Straight from the map into a byte buffer: no copy of the object,
+        // and no `fmt::Formatter` between the serialiser and the buffer (as
+        // `Value::to_string` has). A map of JSON values always serialises.
+        serde_json::to_string(&self.0).expect("a map of JSON values serialises")
     }
+}
+
+/// A JSON pointer token with `~1` and `~0` unescaped (RFC 6901), copied
+/// only when it has escapes.
+fn unescape(token: &str) -> Cow<'_, str> {
+    if token.contains('~') {
+        Cow::Owned(token.replace("~1", "/").replace("~0", "~"))
+    } else {
+        Cow::Borrowed(token)
+    }
+}
+
+/// An array index in a JSON pointer: digits without a sign or leading zeros.
+fn array_index(token: &str) -> Option<usize> {
+    if token.starts_with('+') || (token.starts_with('0') && token.len() != 1) {
+        return None;
+    }
+    token.parse().ok()
 }
 
 impl<'de> Deserialize<'de> for DynamicObject {
@@ -672,6 +852,98 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "a"}, "status": null});
         let object = Object::<Empty, Empty>::from_value(value).unwrap();
         assert_eq!((object.spec.x, object.status.x), (0, 0));
+    }
+
+    #[test]
+    fn from_json_agrees_with_from_value() {
+        let cases = [
+            pod(),
+            json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "a"}, "spec": {"replicas": 1}, "status": null}),
+            json!({"kind": "K", "spec": {"replicas": 1}}),
+            json!({"apiVersion": 5, "kind": "K", "spec": {"replicas": 1}}),
+            json!({"apiVersion": "v1", "kind": "K"}),
+            json!({"apiVersion": "v1", "kind": "K", "spec": {"replicas": "x"}}),
+            json!({"apiVersion": "v1", "kind": "K", "spec": {"replicas": 1}, "status": {"readyReplicas": -1}}),
+            json!({"apiVersion": "v1", "kind": "K", "metadata": {"labels": {"a": 1}}, "spec": {"replicas": 1}}),
+            json!({"apiVersion": "v1", "kind": "K", "metadata": null, "spec": {"replicas": 1}, "extra": [1, {"x": null}]}),
+            json!([1, 2]),
+            json!("text"),
+        ];
+        for value in cases {
+            let text = value.to_string();
+            assert_eq!(
+                Object::<Spec, Status>::from_json(&text),
+                Object::<Spec, Status>::from_value(value),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn from_json_reports_broken_text_and_repeated_parts() {
+        let err = Object::<Spec, Status>::from_json(
+            r#"{"apiVersion": "v1", "kind": "K", "spec": {"replicas": 1}} x"#,
+        )
+        .unwrap_err();
+        assert!(
+            err.message().starts_with("object: trailing characters"),
+            "{err}"
+        );
+        let err = Object::<Spec, Status>::from_json(r#"{"spec": {"replicas": 1}, "spec": {}}"#)
+            .unwrap_err();
+        assert_eq!(err, Error::permanent("object: duplicate field `spec`"));
+        let err = Object::<Spec, Status>::from_json(r#"{"spec": {"replicas": 1"#).unwrap_err();
+        assert!(
+            err.message().starts_with("spec: EOF while parsing"),
+            "{err}"
+        );
+        assert!(!err.message().contains(" at line "), "{err}");
+    }
+
+    #[test]
+    fn label_and_annotation_maps_accept_any_order_and_keep_the_last_duplicate() {
+        let text = r#"{"apiVersion": "v1", "kind": "K", "spec": {"replicas": 1},
+            "metadata": {"labels": {"b": "2", "a": "1", "c": "3", "a": "9"}, "annotations": {}}}"#;
+        let object = Object::<Spec, Status>::from_json(text).unwrap();
+        let labels: Vec<(&str, &str)> = object
+            .metadata
+            .labels
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(labels, [("a", "9"), ("b", "2"), ("c", "3")]);
+        assert!(object.metadata.annotations.is_empty());
+        let err = Object::<Spec, Status>::from_json(
+            r#"{"spec": {"replicas": 1}, "metadata": {"labels": null}}"#,
+        )
+        .unwrap_err();
+        assert!(
+            err.message()
+                .starts_with("metadata: invalid type: null, expected a map"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn field_follows_json_pointers() {
+        let object = DynamicObject::from_value(json!({
+            "apiVersion": "v1", "kind": "K",
+            "metadata": {"annotations": {"example.com/a~b": "x"}},
+            "spec": {"list": [10, 11], "": {"e": 1}}
+        }))
+        .unwrap();
+        assert_eq!(object.field("/spec/list/1"), Some(&json!(11)));
+        assert_eq!(object.field("/spec/list/01"), None);
+        assert_eq!(object.field("/spec/list/+1"), None);
+        assert_eq!(object.field("/spec/list/2"), None);
+        assert_eq!(object.field("/spec//e"), Some(&json!(1)));
+        assert_eq!(
+            object.field("/metadata/annotations/example.com~1a~0b"),
+            Some(&json!("x"))
+        );
+        assert_eq!(object.field("/kind/x"), None);
+        assert_eq!(object.field("kind"), None);
+        assert_eq!(object.field("/kind"), Some(&json!("K")));
     }
 
     #[test]

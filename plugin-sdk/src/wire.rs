@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use crate::{Ctx, DynamicObject, Error, Event, Host, Object, Reconciler, Time};
+use crate::{Ctx, DynamicObject, Error, Event, Host, Object, Reconciler, Response, Time};
 
 /// One reconcile request: the whole current object and every child it owns,
 /// as JSON text.
@@ -45,6 +45,10 @@ pub struct RawResponse {
 /// field `replicas`"`, `"owned child 2: ..."`). A response whose children lack
 /// a name or repeat one is refused with a permanent error rather than handed
 /// to the host.
+///
+/// In a Wasm guest the call's own values (the parsed object, the context,
+/// the typed response) are left allocated rather than freed: the host runs
+/// every call in a fresh instance and discards its memory afterwards.
 pub fn reconcile<R: Reconciler + ?Sized>(
     reconciler: &R,
     request: RawRequest,
@@ -62,30 +66,49 @@ pub fn reconcile<R: Reconciler + ?Sized>(
     let now = Time::from_unix_ms(i64::try_from(request.now_unix_ms).unwrap_or(i64::MAX));
     let ctx = Ctx::new(owned, request.finalizing, now, host);
 
-    let response = reconciler.reconcile(&object, &ctx)?;
+    let Response {
+        children,
+        status,
+        events,
+        requeue_after,
+        remove_finalizer,
+    } = reconciler.reconcile(&object, &ctx)?;
 
-    let children = match response.children {
+    let children_json = match &children {
         Some(children) => {
-            check_children(&children)?;
+            check_children(children)?;
             Some(children.iter().map(DynamicObject::to_json).collect())
         }
         None => None,
     };
-    let status = match response.status {
+    let status_json = match &status {
         Some(status) => {
             let json =
-                serde_json::to_string(&status).map_err(|e| Error::from(e).context("status"))?;
+                serde_json::to_string(status).map_err(|e| Error::from(e).context("status"))?;
             Some(json)
         }
         None => None,
     };
+    discard((request, object, ctx, children, status));
     Ok(RawResponse {
-        children,
-        status,
-        events: response.events,
-        requeue_after_ms: response.requeue_after.map(millis_rounded_up),
-        remove_finalizer: response.remove_finalizer,
+        children: children_json,
+        status: status_json,
+        events,
+        requeue_after_ms: requeue_after.map(millis_rounded_up),
+        remove_finalizer,
     })
+}
+
+/// Drops what a reconcile parsed and built, except in a Wasm plugin. There
+/// each call runs in a fresh instance whose memory is reset as a whole once
+/// the call returns, so handing every allocation back to the allocator
+/// first is work for nothing: skipping it saved about 4 µs (9%) of a 16 KiB
+/// reconcile in Wasm (BENCHMARKS.md, plugins). Only the values of one call
+/// are leaked, and only into memory that is about to be discarded.
+fn discard<T>(value: T) {
+    if cfg!(target_arch = "wasm32") {
+        std::mem::forget(value);
+    }
 }
 
 /// Every desired child needs a name, and no two may share kind and name.
