@@ -116,8 +116,13 @@ impl<R: sdk::Reconciler + Send + Sync + 'static> Reconciler for Native<R> {
         cache: &Arc<dyn CacheView>,
     ) -> Result<Response, ReconcileError> {
         let raw = sdk::wire::RawRequest {
-            object: request.object.to_string(),
-            owned: request.owned.iter().map(|o| o.to_string()).collect(),
+            // Serialised as the Wasm runtime does, so both paths pay the same.
+            object: serde_json::to_string(&*request.object).expect("a JSON value serialises"),
+            owned: request
+                .owned
+                .iter()
+                .map(|o| serde_json::to_string(&**o).expect("a JSON value serialises"))
+                .collect(),
             finalizing: request.finalizing,
             now_unix_ms: request.now_unix_ms,
         };

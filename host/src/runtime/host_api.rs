@@ -10,6 +10,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::setpoint::plugin::{host, types};
 use super::limits::Limiter;
+use super::plugin::json_text;
 use crate::controller::CacheView;
 
 /// What one store (one call) carries.
@@ -59,7 +60,7 @@ impl host::Host for HostState {
                 object.namespace.as_deref(),
                 &object.name,
             )
-            .map(|o| o.to_string()))
+            .map(|o| json_text(&o)))
     }
 
     fn list_objects(
@@ -74,6 +75,6 @@ impl host::Host for HostState {
         };
         Ok(cache
             .list(&api_version, &kind, namespace.as_deref(), &label_selector)
-            .map(|objects| objects.iter().map(|o| o.to_string()).collect()))
+            .map(|objects| objects.iter().map(|o| json_text(o)).collect()))
     }
 }
