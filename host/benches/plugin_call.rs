@@ -2,14 +2,20 @@
 //! reconcile logic compiled natively, and the time a plugin file takes from
 //! being written to reconciling.
 //!
-//! `cargo bench -p setpoint --bench plugin_call [-- SECONDS_PER_CASE]`
+//! `cargo bench -p setpoint --bench plugin_call [-- SECONDS_PER_CASE] [--no-reload]`
 //!
 //! - Reconcile throughput (1 thread) of the `replicaset` example plugin on a
 //!   ReplicaSet padded to 1 KiB and 16 KiB (annotations), through
 //!   `WasmPlugin` (fresh instance per call, pooling allocator) and through
-//!   the SDK's `wire::reconcile` natively. Both paths do the same host-side
-//!   work: the object is serialised to JSON once and the response's JSON is
-//!   parsed once; the reconciler parses the object once on either side.
+//!   `controller::Native`, the adapter the host runs SDK reconcilers with
+//!   natively. Both start from the same `Request` (the object as the
+//!   informer cache holds it) and end with the same `Response`: the object is
+//!   serialised to JSON once, the reconciler parses it once, and the
+//!   response's JSON is parsed once, on either side.
+//! - The machine this runs on is shared and noisy, so the two sides run in
+//!   short alternating slices (the order flips every round) and the ratio is
+//!   the median of the per-round ratios: a slow minute slows both sides of a
+//!   round alike.
 //! - Per-call overhead: the Wasm time per call minus the native time.
 //! - Reload latency: a host watches a plugins directory; each round writes a
 //!   new build of the `versioned` test plugin (a distinct custom section, so
@@ -22,11 +28,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use setpoint::controller::{CacheView, Reconciler as _, Request};
+use setpoint::controller::{CacheView, Native, Reconciler, Request};
 use setpoint::object::Object;
 use setpoint::runtime::{Runtime, RuntimeConfig};
-use setpoint_plugin_sdk::wire::{self, RawRequest};
-use setpoint_plugin_sdk::{DynamicObject, Error, Host, LogLevel, ObjectRef};
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -84,56 +88,54 @@ impl CacheView for NoCache {
     }
 }
 
-struct NoHost;
-
-impl Host for NoHost {
-    fn log(&self, _: LogLevel, _: &str) {}
-    fn get(&self, _: &ObjectRef) -> Result<Option<DynamicObject>, Error> {
-        Ok(None)
-    }
-    fn list(
-        &self,
-        _: &str,
-        _: &str,
-        _: Option<&str>,
-        _: &str,
-    ) -> Result<Vec<DynamicObject>, Error> {
-        Ok(vec![])
-    }
-}
-
-/// Calls per second of `f`, run for about `budget`.
-fn rate(budget: Duration, mut f: impl FnMut()) -> f64 {
-    for _ in 0..200 {
+/// Microseconds per call of `f`, run for about `budget` after a warm-up.
+fn micros_per_call(budget: Duration, mut f: impl FnMut()) -> f64 {
+    for _ in 0..100 {
         f();
     }
     let start = Instant::now();
     let mut n = 0u64;
     while start.elapsed() < budget {
-        for _ in 0..50 {
+        for _ in 0..20 {
             f();
         }
-        n += 50;
+        n += 20;
     }
-    n as f64 / start.elapsed().as_secs_f64()
+    start.elapsed().as_secs_f64() * 1e6 / n as f64
 }
 
-fn native_call(request: &Request) {
-    // Same host-side work as the Wasm path: serialise the object once,
-    // parse the response's JSON once.
-    let raw = RawRequest {
-        object: request.object.to_string(),
-        owned: request.owned.iter().map(|o| o.to_string()).collect(),
-        finalizing: request.finalizing,
-        now_unix_ms: request.now_unix_ms,
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// Native and Wasm µs per call and their per-round ratios, in `rounds`
+/// alternating slices of `budget / rounds` each.
+fn compare(
+    budget: Duration,
+    rounds: u32,
+    native: &dyn Reconciler,
+    wasm: &dyn Reconciler,
+    request: &Request,
+    cache: &Arc<dyn CacheView>,
+) -> (Vec<f64>, Vec<f64>) {
+    let slice = budget / (2 * rounds);
+    let run = |reconciler: &dyn Reconciler| {
+        micros_per_call(slice, || {
+            std::hint::black_box(reconciler.reconcile(request, cache).unwrap());
+        })
     };
-    let response = wire::reconcile(&replicaset::ReplicaSetReconciler, raw, NoHost).unwrap();
-    for child in response.children.iter().flatten() {
-        std::hint::black_box(serde_json::from_str::<Value>(child).unwrap());
+    let (mut native_us, mut wasm_us) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        if round % 2 == 0 {
+            native_us.push(run(native));
+            wasm_us.push(run(wasm));
+        } else {
+            wasm_us.push(run(wasm));
+            native_us.push(run(native));
+        }
     }
-    if let Some(status) = &response.status {
-        std::hint::black_box(serde_json::from_str::<Value>(status).unwrap());
-    }
+    (native_us, wasm_us)
 }
 
 /// Append a custom section, so the bytes (and the content hash) differ but
@@ -216,21 +218,27 @@ async fn reload_latency(plugins: &Path, rounds: u32) -> Vec<Duration> {
 }
 
 fn main() {
-    let seconds: f64 = std::env::args()
-        .skip(1)
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let seconds: f64 = args
+        .iter()
         .find(|a| !a.starts_with('-'))
         .and_then(|a| a.parse().ok())
         .unwrap_or(3.0);
+    let reload = !args.iter().any(|a| a == "--no-reload");
     let budget = Duration::from_secs_f64(seconds);
+    let rounds = 10;
     let plugins = built_plugins();
     let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
     let bytes = std::fs::read(plugins.join("replicaset.wasm")).unwrap();
-    let plugin = runtime.load(&bytes, None).unwrap();
+    let wasm = runtime.load(&bytes, None).unwrap();
+    let native = Native::new(replicaset::ReplicaSetReconciler);
     let cache: Arc<dyn CacheView> = Arc::new(NoCache);
 
-    println!("plugin_call: replicaset reconcile, 1 thread, {seconds} s per case");
     println!(
-        "| object | native calls/s | wasm calls/s | ratio | native µs/call | wasm µs/call | overhead µs/call |"
+        "plugin_call: replicaset reconcile, 1 thread, {seconds} s per size in {rounds} alternating rounds"
+    );
+    println!(
+        "| object | native µs/call | wasm µs/call | ratio (median of rounds) [min..max] | overhead µs/call | native calls/s | wasm calls/s |"
     );
     println!("|---|---|---|---|---|---|---|");
     for size in [1024, 16 * 1024] {
@@ -242,40 +250,35 @@ fn main() {
             finalizing: false,
             now_unix_ms: 1_700_000_000_000,
         };
-        // Interleave to share any machine noise evenly.
-        let mut native = Vec::new();
-        let mut wasm = Vec::new();
-        for _ in 0..3 {
-            native.push(rate(budget / 3, || native_call(&request)));
-            wasm.push(rate(budget / 3, || {
-                std::hint::black_box(plugin.reconcile(&request, &cache).unwrap());
-            }));
-        }
-        let median = |v: &mut Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
-        let (native, wasm) = (median(&mut native), median(&mut wasm));
+        let (native_us, wasm_us) = compare(budget, rounds, &native, &wasm, &request, &cache);
+        let mut ratios: Vec<f64> = wasm_us.iter().zip(&native_us).map(|(w, n)| w / n).collect();
+        ratios.sort_by(f64::total_cmp);
+        let (native_us, wasm_us) = (median(native_us), median(wasm_us));
         println!(
-            "| {:.1} KiB | {native:.0} | {wasm:.0} | {:.2}x | {:.1} | {:.1} | {:.1} |",
+            "| {:.1} KiB | {native_us:.1} | {wasm_us:.1} | {:.2}x [{:.2}..{:.2}] | {:.1} | {:.0} | {:.0} |",
             actual as f64 / 1024.0,
-            native / wasm,
-            1e6 / native,
-            1e6 / wasm,
-            1e6 / wasm - 1e6 / native
+            median(ratios.clone()),
+            ratios[0],
+            ratios[ratios.len() - 1],
+            wasm_us - native_us,
+            1e6 / native_us,
+            1e6 / wasm_us,
         );
     }
+    if !reload {
+        return;
+    }
 
-    let rounds = 40;
+    let reloads = 40;
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    let mut latencies = tokio.block_on(reload_latency(&plugins, rounds));
+    let mut latencies = tokio.block_on(reload_latency(&plugins, reloads));
     latencies.sort();
     println!(
-        "reload: file written -> new version reconciling, {rounds} rounds (debounce {:?}): median {:.0} ms, p99 {:.0} ms",
+        "reload: file written -> new version reconciling, {reloads} reloads (debounce {:?}): median {:.0} ms, p99 {:.0} ms",
         setpoint::plugins::watch::DEBOUNCE,
         percentile(&latencies, 0.5).as_secs_f64() * 1e3,
         percentile(&latencies, 0.99).as_secs_f64() * 1e3,
