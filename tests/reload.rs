@@ -223,3 +223,81 @@ async fn a_replacement_that_reconciles_another_kind_gets_a_controller_of_its_own
     );
     host.stop().await;
 }
+
+/// Run `setpoint serve ARGS… --plugins PLUGINS` with `XDG_CACHE_HOME` set to
+/// `xdg` until it listens, then stop it; its log up to that point.
+fn serve_until_listening(args: &[&std::ffi::OsStr], plugins: &Path, xdg: &Path) -> String {
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(crate::support::setpoint_bin())
+        .arg("serve")
+        .args(args)
+        .arg("--plugins")
+        .arg(plugins)
+        .args(["--addr", "127.0.0.1:0"])
+        .env("XDG_CACHE_HOME", xdg)
+        .env("NO_COLOR", "1")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting setpoint serve");
+    let mut log = String::new();
+    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        log.push_str(&line);
+        log.push('\n');
+        if line.contains("listening on ") {
+            break;
+        }
+    }
+    let _ = child.kill();
+    child.wait().unwrap();
+    assert!(log.contains("listening on "), "serve did not start:\n{log}");
+    log
+}
+
+fn files_under(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|entry| match entry.file_type() {
+                    Ok(t) if t.is_dir() => files_under(&entry.path()),
+                    Ok(_) => 1,
+                    Err(_) => 0,
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_restarted_serve_loads_its_plugins_from_the_compiled_code_cache() {
+    let plugins = plugins_dir(&["replicaset"]);
+    let data = tempfile::tempdir().unwrap();
+    let xdg = tempfile::tempdir().unwrap();
+    // The embedded store keeps the cache in its data directory; without one
+    // it goes to the user's cache directory.
+    let cases: [(Vec<&std::ffi::OsStr>, std::path::PathBuf); 2] = [
+        (
+            vec!["--data".as_ref(), data.path().as_os_str()],
+            data.path().join("cache"),
+        ),
+        (vec!["--in-memory".as_ref()], xdg.path().join("setpoint")),
+    ];
+    for (args, cache) in cases {
+        let first = serve_until_listening(&args, plugins.path(), xdg.path());
+        assert!(
+            first.contains("component loaded from compilation (now cached)"),
+            "{first}"
+        );
+        assert!(
+            files_under(&cache) > 0,
+            "nothing cached in {}",
+            cache.display()
+        );
+        let second = serve_until_listening(&args, plugins.path(), xdg.path());
+        assert!(
+            second.contains("component loaded from the compiled-code cache"),
+            "the second start compiled again:\n{second}"
+        );
+    }
+}

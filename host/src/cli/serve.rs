@@ -86,6 +86,11 @@ pub struct ServeArgs {
     /// Shards the object keys are divided into; the same on every host.
     #[arg(long, default_value_t = 64, requires = "cluster")]
     pub shards: u32,
+    /// Where compiled plugins are kept across restarts. Default: `cache` in
+    /// the `--data` directory; with `--in-memory` or `--etcd`,
+    /// `$XDG_CACHE_HOME/setpoint`, `~/.cache/setpoint` or `.setpoint/cache`.
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
 }
 
 pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -159,10 +164,12 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("cannot open the data directory {}", args.data.display()))?;
             (Arc::new(store), format!("embedded store in {}", args.data.display()))
         };
+        let runtime = crate::runtime::RuntimeConfig { cache_dir: compiled_code_cache(&args)?, ..Default::default() };
         let mut builder = Host::builder()
             .backend(backend)
             .plugins_dir(&args.plugins)
-            .controller(controller);
+            .controller(controller)
+            .runtime(runtime);
         if let (true, Some(etcd)) = (args.cluster, etcd_backend) {
             let defaults = crate::cluster::Config::default();
             builder = builder.etcd_backend(etcd).cluster(crate::cluster::Config {
@@ -201,6 +208,42 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         host.shutdown().await;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// The compiled-code cache directory, created: `--cache-dir`, else beside the
+/// embedded store's data, else the user's cache directory. Without it every
+/// start compiles every plugin again (tens to hundreds of milliseconds
+/// each). A default that cannot be created only costs that, so it is a
+/// warning; a `--cache-dir` that cannot be created is an error.
+fn compiled_code_cache(args: &ServeArgs) -> anyhow::Result<Option<PathBuf>> {
+    let dir = match &args.cache_dir {
+        Some(dir) => dir.clone(),
+        None if !args.in_memory && args.etcd.is_empty() => args.data.join("cache"),
+        None => {
+            let absolute = |name| {
+                std::env::var_os(name)
+                    .map(PathBuf::from)
+                    .filter(|dir| dir.is_absolute())
+            };
+            absolute("XDG_CACHE_HOME")
+                .map(|cache| cache.join("setpoint"))
+                .or_else(|| absolute("HOME").map(|home| home.join(".cache/setpoint")))
+                .unwrap_or_else(|| PathBuf::from(".setpoint/cache"))
+        }
+    };
+    match std::fs::create_dir_all(&dir) {
+        Ok(()) => {
+            tracing::info!("compiled plugins are cached in {}", dir.display());
+            Ok(Some(dir))
+        }
+        Err(err) if args.cache_dir.is_none() => {
+            tracing::warn!(%err, "cannot create {}; plugins are compiled on every start", dir.display());
+            Ok(None)
+        }
+        Err(err) => {
+            Err(err).with_context(|| format!("cannot create the cache directory {}", dir.display()))
+        }
+    }
 }
 
 /// Read the tokens file, or create it with one administrator token.

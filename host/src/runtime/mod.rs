@@ -206,8 +206,24 @@ impl Runtime {
         let component = match cached {
             Some(component) => component,
             None => {
+                let before = self.cache_stats();
+                let started = std::time::Instant::now();
                 let component =
                     Component::new(&self.inner.engine, bytes).map_err(error::compile)?;
+                // Only a guess while other loads run at the same time, hence
+                // "unknown" when both counters moved.
+                let after = self.cache_stats();
+                let source = match (after.hits > before.hits, after.misses > before.misses) {
+                    (true, false) => "the compiled-code cache",
+                    (false, true) => "compilation (now cached)",
+                    (false, false) if self.inner.disk_cache.is_none() => "compilation (no cache)",
+                    _ => "unknown",
+                };
+                tracing::info!(
+                    hash = %hex(&hash[..6]),
+                    ms = started.elapsed().as_millis() as u64,
+                    "component loaded from {source}"
+                );
                 self.inner
                     .compiled
                     .lock()
