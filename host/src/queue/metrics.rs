@@ -134,7 +134,7 @@ pub struct MetricsSnapshot {
 
 /// Lock-free duration histogram with the buckets of [`DURATION_BUCKETS_SECONDS`].
 #[derive(Debug, Default)]
-pub(super) struct Histogram {
+pub(crate) struct Histogram {
     /// Non-cumulative counts per finite bucket; observations above the last bound only count in `count`.
     buckets: [AtomicU64; BUCKET_COUNT],
     count: AtomicU64,
@@ -144,7 +144,7 @@ pub(super) struct Histogram {
 
 impl Histogram {
     /// Records one observation.
-    pub(super) fn observe(&self, duration: Duration) {
+    pub(crate) fn observe(&self, duration: Duration) {
         let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
         if let Some(i) = BUCKET_BOUNDS_NANOS.iter().position(|&bound| nanos <= bound) {
             self.buckets[i].fetch_add(1, Ordering::Relaxed);
@@ -155,7 +155,7 @@ impl Histogram {
     }
 
     /// Copies the current values, turning bucket counts cumulative.
-    pub(super) fn snapshot(&self) -> HistogramSnapshot {
+    pub(crate) fn snapshot(&self) -> HistogramSnapshot {
         let mut buckets = [0; BUCKET_COUNT];
         let mut running = 0;
         for (out, bucket) in buckets.iter_mut().zip(&self.buckets) {

@@ -109,6 +109,7 @@ pub use self::metrics::{
 };
 pub use self::rate_limit::{ExponentialBackoff, MaxOf, RateLimiter, TokenBucket};
 
+pub(crate) use self::metrics::Histogram;
 use self::metrics::Metrics;
 use self::rate_limit::FAR_FUTURE;
 use self::state::{State, Take};
