@@ -31,6 +31,7 @@ async fn main() -> anyhow::Result<()> {
             let (writers, puts) = (number(1)?, number(2)?);
             let dir = tempfile::tempdir()?;
             let store = Arc::new(EmbeddedBackend::open(dir.path())?);
+            let handle = store.clone();
             let (l, e) = run(writers, puts, move |key, value| {
                 let store = store.clone();
                 async move {
@@ -39,6 +40,19 @@ async fn main() -> anyhow::Result<()> {
                 }
             })
             .await?;
+            let stats = handle.stats();
+            let batches = stats.commits.max(1) as u32;
+            eprintln!(
+                "  embedded writer: {} batches of {:.1} writes; per batch: apply {:?}, commit \
+                 {:?}, gather {:?}; {} checkpoints of {:?}",
+                stats.commits,
+                stats.writes as f64 / f64::from(batches),
+                stats.apply_time / batches,
+                stats.commit_time / batches,
+                stats.gather_time / batches,
+                stats.checkpoints,
+                stats.checkpoint_time / stats.checkpoints.max(1) as u32,
+            );
             (format!("embedded, {writers} writers"), l, e)
         }
         Some("etcd") => {

@@ -3,13 +3,24 @@
 //!
 //! One std thread owns every write. It takes all pending requests (up to
 //! [`MAX_BATCH`]), checks each request's condition against the state
-//! including the earlier requests of the same batch, assigns revisions in
-//! order, writes the whole batch in one redb write transaction and commits
-//! it once (one fsync) before answering anyone. A lone writer is committed
-//! at once. After a batch of several writers, the next batch gives them a
-//! moment (while requests keep arriving, at most [`GATHER_MAX`]) to come
-//! back, so that concurrent writers keep sharing one fsync instead of
-//! splitting into alternating half-size batches.
+//! including the earlier requests of the same batch and assigns revisions in
+//! order, building the batch's write-ahead log record as it goes. The record
+//! is then appended and synced on the log's thread (`wal.rs`) while this
+//! thread writes the batch into one redb transaction; the transaction is
+//! committed (without an fsync of its own) only once the record is on disk,
+//! and only then is anyone answered or any watcher told. So a reader never
+//! sees a write that a crash could take back.
+//!
+//! A lone writer is committed at once. After a batch of several writers,
+//! the next batch gives them a moment (while requests keep arriving, at most
+//! [`GATHER_MAX`]) to come back, so that concurrent writers keep sharing one
+//! fsync instead of splitting into alternating half-size batches.
+//!
+//! Every [`CHECKPOINT_BYTES`](super::wal::CHECKPOINT_BYTES) of log, after
+//! [`IDLE_CHECKPOINT`] without writes, and at close, the database is
+//! committed durably and the log starts afresh. If the log or the database
+//! fails to write, the store stops taking writes (the log may hold a batch
+//! the database does not): reopening it recovers from the log.
 
 mod compact;
 
@@ -19,15 +30,18 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
+use std::collections::HashMap;
+
 use redb::{ReadableTable, Table, WriteTransaction};
 use tokio::sync::{OwnedSemaphorePermit, oneshot};
 
 use super::Shared;
 use super::open::Counters;
 use super::schema::{
-    CURRENT, Context, Entry, INDEX, META, META_COMPACTED, META_REVISION, REVISIONS, encode,
-    encoded_len, tombstone,
+    CURRENT, Context, Entry, FORMAT_VERSION, INDEX, META, META_COMPACTED, META_FORMAT,
+    META_REVISION, REVISIONS, encode, encoded_len, tombstone,
 };
+use super::wal::{Record, RecordBuilder, Syncer};
 use crate::store::{Condition, Deleted, Error, EventKind, KeyValue, Result, Revision, WatchEvent};
 
 /// The most requests committed in one transaction.
@@ -38,6 +52,10 @@ const GATHER_STEP: Duration = Duration::from_micros(50);
 
 /// The longest a batch keeps taking more requests from concurrent writers.
 const GATHER_MAX: Duration = Duration::from_millis(1);
+
+/// A store without writes for this long is checkpointed, so that an idle
+/// host has nothing to replay after a crash.
+const IDLE_CHECKPOINT: Duration = Duration::from_secs(1);
 
 /// A request to the writer, with the queue slot it holds until answered.
 pub(super) struct Queued {
@@ -97,14 +115,28 @@ pub(super) struct Writer {
     clean_after: Instant,
     /// Whether a write batch ran since the last compaction chunk.
     wrote_since_clean: bool,
+    /// The write-ahead log's thread.
+    syncer: Syncer,
+    /// The record of the batch being built.
+    record: RecordBuilder,
+    /// Set when a write failed half-way: every later write is refused.
+    failed: Option<String>,
 }
 
 impl Writer {
-    pub(super) fn new(shared: Arc<Shared>, requests: Receiver<Queued>, counters: Counters) -> Self {
+    pub(super) fn new(
+        shared: Arc<Shared>,
+        requests: Receiver<Queued>,
+        counters: Counters,
+        syncer: Syncer,
+    ) -> Self {
         Self {
             shared,
             requests,
             counters,
+            syncer,
+            record: RecordBuilder::default(),
+            failed: None,
             compact_waiters: Vec::new(),
             cleanup_failed: false,
             last_batch: 0,
@@ -147,6 +179,15 @@ impl Writer {
                         Err(RecvTimeoutError::Disconnected) => break,
                     }
                 }
+            } else if self.syncer.has_records() && self.failed.is_none() {
+                match self.requests.recv_timeout(IDLE_CHECKPOINT) {
+                    Ok(queued) => queued,
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.checkpoint();
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
             } else {
                 match self.requests.recv() {
                     Ok(queued) => queued,
@@ -158,6 +199,16 @@ impl Writer {
             self.wrote_since_clean = true;
             if self.commit_batch(&mut batch, &mut closers) {
                 break;
+            }
+            if self.syncer.checkpoint_due() && self.failed.is_none() {
+                self.checkpoint();
+            }
+        }
+        // A clean close leaves a durable database and no log; after a failed
+        // write the log stays for the next open to recover from.
+        if self.failed.is_none() && self.checkpoint() {
+            if let Err(err) = self.syncer.remove() {
+                tracing::warn!(error = %err, "removing the store's log after the final checkpoint failed");
             }
         }
         // Requests still queued are refused by dropping them: their callers
@@ -196,10 +247,15 @@ impl Writer {
         let mut outcomes = Vec::with_capacity(MAX_BATCH);
         let mut events = Vec::with_capacity(MAX_BATCH);
         let mut next = self.counters;
-        let written = self.write_batch(batch, &mut next, &mut outcomes, &mut events);
+        let written = match &self.failed {
+            Some(why) => Err(Error::Unavailable(why.clone())),
+            None => self.write_batch(batch, &mut next, &mut outcomes, &mut events),
+        };
         self.last_batch = batch.len();
         if let Err(err) = written {
-            tracing::error!(file = %self.shared.file.display(), error = %err, "store write failed");
+            if self.failed.is_none() {
+                tracing::error!(file = %self.shared.file.display(), error = %err, "store write failed");
+            }
             // Nothing was committed: the revision counter stays where it was.
             outcomes = batch
                 .iter()
@@ -275,66 +331,144 @@ impl Writer {
         let started = Instant::now();
         let mut waited = Duration::ZERO;
         let target = self.last_batch.max(batch.len()).min(MAX_BATCH);
-        let txn = shared.begin_write()?;
-        {
-            let mut tables = Tables::open(&txn).ctx(file)?;
-            let mut applied = 0;
-            loop {
-                for queued in &batch[applied..] {
-                    outcomes.push(tables.apply(&queued.request, next, events, file)?);
-                }
-                applied = batch.len();
-                if self.last_batch <= 1 || applied >= target || started.elapsed() >= GATHER_MAX {
-                    break;
-                }
-                if self.drain(batch) == 0 {
-                    // Nothing queued: wait for the next request, but only
-                    // briefly (requests stopped coming, most likely).
-                    let wait = Instant::now();
-                    let left = GATHER_MAX.saturating_sub(started.elapsed());
-                    let arrived = self.requests.recv_timeout(GATHER_STEP.min(left));
-                    waited += wait.elapsed();
-                    match arrived {
-                        Ok(queued) => batch.push(queued),
-                        Err(_) => break,
-                    }
-                }
+        let txn = shared.begin_write(false)?;
+        let mut tables = Tables::open(&txn).ctx(file)?;
+        let mut pending = Pending::default();
+        self.record.start(next.revision + 1);
+        let mut applied = 0;
+        loop {
+            for queued in &batch[applied..] {
+                outcomes.push(tables.decide(
+                    &queued.request,
+                    next,
+                    &mut pending,
+                    &mut self.record,
+                    events,
+                    file,
+                )?);
             }
-            if next.revision != self.counters.revision {
-                tables.meta.insert(META_REVISION, next.revision).ctx(file)?;
+            applied = batch.len();
+            if self.last_batch <= 1 || applied >= target || started.elapsed() >= GATHER_MAX {
+                break;
             }
-            if next.compacted != self.counters.compacted {
-                tables
-                    .meta
-                    .insert(META_COMPACTED, next.compacted)
-                    .ctx(file)?;
+            if self.drain(batch) == 0 {
+                // Nothing queued: wait for the next request, but only
+                // briefly (requests stopped coming, most likely).
+                let wait = Instant::now();
+                let left = GATHER_MAX.saturating_sub(started.elapsed());
+                let arrived = self.requests.recv_timeout(GATHER_STEP.min(left));
+                waited += wait.elapsed();
+                match arrived {
+                    Ok(queued) => batch.push(queued),
+                    Err(_) => break,
+                }
             }
         }
         let stats = &shared.stats;
-        let applied = Instant::now();
-        stats.apply_nanos.fetch_add(
-            (applied - started - waited).as_nanos() as u64,
-            Ordering::Relaxed,
-        );
         stats
             .gather_nanos
             .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
         if next.revision == self.counters.revision && next.compacted == self.counters.compacted {
-            // Only conflicts, no-ops or a close: nothing to make durable.
+            // Only conflicts, no-ops or a close: nothing to log or commit.
+            drop(tables);
             txn.abort().ctx(file)?;
-        } else {
-            txn.commit().ctx(file)?;
-            stats.commits.fetch_add(1, Ordering::Relaxed);
-            stats.writes.fetch_add(
-                (next.revision - self.counters.revision) as u64,
-                Ordering::Relaxed,
-            );
-            stats
-                .commit_nanos
-                .fetch_add(applied.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            return Ok(());
         }
+        // From here on the log may hold the batch: any failure stops writes.
+        self.syncer.submit(self.record.finish(next.compacted));
+        let filled = tables.write(&pending.changes, next, &self.counters, file);
+        drop(tables);
+        let filled_at = Instant::now();
+        let (synced, buffer) = self.syncer.wait();
+        if let Some(buffer) = buffer {
+            self.record.recycle(buffer);
+        }
+        let committed = synced.and(filled).and_then(|()| txn.commit().ctx(file));
+        if let Err(err) = committed {
+            self.fail(&err);
+            return Err(err);
+        }
+        stats.apply_nanos.fetch_add(
+            (filled_at - started - waited).as_nanos() as u64,
+            Ordering::Relaxed,
+        );
+        stats.commits.fetch_add(1, Ordering::Relaxed);
+        stats.writes.fetch_add(
+            (next.revision - self.counters.revision) as u64,
+            Ordering::Relaxed,
+        );
+        stats
+            .commit_nanos
+            .fetch_add(filled_at.elapsed().as_nanos() as u64, Ordering::Relaxed);
         Ok(())
     }
+
+    /// Stops taking writes after a failure that may have left the log and
+    /// the database apart.
+    fn fail(&mut self, err: &Error) {
+        tracing::error!(
+            file = %self.shared.file.display(),
+            error = %err,
+            "a store write failed after its log record may have been written; the store takes \
+             no more writes until it is reopened, which recovers from the log"
+        );
+        self.failed = Some(format!(
+            "{}: an earlier write failed ({err}); the store takes no writes until it is \
+             reopened",
+            self.shared.file.display()
+        ));
+    }
+
+    /// Makes the database durable and restarts the log. Returns whether it
+    /// succeeded (a failure stops writes: the log is kept for recovery).
+    fn checkpoint(&mut self) -> bool {
+        let started = Instant::now();
+        let file = self.shared.file.clone();
+        let result = (|| {
+            let txn = self.shared.begin_write(true)?;
+            {
+                // A durable commit with no change might be skipped; this
+                // one rewrites the revision counter as it stands.
+                let mut meta = txn.open_table(META).ctx(&file)?;
+                meta.insert(META_REVISION, self.counters.revision)
+                    .ctx(&file)?;
+            }
+            txn.commit().ctx(&file)?;
+            self.syncer.checkpointed()
+        })();
+        match result {
+            Ok(()) => {
+                let stats = &self.shared.stats;
+                stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+                stats
+                    .checkpoint_nanos
+                    .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                true
+            }
+            Err(err) => {
+                self.fail(&err);
+                false
+            }
+        }
+    }
+}
+
+/// A batch's changes, decided but not yet written, and the keys it touched.
+#[derive(Default)]
+struct Pending {
+    changes: Vec<Change>,
+    /// Keys written earlier in the batch: `Some((create, mod, value))` if
+    /// live afterwards, `None` if deleted.
+    touched: HashMap<Arc<str>, Option<(Revision, Revision, Arc<[u8]>)>>,
+}
+
+/// One decided write, in revision order.
+struct Change {
+    revision: Revision,
+    key: Arc<str>,
+    create_revision: Revision,
+    /// `None` for a deletion.
+    value: Option<Arc<[u8]>>,
 }
 
 /// The open tables of one write transaction.
@@ -346,31 +480,6 @@ struct Tables<'txn> {
 }
 
 impl<'txn> Tables<'txn> {
-    /// Applies one request. The outer `Result` fails the whole batch.
-    fn apply(
-        &mut self,
-        request: &Request,
-        next: &mut Counters,
-        events: &mut Vec<WatchEvent>,
-        file: &std::path::Path,
-    ) -> Result<Outcome> {
-        Ok(match request {
-            Request::Put {
-                key,
-                value,
-                condition,
-                ..
-            } => Outcome::Put(self.put(next, key, value, *condition, events, file)?),
-            Request::Delete { key, condition, .. } => {
-                Outcome::Delete(self.delete(next, key, *condition, events, file)?)
-            }
-            Request::Compact { revision, .. } => {
-                Outcome::Compact(compact::compact_point(next, *revision))
-            }
-            Request::Close { .. } => Outcome::Close,
-        })
-    }
-
     fn open(txn: &'txn WriteTransaction) -> Result<Self, redb::TableError> {
         Ok(Self {
             revisions: txn.open_table(REVISIONS)?,
@@ -380,106 +489,246 @@ impl<'txn> Tables<'txn> {
         })
     }
 
-    /// The live key's (create revision, mod revision).
-    fn live(&self, key: &str, file: &std::path::Path) -> Result<Option<(i64, i64)>> {
+    /// Decides one request: checks its condition against the stored state
+    /// and the batch so far, assigns its revision and adds it to the log
+    /// record and the watch events. The outer `Result` fails the whole
+    /// batch (storage error), the inner one only this request (conflict).
+    fn decide(
+        &self,
+        request: &Request,
+        next: &mut Counters,
+        pending: &mut Pending,
+        record: &mut RecordBuilder,
+        events: &mut Vec<WatchEvent>,
+        file: &std::path::Path,
+    ) -> Result<Outcome> {
+        Ok(match request {
+            Request::Put {
+                key,
+                value,
+                condition,
+                ..
+            } => {
+                let live = self.live(key, pending, file)?;
+                if let Err(conflict) = check(key, *condition, live.map(|(_, m)| m)) {
+                    return Ok(Outcome::Put(Err(conflict)));
+                }
+                let revision = next.revision + 1;
+                let create_revision = live.map_or(revision, |(c, _)| c);
+                record.push(revision, create_revision, key, Some(value));
+                next.revision = revision;
+                let key: Arc<str> = Arc::from(key.as_str());
+                pending.touched.insert(
+                    key.clone(),
+                    Some((create_revision, revision, value.clone())),
+                );
+                pending.changes.push(Change {
+                    revision,
+                    key: key.clone(),
+                    create_revision,
+                    value: Some(value.clone()),
+                });
+                let kv = KeyValue {
+                    key: key.to_string(),
+                    value: value.clone(),
+                    create_revision,
+                    mod_revision: revision,
+                };
+                events.push(WatchEvent {
+                    kind: EventKind::Put,
+                    kv: kv.clone(),
+                    created: live.is_none(),
+                });
+                Outcome::Put(Ok(kv))
+            }
+            Request::Delete { key, condition, .. } => {
+                let live = self.live(key, pending, file)?;
+                if let Err(conflict) = check(key, *condition, live.map(|(_, m)| m)) {
+                    return Ok(Outcome::Delete(Err(conflict)));
+                }
+                let Some((create_revision, mod_revision)) = live else {
+                    return Ok(Outcome::Delete(Err(Error::NotFound {
+                        key: key.to_owned(),
+                    })));
+                };
+                let value = self.live_value(key, mod_revision, pending, file)?;
+                let revision = next.revision + 1;
+                record.push(revision, 0, key, None);
+                next.revision = revision;
+                let key: Arc<str> = Arc::from(key.as_str());
+                pending.touched.insert(key.clone(), None);
+                pending.changes.push(Change {
+                    revision,
+                    key: key.clone(),
+                    create_revision: 0,
+                    value: None,
+                });
+                let prev = KeyValue {
+                    key: key.to_string(),
+                    value,
+                    create_revision,
+                    mod_revision,
+                };
+                events.push(WatchEvent {
+                    kind: EventKind::Delete,
+                    kv: KeyValue {
+                        mod_revision: revision,
+                        ..prev.clone()
+                    },
+                    created: false,
+                });
+                Outcome::Delete(Ok(Deleted { revision, prev }))
+            }
+            Request::Compact { revision, .. } => {
+                Outcome::Compact(compact::compact_point(next, *revision))
+            }
+            Request::Close { .. } => Outcome::Close,
+        })
+    }
+
+    /// The live key's (create revision, mod revision), as the batch so far
+    /// leaves it.
+    fn live(
+        &self,
+        key: &str,
+        pending: &Pending,
+        file: &std::path::Path,
+    ) -> Result<Option<(Revision, Revision)>> {
+        if let Some(touched) = pending.touched.get(key) {
+            return Ok(touched.as_ref().map(|(c, m, _)| (*c, *m)));
+        }
         Ok(self.current.get(key).ctx(file)?.map(|v| v.value()))
     }
 
-    /// A put. The outer `Result` fails the whole batch (storage error), the
-    /// inner one only this request (conflict).
-    fn put(
-        &mut self,
-        next: &mut Counters,
+    /// The value of `key` at `mod_revision`, the live version `live` found.
+    fn live_value(
+        &self,
         key: &str,
-        value: &Arc<[u8]>,
-        condition: Condition,
-        events: &mut Vec<WatchEvent>,
+        mod_revision: Revision,
+        pending: &Pending,
         file: &std::path::Path,
-    ) -> Result<Result<KeyValue>> {
-        let live = self.live(key, file)?;
-        if let Err(conflict) = check(key, condition, live.map(|(_, m)| m)) {
-            return Ok(Err(conflict));
+    ) -> Result<Arc<[u8]>> {
+        if let Some(Some((_, _, value))) = pending.touched.get(key) {
+            return Ok(value.clone());
         }
-        let revision = next.revision + 1;
-        let create_revision = live.map_or(revision, |(c, _)| c);
-        {
-            let mut slot = self
-                .revisions
-                .insert_reserve(revision, encoded_len(key, value.len()))
-                .ctx(file)?;
-            encode(slot.as_mut(), create_revision, key, value);
-        }
-        self.index.insert((key, revision), ()).ctx(file)?;
-        self.current
-            .insert(key, (create_revision, revision))
-            .ctx(file)?;
-        next.revision = revision;
-        let kv = KeyValue {
-            key: key.to_owned(),
-            value: value.clone(),
-            create_revision,
-            mod_revision: revision,
-        };
-        events.push(WatchEvent {
-            kind: EventKind::Put,
-            kv: kv.clone(),
-            created: live.is_none(),
-        });
-        Ok(Ok(kv))
+        let stored = self.revisions.get(mod_revision).ctx(file)?.ok_or_else(|| {
+            Error::Corrupt(format!(
+                "{}: revision {mod_revision} of {key:?} is missing",
+                file.display()
+            ))
+        })?;
+        Ok(Entry::decode(stored.value(), mod_revision, file)?
+            .to_kv(key, mod_revision, file)?
+            .value)
     }
 
-    /// A delete; results as for [`Tables::put`].
-    fn delete(
+    /// Writes decided changes and the counters that moved.
+    fn write(
         &mut self,
-        next: &mut Counters,
-        key: &str,
-        condition: Condition,
-        events: &mut Vec<WatchEvent>,
+        changes: &[Change],
+        next: &Counters,
+        before: &Counters,
         file: &std::path::Path,
-    ) -> Result<Result<Deleted>> {
-        let live = self.live(key, file)?;
-        if let Err(conflict) = check(key, condition, live.map(|(_, m)| m)) {
-            return Ok(Err(conflict));
+    ) -> Result<()> {
+        for change in changes {
+            self.write_entry(
+                change.revision,
+                change.create_revision,
+                &change.key,
+                change.value.as_deref(),
+                file,
+            )?;
         }
-        let Some((create_revision, mod_revision)) = live else {
-            return Ok(Err(Error::NotFound {
-                key: key.to_owned(),
-            }));
-        };
-        let value = {
-            let stored = self.revisions.get(mod_revision).ctx(file)?.ok_or_else(|| {
-                Error::Corrupt(format!(
-                    "{}: revision {mod_revision} of {key:?} is missing",
-                    file.display()
-                ))
-            })?;
-            Entry::decode(stored.value(), mod_revision, file)?
-                .to_kv(key, mod_revision, file)?
-                .value
-        };
-        let revision = next.revision + 1;
-        self.revisions
-            .insert(revision, tombstone(key).as_slice())
-            .ctx(file)?;
-        self.index.insert((key, revision), ()).ctx(file)?;
-        self.current.remove(key).ctx(file)?;
-        next.revision = revision;
-        let prev = KeyValue {
-            key: key.to_owned(),
-            value,
-            create_revision,
-            mod_revision,
-        };
-        events.push(WatchEvent {
-            kind: EventKind::Delete,
-            kv: KeyValue {
-                mod_revision: revision,
-                ..prev.clone()
-            },
-            created: false,
-        });
-        Ok(Ok(Deleted { revision, prev }))
+        if next.revision != before.revision {
+            self.meta.insert(META_REVISION, next.revision).ctx(file)?;
+        }
+        if next.compacted != before.compacted {
+            self.meta.insert(META_COMPACTED, next.compacted).ctx(file)?;
+        }
+        Ok(())
     }
+
+    /// Writes one entry: a put (`value`) or a deletion (`None`), at
+    /// `revision`. Used for new batches and for replaying the log.
+    fn write_entry(
+        &mut self,
+        revision: Revision,
+        create_revision: Revision,
+        key: &str,
+        value: Option<&[u8]>,
+        file: &std::path::Path,
+    ) -> Result<()> {
+        match value {
+            Some(value) => {
+                let mut slot = self
+                    .revisions
+                    .insert_reserve(revision, encoded_len(key, value.len()))
+                    .ctx(file)?;
+                encode(slot.as_mut(), create_revision, key, value);
+            }
+            None => {
+                self.revisions
+                    .insert(revision, tombstone(key).as_slice())
+                    .ctx(file)?;
+            }
+        }
+        self.index.insert((key, revision), ()).ctx(file)?;
+        match value {
+            Some(_) => {
+                self.current
+                    .insert(key, (create_revision, revision))
+                    .ctx(file)?;
+            }
+            None => {
+                self.current.remove(key).ctx(file)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Recovery at open: applies the log's records that follow the database's
+/// revision in one durable transaction, marks the file as this build's
+/// format, and returns the counters after them.
+pub(super) fn replay(
+    db: &redb::Database,
+    records: &[Record<'_>],
+    mut counters: Counters,
+    file: &std::path::Path,
+) -> Result<Counters> {
+    let txn = db.begin_write().ctx(file)?;
+    {
+        let mut tables = Tables::open(&txn).ctx(file)?;
+        for record in records {
+            for (revision, entry) in (record.first_revision..).zip(&record.entries) {
+                if revision <= counters.revision {
+                    continue;
+                }
+                tables.write_entry(
+                    revision,
+                    entry.create_revision,
+                    entry.key,
+                    entry.value,
+                    file,
+                )?;
+                counters.revision = revision;
+            }
+            counters.compacted = counters
+                .compacted
+                .max(record.compacted.min(counters.revision));
+        }
+        tables
+            .meta
+            .insert(META_REVISION, counters.revision)
+            .ctx(file)?;
+        tables
+            .meta
+            .insert(META_COMPACTED, counters.compacted)
+            .ctx(file)?;
+        tables.meta.insert(META_FORMAT, FORMAT_VERSION).ctx(file)?;
+    }
+    txn.commit().ctx(file)?;
+    Ok(counters)
 }
 
 /// Checks a write's condition against the key's modification revision.

@@ -11,19 +11,24 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use redb::{Builder, Database, ReadableDatabase, RepairSession};
 
+use super::commit;
 use super::overlay::Overlay;
 use super::schema::{
     CURRENT, Context, DB_FILE, DB_TMP_FILE, FORMAT_VERSION, INDEX, LOCK_FILE, META, META_CLEANED,
-    META_COMPACTED, META_FORMAT, META_REVISION, REVISIONS, db_error, read_meta,
+    META_COMPACTED, META_FORMAT, META_REVISION, OLDEST_FORMAT_VERSION, REVISIONS, db_error,
+    read_meta,
 };
+use super::wal::{Found, Wal};
 use crate::store::{Error, Result, Revision};
 
-/// An open database with its directory lock and recovered counters.
+/// An open database with its directory lock, recovered counters and a
+/// fresh write-ahead log segment.
 pub(super) struct Opened {
     pub db: Database,
     pub lock: File,
     pub file: PathBuf,
     pub counters: Counters,
+    pub wal: Wal,
 }
 
 /// The persistent counters of the `meta` table.
@@ -57,12 +62,22 @@ pub(super) fn open(dir: &Path) -> Result<Opened> {
         .map_err(|e| io_context(e, format!("creating data directory {}", dir.display())))?;
     let lock = lock_directory(dir)?;
     let file = dir.join(DB_FILE);
+    let found = Found::read(dir)?;
     match fs::symlink_metadata(&file) {
         Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => create(dir, &file)?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound && found.is_empty() => create(dir, &file)?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(Error::Corrupt(format!(
+                "{} is missing but the write-ahead log beside it holds writes: the directory was \
+                 damaged. It was left untouched: restore it from a backup",
+                file.display()
+            )));
+        }
         Err(e) => return Err(io_context(e, format!("reading {}", file.display()))),
     }
-    let crashed = check(&file)?;
+    let (crashed, checked) = check(&file)?;
+    // The log is checked against the database before anything is written.
+    found.replay(checked.revision)?;
     let mut builder = Builder::new();
     builder.set_cache_size(CACHE_BYTES);
     if crashed {
@@ -75,11 +90,30 @@ pub(super) fn open(dir: &Path) -> Result<Opened> {
     }
     let db = builder.open(&file).ctx(&file)?;
     let counters = read_counters(&db, &file)?;
+    let replay = found.replay(counters.revision)?;
+    if replay.torn_bytes > 0 {
+        tracing::warn!(
+            dir = %dir.display(),
+            bytes = replay.torn_bytes,
+            "the write-ahead log ends in an incomplete record, being written when the process \
+             stopped; it was never acknowledged and is dropped"
+        );
+    }
+    if !replay.records.is_empty() {
+        tracing::info!(
+            dir = %dir.display(),
+            records = replay.records.len(),
+            "recovering writes from the write-ahead log"
+        );
+    }
+    let counters = commit::replay(&db, &replay.records, counters, &file)?;
+    let wal = Wal::create(dir, &found)?;
     Ok(Opened {
         db,
         lock,
         file,
         counters,
+        wal,
     })
 }
 
@@ -156,12 +190,13 @@ fn sync_dir(dir: &Path) -> Result<()> {
 /// Checks an existing database without writing to it: every page of the
 /// committed trees is verified (redb's integrity check, run over an
 /// [`Overlay`] so that its repair writes stay in memory) and the schema is
-/// read back. Returns whether the file was left by a crash (not closed).
+/// read back. Returns whether the file was left by a crash (not closed), and
+/// its counters as the real open will find them.
 ///
 /// A rollback of the latest commit is allowed only after a crash: a commit
 /// that does not verify in a cleanly closed file was damaged afterwards, and
 /// silently dropping it could lose acknowledged writes.
-fn check(file: &Path) -> Result<bool> {
+fn check(file: &Path) -> Result<(bool, Counters)> {
     let len = fs::metadata(file)
         .map_err(|e| io_context(e, format!("reading {}", file.display())))?
         .len();
@@ -224,8 +259,9 @@ fn check(file: &Path) -> Result<bool> {
              acknowledged"
         );
     }
-    guard(|| read_counters(&db, file).map(Ok), file)?.map_err(|e: Error| damaged(e.to_string()))?;
-    Ok(crashed)
+    let counters = guard(|| read_counters(&db, file).map(Ok), file)?
+        .map_err(|e: Error| damaged(e.to_string()))?;
+    Ok((crashed, counters))
 }
 
 /// Runs `f`, turning a panic inside redb into an error.
@@ -268,9 +304,10 @@ fn read_counters(db: &impl ReadableDatabase, file: &Path) -> Result<Counters> {
     txn.open_table(CURRENT).ctx(file)?;
     let meta = txn.open_table(META).ctx(file)?;
     let format = read_meta(&meta, META_FORMAT, file)?;
-    if format != FORMAT_VERSION {
+    if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&format) {
         return Err(Error::Corrupt(format!(
-            "{}: store format {format} is not supported (this build reads format {FORMAT_VERSION})",
+            "{}: store format {format} is not supported (this build reads formats \
+             {OLDEST_FORMAT_VERSION} to {FORMAT_VERSION})",
             file.display()
         )));
     }

@@ -35,8 +35,14 @@ pub(super) const META_COMPACTED: &str = "compacted";
 /// How far history and log have physically been cleaned (≤ compacted).
 pub(super) const META_CLEANED: &str = "cleaned";
 
-/// The only schema version this code reads and writes.
-pub(super) const FORMAT_VERSION: i64 = 1;
+/// The schema version this code writes. Version 2 has the same tables as
+/// 1 but may leave a write-ahead log beside the database (`wal.rs`) that
+/// holds acknowledged writes: a build that reads only version 1 would
+/// ignore it, so it must refuse the file instead.
+pub(super) const FORMAT_VERSION: i64 = 2;
+
+/// The oldest schema version this code reads (and upgrades at open).
+pub(super) const OLDEST_FORMAT_VERSION: i64 = 1;
 
 /// The database file inside the data directory.
 pub(super) const DB_FILE: &str = "store.redb";

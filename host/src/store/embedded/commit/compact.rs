@@ -78,7 +78,7 @@ impl Writer {
     fn clean(&self, from: Revision, upto: Revision) -> Result<()> {
         let file = &self.shared.file;
         let compacted = self.counters.compacted;
-        let txn = self.shared.begin_write()?;
+        let txn = self.shared.begin_write(false)?;
         {
             let mut tables = Tables::open(&txn).ctx(file)?;
             let mut doomed = Vec::new();
