@@ -206,10 +206,11 @@ impl Writer {
         }
         // A clean close leaves a durable database and no log; after a failed
         // write the log stays for the next open to recover from.
-        if self.failed.is_none() && self.checkpoint() {
-            if let Err(err) = self.syncer.remove() {
-                tracing::warn!(error = %err, "removing the store's log after the final checkpoint failed");
-            }
+        if self.failed.is_none()
+            && self.checkpoint()
+            && let Err(err) = self.syncer.remove()
+        {
+            tracing::warn!(error = %err, "removing the store's log after the final checkpoint failed");
         }
         // Requests still queued are refused by dropping them: their callers
         // see the store closed.
@@ -459,8 +460,11 @@ struct Pending {
     changes: Vec<Change>,
     /// Keys written earlier in the batch: `Some((create, mod, value))` if
     /// live afterwards, `None` if deleted.
-    touched: HashMap<Arc<str>, Option<(Revision, Revision, Arc<[u8]>)>>,
+    touched: HashMap<Arc<str>, Option<LiveVersion>>,
 }
+
+/// A live key's create revision, mod revision and value.
+type LiveVersion = (Revision, Revision, Arc<[u8]>);
 
 /// One decided write, in revision order.
 struct Change {
