@@ -43,11 +43,12 @@ async fn main() -> anyhow::Result<()> {
             let stats = handle.stats();
             let batches = stats.commits.max(1) as u32;
             eprintln!(
-                "  embedded writer: {} batches of {:.1} writes; per batch: apply {:?}, commit \
-                 {:?}, gather {:?}; {} checkpoints of {:?}",
+                "  embedded writer: {} batches of {:.1} writes; per batch: apply {:?}, log sync \
+                 {:?}, commit {:?}, gather {:?}; {} checkpoints of {:?}",
                 stats.commits,
                 stats.writes as f64 / f64::from(batches),
                 stats.apply_time / batches,
+                stats.log_time / batches,
                 stats.commit_time / batches,
                 stats.gather_time / batches,
                 stats.checkpoints,

@@ -160,6 +160,8 @@ struct Stats {
     gather_nanos: AtomicU64,
     checkpoints: AtomicU64,
     checkpoint_nanos: AtomicU64,
+    /// Shared with the log's thread.
+    log_nanos: Arc<AtomicU64>,
 }
 
 /// Running totals of the embedded store's writer, for metrics.
@@ -197,6 +199,9 @@ pub struct EmbeddedStats {
     pub checkpoints: u64,
     /// Time spent in checkpoints (flushing the database file).
     pub checkpoint_time: Duration,
+    /// Time the log's thread spent writing and syncing records (it overlaps
+    /// `apply_time`).
+    pub log_time: Duration,
 }
 
 impl Shared {
@@ -293,7 +298,7 @@ impl EmbeddedBackend {
             stats: Stats::default(),
         });
         let (requests, receiver) = std::sync::mpsc::channel();
-        let syncer = Syncer::spawn(opened.wal)?;
+        let syncer = Syncer::spawn(opened.wal, shared.stats.log_nanos.clone())?;
         let writer = Writer::new(shared.clone(), receiver, counters, syncer);
         let on_panic = shared.clone();
         std::thread::Builder::new()
@@ -357,6 +362,7 @@ impl EmbeddedBackend {
             gather_time: Duration::from_nanos(load(&stats.gather_nanos)),
             checkpoints: load(&stats.checkpoints),
             checkpoint_time: Duration::from_nanos(load(&stats.checkpoint_nanos)),
+            log_time: Duration::from_nanos(load(&stats.log_nanos)),
         }
     }
 

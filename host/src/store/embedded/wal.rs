@@ -611,8 +611,12 @@ pub(super) struct Syncer {
 }
 
 impl Syncer {
-    /// Starts the thread that owns `wal`.
-    pub(super) fn spawn(wal: Wal) -> Result<Self> {
+    /// Starts the thread that owns `wal`; it adds the time it spends
+    /// appending and syncing to `log_nanos`.
+    pub(super) fn spawn(
+        wal: Wal,
+        log_nanos: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    ) -> Result<Self> {
         let (jobs, job_rx) = channel::<Job>();
         let (done_tx, done) = channel();
         let path = wal.path.clone();
@@ -624,7 +628,12 @@ impl Syncer {
                 for job in job_rx {
                     let answer = match (job, wal.take()) {
                         (Job::Append(record), Some(mut log)) => {
+                            let started = std::time::Instant::now();
                             let result = log.append(&record);
+                            log_nanos.fetch_add(
+                                started.elapsed().as_nanos() as u64,
+                                std::sync::atomic::Ordering::Relaxed,
+                            );
                             wal = Some(log);
                             (result, Some(record))
                         }
@@ -862,7 +871,7 @@ mod tests {
         let found = Found::read(dir.path()).unwrap();
         let wal = Wal::create(dir.path(), &found).unwrap();
         assert_eq!(wal.sequence, 4);
-        let mut syncer = Syncer::spawn(wal).unwrap();
+        let mut syncer = Syncer::spawn(wal, Default::default()).unwrap();
         // Segments (not the temporary file of the one being prepared).
         let segments = |dir: &Path| {
             let mut names: Vec<_> = fs::read_dir(dir)
