@@ -1,21 +1,22 @@
 //! The embedded durable backend (the default): a [`Backend`] on the redb
 //! database in one data directory, with exactly the memory backend's
-//! semantics, every acknowledged write fsync'd, and concurrent writes group
-//! committed.
+//! semantics, every acknowledged write on disk (in a write-ahead log), and
+//! concurrent writes group committed.
 //!
 //! # Layout
 //!
-//! A data directory holds `store.redb` (the database) and `LOCK` (held with
+//! A data directory holds `store.redb` (the database), `LOCK` (held with
 //! an exclusive file lock while the store is open, so that a second process
-//! gets "data directory … is in use by another process"). The database has
-//! four tables:
+//! gets "data directory … is in use by another process") and, while the
+//! store is open or after a crash, the write-ahead log `wal-*.log` (see
+//! `wal.rs`; a clean close leaves none). The database has four tables:
 //!
 //! | table | key → value | holds |
 //! |---|---|---|
 //! | `revisions` | revision → create revision (i64 LE) ‖ key length (u32 LE) ‖ key ‖ value | every change since compaction, plus each live key's newest version at or below the compaction point; create revision 0 and no value mark a deletion |
 //! | `index` | (key, revision) → () | the revisions of each key, oldest first: reads at a past revision, the previous value of a deletion, compaction |
 //! | `current` | key → (create revision, mod revision) | live keys only: current reads and write conditions |
-//! | `meta` | name → i64 | `format` (1), `revision`, `compacted` (the compaction point), `cleaned` (how far compaction has physically removed entries) |
+//! | `meta` | name → i64 | `format` (2; 1 is read and upgraded), `revision`, `compacted` (the compaction point), `cleaned` (how far compaction has physically removed entries) |
 //!
 //! Values are stored once, in `revisions`, which only ever grows at its end:
 //! whatever keys are written, a batch's values land on a few adjacent pages,
@@ -28,13 +29,17 @@
 //! # Writes
 //!
 //! One writer thread (`commit.rs`) owns all writes and group-commits them: one
-//! redb transaction and one fsync per batch of queued requests, revisions
-//! assigned in order, a failed condition consuming no revision. A write is
-//! answered only after its transaction is durable (redb
-//! `Durability::Immediate`, one-phase commit with checksums). A lone writer
-//! is committed at once; when the previous batch had several writers, the
-//! next one waits (while requests keep arriving, at most 1 ms) for them to
-//! come back, so that concurrent writers share one fsync.
+//! redb transaction and one log record (one fsync) per batch of queued
+//! requests, revisions assigned in order, a failed condition consuming no
+//! revision. A write is answered only after its log record is synced and its
+//! transaction committed; redb commits without an fsync of its own
+//! (`Durability::None`) and is made durable at checkpoints (every 32 MiB of
+//! log, after a second without writes, and at close), after which the log
+//! restarts. The record is synced on the log's thread while the writer
+//! fills the transaction. A lone writer is committed at once; when the
+//! previous batch had several writers, the next one waits (while requests
+//! keep arriving, at most 1 ms) for them to come back, so that concurrent
+//! writers share one fsync.
 //!
 //! Reads run on tokio's blocking pool, each in one redb read transaction (a
 //! snapshot). Watches replay from `revisions` on disk, then follow live
@@ -48,6 +53,14 @@
 //!
 //! # Damaged files
 //!
+//! At open, the log's records newer than the database are applied again in
+//! one durable commit. The log is read and checked against the database
+//! before anything is written: a damaged record (one followed by a valid
+//! record), a gap in revisions or a log without its database is
+//! [`Error::Corrupt`] and nothing is touched; an invalid record with no
+//! valid record after it is the append a crash interrupted (never
+//! acknowledged) and is dropped, with a warning.
+//!
 //! redb repairs files on open: after a crash it rebuilds its allocator state
 //! and, if the latest commit fails its checksums, rolls back to the previous
 //! one; a file damaged otherwise may even panic a plain open. None of that is
@@ -59,11 +72,10 @@
 //! [`Error::Corrupt`] naming the file, and the file is left byte-for-byte
 //! untouched. Only after a crash may the latest commit be rolled back, if it
 //! fails its checksums as a commit torn by a power loss does (its fsync never
-//! completed, so it was never acknowledged); that is logged. The price of
-//! one fsync per commit (redb's one-phase commit) is that damage to exactly
-//! the pages of the last commit of a crashed file looks the same and loses
-//! that commit; two-phase commit would tell them apart at a second fsync per
-//! commit. A new store is created under a temporary name and renamed into
+//! completed); that is logged, and the log still holds every write since the
+//! checkpoint before. Damage to exactly the last record of the log looks
+//! like a torn append and loses that record's batch, as in any log. A new
+//! store is created under a temporary name and renamed into
 //! place once initialised, so `store.redb` is never legitimately empty.
 //!
 //! The check reads every live page on each open: about 0.2 s for 100,000
