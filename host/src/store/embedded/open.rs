@@ -92,11 +92,12 @@ pub(super) fn open(dir: &Path) -> Result<Opened> {
     let counters = read_counters(&db, &file)?;
     let replay = found.replay(counters.revision)?;
     if replay.torn_bytes > 0 {
-        tracing::warn!(
+        tracing::info!(
             dir = %dir.display(),
             bytes = replay.torn_bytes,
-            "the write-ahead log ends in an incomplete record, being written when the process \
-             stopped; it was never acknowledged and is dropped"
+            "the write-ahead log ends before the end of its last segment: what follows is an \
+             append the crash interrupted (never acknowledged) or older records of a recycled \
+             segment, and is not replayed"
         );
     }
     if !replay.records.is_empty() {

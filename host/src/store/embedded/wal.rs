@@ -17,15 +17,20 @@
 //!
 //! `wal-<sequence, 16 hex digits>.log` in the data directory. A segment
 //! starts with [`MAGIC`]; then records, each `payload length (u32 LE) ‖
-//! CRC-32 of the payload (u32 LE) ‖ CRC-32 of those 8 bytes (u32 LE) ‖
-//! payload`, the payload being `first
+//! segment sequence (u64 LE) ‖ CRC-32 of the payload (u32 LE) ‖ CRC-32 of
+//! the 16 bytes before (u32 LE) ‖ payload`, the payload being `first
 //! revision (i64 LE) ‖ compaction point after the batch (i64 LE) ‖ entry
 //! count (u32 LE) ‖ entries`, each entry `length (u32 LE) ‖` an entry as the
 //! `revisions` table stores it (`schema::encode`), for consecutive
-//! revisions from the first. A new segment is written under a temporary name
-//! and renamed into place with its header synced, so a `.log` file always
-//! has a whole header. After a checkpoint a new segment is started and the
-//! older ones are deleted: every record in them is in the durable database.
+//! revisions from the first.
+//!
+//! The segment written after open is new; the next ones are made ready in
+//! the background (under a temporary name, header synced, space allocated)
+//! and taken when the current one is full. After a checkpoint the log moves
+//! to the next segment; the older ones are deleted, except the one just
+//! left, whose file becomes a later segment (recycled: its space is
+//! allocated and written, so syncs over it are data-only; its old records
+//! carry an older sequence and so read as the end of the log).
 //!
 //! # Recovery
 //!
@@ -33,14 +38,14 @@
 //! (`commit::replay`). Only the end of the newest segment may be incomplete
 //! (a record being appended when the process died; it was never
 //! acknowledged) and is ignored: an invalid record after which no valid
-//! record starts anywhere (a crash may persist any subset of the sectors of
-//! the record being appended, so nothing about the invalid record itself
-//! tells torn from damaged; a valid record after it does). Zeros to the end
-//! are the unused part of a prepared segment. An invalid record followed by
-//! a valid one, a bad record in an older segment, a gap in revisions or a
-//! foreign file is [`Error::Corrupt`], reported before anything is written.
-//! As with any log, damage to exactly the last record cannot be told from a
-//! torn append and loses that record's batch.
+//! record of the segment starts anywhere (a crash may persist any subset of
+//! the sectors of the record being appended, so nothing about the invalid
+//! record itself tells torn from damaged; a valid record after it does).
+//! Zeros, and records of an older sequence, end the log. An invalid record
+//! followed by a valid one, a bad record in an older segment, a gap in
+//! revisions or a foreign file is [`Error::Corrupt`], reported before
+//! anything is written. As with any log, damage to exactly the last record
+//! cannot be told from a torn append and loses that record's batch.
 
 use std::fs::{self, File};
 use std::io::{self, Write};
@@ -58,9 +63,10 @@ pub(super) const MAGIC: &[u8; 8] = b"SPWAL\x00\x00\x01";
 /// Log bytes after which the writer checkpoints the database.
 pub(super) const CHECKPOINT_BYTES: u64 = 32 << 20;
 
-/// Bytes in front of a record's payload: length, CRC of the payload, CRC of
-/// those two (so that a damaged length is told from a record cut short).
-const RECORD_HEADER: usize = 12;
+/// Bytes in front of a record's payload: length, the segment's sequence
+/// number, CRC of the payload, CRC of those three (so that a damaged length
+/// is told from a record cut short).
+const RECORD_HEADER: usize = 20;
 
 /// Bytes in front of a payload's entries.
 const PAYLOAD_HEADER: usize = 20;
@@ -135,9 +141,9 @@ impl RecordBuilder {
                 .expect("a batch is far below 4 GiB")
                 .to_le_bytes(),
         );
-        self.bytes[4..8].copy_from_slice(&crc.to_le_bytes());
-        let header_crc = crc32fast::hash(&self.bytes[..8]);
-        self.bytes[8..12].copy_from_slice(&header_crc.to_le_bytes());
+        self.bytes[12..16].copy_from_slice(&crc.to_le_bytes());
+        // The sequence and header CRC are set by `seal` when the log knows
+        // which segment the record goes to.
         std::mem::take(&mut self.bytes)
     }
 
@@ -146,6 +152,14 @@ impl RecordBuilder {
         buffer.clear();
         self.bytes = buffer;
     }
+}
+
+/// Stamps a finished record with the sequence of the segment it is written
+/// to, and checksums its header.
+fn seal(record: &mut [u8], sequence: u64) {
+    record[4..12].copy_from_slice(&sequence.to_le_bytes());
+    let header_crc = crc32fast::hash(&record[..16]);
+    record[16..20].copy_from_slice(&header_crc.to_le_bytes());
 }
 
 /// One decoded record.
@@ -197,8 +211,8 @@ enum Parsed<'a> {
     Invalid(&'static str),
 }
 
-/// Reads the record at the start of `rest`.
-fn parse_record<'a>(rest: &'a [u8], file: &Path) -> Parsed<'a> {
+/// Reads the record at the start of `rest`, in segment `sequence`.
+fn parse_record<'a>(rest: &'a [u8], sequence: u64, file: &Path) -> Parsed<'a> {
     if rest.iter().all(|&b| b == 0) {
         return Parsed::End;
     }
@@ -206,15 +220,20 @@ fn parse_record<'a>(rest: &'a [u8], file: &Path) -> Parsed<'a> {
         return Parsed::Invalid("is shorter than a record header");
     };
     let word = |i: usize| u32::from_le_bytes(header[i..i + 4].try_into().expect("4 bytes"));
-    if crc32fast::hash(&header[..8]) != word(8) {
+    if crc32fast::hash(&header[..16]) != word(16) {
         return Parsed::Invalid("has a damaged header");
+    }
+    if u64::from_le_bytes(header[4..12].try_into().expect("8 bytes")) != sequence {
+        // Left from the file's use as an older segment (segments are
+        // recycled): the log ends here.
+        return Parsed::End;
     }
     let len = word(0) as usize;
     if len > MAX_PAYLOAD || tail.len() < len {
         return Parsed::Invalid("runs past the end of the file");
     }
     let payload = &tail[..len];
-    if crc32fast::hash(payload) != word(4) {
+    if crc32fast::hash(payload) != word(12) {
         return Parsed::Invalid("fails its checksum");
     }
     match decode_payload(payload, file) {
@@ -223,19 +242,24 @@ fn parse_record<'a>(rest: &'a [u8], file: &Path) -> Parsed<'a> {
     }
 }
 
-/// The offset in `rest` of the first valid record after its first byte, if
-/// any. Records are appended one at a time, each synced before the next is
-/// written, so a valid record after an invalid one proves that the invalid
-/// one was once whole: it was damaged, not torn by a crash. (A crash may
-/// persist any subset of the sectors of the record being appended, so the
-/// invalid record's own length cannot be trusted to say where to look.)
-fn valid_record_after(rest: &[u8], file: &Path) -> Option<usize> {
+/// The offset in `rest` of the first valid record of segment `sequence`
+/// after its first byte, if any. Records are appended one at a time, each
+/// synced before the next is written, so a valid record after an invalid
+/// one proves that the invalid one was once whole: it was damaged, not torn
+/// by a crash. (A crash may persist any subset of the sectors of the record
+/// being appended, so the invalid record's own length cannot be trusted to
+/// say where to look.)
+fn valid_record_after(rest: &[u8], sequence: u64, file: &Path) -> Option<usize> {
+    let stamp = sequence.to_le_bytes();
     (1..rest.len().saturating_sub(RECORD_HEADER)).find(|&at| {
         let header = &rest[at..at + RECORD_HEADER];
-        header[..8].iter().any(|&b| b != 0)
-            && crc32fast::hash(&header[..8])
-                == u32::from_le_bytes(header[8..].try_into().expect("4 bytes"))
-            && matches!(parse_record(&rest[at..], file), Parsed::Record(..))
+        header[4..12] == stamp
+            && crc32fast::hash(&header[..16])
+                == u32::from_le_bytes(header[16..].try_into().expect("4 bytes"))
+            && matches!(
+                parse_record(&rest[at..], sequence, file),
+                Parsed::Record(..)
+            )
     })
 }
 
@@ -243,7 +267,7 @@ fn valid_record_after(rest: &[u8], file: &Path) -> Option<usize> {
 #[derive(Debug, Default)]
 pub(super) struct Found {
     /// Segment files, oldest first, with their contents.
-    segments: Vec<(PathBuf, Vec<u8>)>,
+    segments: Vec<(u64, PathBuf, Vec<u8>)>,
     /// The highest segment sequence number seen.
     last_sequence: u64,
     /// Temporary files of segments being prepared or created: never used.
@@ -254,7 +278,9 @@ pub(super) struct Found {
 #[derive(Debug)]
 pub(super) struct Replay<'a> {
     pub records: Vec<Record<'a>>,
-    /// Bytes at the end of the newest segment that were not a whole record.
+    /// Bytes after the newest segment's last record that are neither zeros
+    /// nor a whole record: an append the crash interrupted, or what is left
+    /// from the file's earlier use as an older segment.
     pub torn_bytes: usize,
 }
 
@@ -285,7 +311,7 @@ impl Found {
             let bytes = fs::read(&path)
                 .map_err(|e| io_context(e, format!("reading {}", path.display())))?;
             found.last_sequence = sequence;
-            found.segments.push((path, bytes));
+            found.segments.push((sequence, path, bytes));
         }
         Ok(found)
     }
@@ -302,7 +328,7 @@ impl Found {
         let mut torn_bytes = 0;
         let mut expected = None::<Revision>;
         let newest = self.segments.len().saturating_sub(1);
-        for (n, (path, bytes)) in self.segments.iter().enumerate() {
+        for (n, (sequence, path, bytes)) in self.segments.iter().enumerate() {
             let corrupt = |what: String| {
                 Error::Corrupt(format!(
                     "{} is damaged: {what}. It was left untouched: restore the data directory \
@@ -315,11 +341,11 @@ impl Found {
             };
             let mut offset = MAGIC.len();
             while !rest.is_empty() {
-                let (record, len) = match parse_record(rest, path) {
+                let (record, len) = match parse_record(rest, *sequence, path) {
                     Parsed::Record(record, len) => (record, len),
                     Parsed::End => break,
                     Parsed::Invalid(what) => {
-                        if let Some(at) = valid_record_after(rest, path) {
+                        if let Some(at) = valid_record_after(rest, *sequence, path) {
                             return Err(corrupt(format!(
                                 "the record at byte {offset} {what}, yet a valid record follows \
                                  at byte {}",
@@ -382,42 +408,55 @@ const SEGMENT_FIRST: u64 = 1 << 20;
 /// The largest segment prepared: a checkpoint's worth of log and some room.
 const SEGMENT_MAX: u64 = CHECKPOINT_BYTES + (8 << 20);
 
-/// A segment made ready in the background: its header, then zeros to its
-/// full size, synced, under a temporary name until it is used.
+/// A segment made ready ahead of use, under a temporary name until it is
+/// used: its header, then allocated space.
 struct Prepared {
     file: File,
     tmp: PathBuf,
     size: u64,
 }
 
-/// Writes a zero-filled segment file under `tmp`.
+/// Makes segment space ready under `tmp`: a segment file recycled after a
+/// checkpoint (`recycled`, whose blocks are allocated and written, and whose
+/// old records carry an older sequence, so they read as the end of the
+/// log), or else a new file with `size` bytes allocated.
 ///
-/// Why zeros: a record written over allocated, initialised blocks is synced
-/// by `fdatasync` alone; appending (or writing into `fallocate`d space)
-/// also changes file-system metadata, which costs a journal commit per sync
-/// (~210 vs ~130 µs for a 64 KiB record here, and far more while other
-/// processes write to the same file system).
-fn prepare(tmp: &Path, size: u64) -> io::Result<Prepared> {
+/// Why: a record written over allocated, initialised blocks is synced by
+/// `fdatasync` alone; appending also changes file-system metadata, which
+/// costs a journal commit per sync (~260 vs ~130 µs for a 64 KiB record
+/// here, and far more while other processes write to the same file
+/// system). Allocated but never written space (`fallocate`) is in between
+/// (~180 µs); zero-filling it instead would cost as much writing as the log
+/// itself, so space is written once and then recycled.
+fn prepare(tmp: &Path, size: u64, recycled: Option<&Path>) -> io::Result<Prepared> {
+    if let Some(old) = recycled {
+        fs::rename(old, tmp)?;
+    }
     let mut file = File::options()
         .create(true)
-        .truncate(true)
+        .truncate(recycled.is_none())
         .read(true)
         .write(true)
         .open(tmp)?;
     file.write_all(MAGIC)?;
-    let zeros = vec![0u8; 1 << 20];
-    let mut written = MAGIC.len() as u64;
-    while written < size {
-        let n = zeros.len().min((size - written) as usize);
-        file.write_all(&zeros[..n])?;
-        written += n as u64;
+    let len = file.metadata()?.len();
+    if len < size {
+        allocate(&file, size);
     }
     file.sync_all()?;
     Ok(Prepared {
         file,
         tmp: tmp.to_owned(),
-        size,
+        size: size.max(len),
     })
+}
+
+/// Allocates `size` bytes for `file` without writing them; where the file
+/// system cannot, records simply extend the file.
+fn allocate(file: &File, size: u64) {
+    if let Err(err) = rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, size) {
+        tracing::debug!(error = %err, "allocating space for a log segment failed");
+    }
 }
 
 /// The segment being appended to, older segments not yet checkpointed, and
@@ -436,6 +475,8 @@ pub(super) struct Wal {
     /// Segment `sequence + 1`, being prepared.
     next: Option<std::thread::JoinHandle<io::Result<Prepared>>>,
     next_size: u64,
+    /// An obsolete segment to prepare the next one from.
+    recycle: Option<PathBuf>,
 }
 
 impl Wal {
@@ -461,7 +502,7 @@ impl Wal {
             io::Result::Ok(file)
         })();
         let file = created.map_err(|e| io_context(e, format!("creating {}", path.display())))?;
-        for (old, _) in &found.segments {
+        for (_, old, _) in &found.segments {
             remove(old)?;
         }
         for leftover in &found.leftovers {
@@ -477,6 +518,7 @@ impl Wal {
             older: Vec::new(),
             next: None,
             next_size: SEGMENT_FIRST,
+            recycle: None,
         };
         wal.prepare_next();
         Ok(wal)
@@ -490,9 +532,10 @@ impl Wal {
             .with_extension("log.tmp");
         let size = self.next_size;
         self.next_size = (self.next_size * 2).min(SEGMENT_MAX);
+        let recycled = self.recycle.take();
         self.next = std::thread::Builder::new()
             .name("setpoint-store-wal-prepare".into())
-            .spawn(move || prepare(&tmp, size))
+            .spawn(move || prepare(&tmp, size, recycled.as_deref()))
             .ok();
     }
 
@@ -517,7 +560,7 @@ impl Wal {
                     .dir
                     .join(segment_name(sequence))
                     .with_extension("log.tmp");
-                prepare(&tmp, 0)?
+                prepare(&tmp, 0, None)?
             }
         };
         let sequence = self.sequence + 1;
@@ -537,10 +580,11 @@ impl Wal {
     /// Appends a record and waits until it is on disk. A record that would
     /// grow the current segment goes to the prepared next one if it is
     /// ready.
-    fn append(&mut self, record: &[u8]) -> io::Result<()> {
+    fn append(&mut self, record: &mut [u8]) -> io::Result<()> {
         if self.offset + record.len() as u64 > self.size {
             self.switch(false)?;
         }
+        seal(record, self.sequence);
         self.file.write_all_at(record, self.offset)?;
         self.file.sync_data()?;
         self.offset += record.len() as u64;
@@ -575,7 +619,10 @@ impl Wal {
         {
             remove(&prepared.tmp)?;
         }
-        for old in std::mem::take(&mut self.older) {
+        for old in std::mem::take(&mut self.older)
+            .into_iter()
+            .chain(self.recycle.take())
+        {
             remove(&old)?;
         }
         remove(&self.path)?;
@@ -627,9 +674,9 @@ impl Syncer {
                 let mut wal = Some(wal);
                 for job in job_rx {
                     let answer = match (job, wal.take()) {
-                        (Job::Append(record), Some(mut log)) => {
+                        (Job::Append(mut record), Some(mut log)) => {
                             let started = std::time::Instant::now();
-                            let result = log.append(&record);
+                            let result = log.append(&mut record);
                             log_nanos.fetch_add(
                                 started.elapsed().as_nanos() as u64,
                                 std::sync::atomic::Ordering::Relaxed,
@@ -732,7 +779,9 @@ mod tests {
         let path = dir.join(segment_name(sequence));
         let mut bytes = MAGIC.to_vec();
         for r in records {
-            bytes.extend_from_slice(r);
+            let mut r = r.clone();
+            seal(&mut r, sequence);
+            bytes.extend_from_slice(&r);
         }
         fs::write(&path, bytes).unwrap();
         path
@@ -762,7 +811,8 @@ mod tests {
     fn a_torn_end_of_the_newest_segment_is_ignored() {
         let dir = tempfile::tempdir().unwrap();
         let whole = record(1, &["/a"], 0);
-        let torn = record(2, &["/b"], 0);
+        let mut torn = record(2, &["/b"], 0);
+        seal(&mut torn, 7);
         let path = segment(dir.path(), 7, &[whole, torn.clone()]);
         let full = fs::read(&path).unwrap();
         for cut in 1..torn.len() {
@@ -828,6 +878,7 @@ mod tests {
         // A record torn by the crash in prepared space: its first sector
         // written, the rest still zeros.
         let mut torn = record(2, &["/b"], 0);
+        seal(&mut torn, 1);
         let whole = torn.len();
         torn.truncate(whole / 2);
         let start = fs::read(&path).unwrap().len() - 4096;
@@ -838,6 +889,34 @@ mod tests {
         let replay = found.replay(0).unwrap();
         let nonzero = torn.iter().rposition(|&b| b != 0).unwrap() + 1;
         assert_eq!((replay.records.len(), replay.torn_bytes), (1, nonzero));
+    }
+
+    #[test]
+    fn records_left_from_a_recycled_segment_end_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        // Segment 5's file, recycled as segment 9: new records over the
+        // start of the old ones.
+        let old = segment(
+            dir.path(),
+            5,
+            &[
+                record(1, &["/old-a", "/old-b"], 0),
+                record(3, &["/old-c"], 0),
+            ],
+        );
+        let mut bytes = fs::read(&old).unwrap();
+        fs::remove_file(&old).unwrap();
+        let mut new = record(10, &["/n"], 0);
+        seal(&mut new, 9);
+        bytes[MAGIC.len()..MAGIC.len() + new.len()].copy_from_slice(&new);
+        fs::write(dir.path().join(segment_name(9)), &bytes).unwrap();
+        let found = Found::read(dir.path()).unwrap();
+        let replay = found.replay(9).unwrap();
+        assert_eq!(replay.records.len(), 1);
+        assert_eq!(replay.records[0].entries[0].key, "/n");
+        // What follows is the rest of an old record, then old records: not
+        // part of this log, whatever it looks like.
+        assert!(replay.torn_bytes > 0);
     }
 
     #[test]
@@ -899,7 +978,7 @@ mod tests {
             "{before:?} then {after:?}"
         );
         let found = Found::read(dir.path()).unwrap();
-        assert!(found.replay(39).unwrap().records.is_empty());
+        assert!(found.replay(44).unwrap().records.is_empty());
         syncer.remove().unwrap();
         assert!(
             fs::read_dir(dir.path()).unwrap().next().is_none(),
