@@ -88,11 +88,37 @@ impl CacheView for NoCache {
     }
 }
 
-/// Microseconds per call of `f`, run for about `budget` after a warm-up.
-fn micros_per_call(budget: Duration, mut f: impl FnMut()) -> f64 {
+/// Process CPU time (all threads: the caller, the runtime's background
+/// thread, the epoch ticker) and the calling thread's CPU time.
+fn cpu_now() -> (Duration, Duration) {
+    use rustix::time::{ClockId, clock_gettime};
+    let d = |t: rustix::time::Timespec| Duration::new(t.tv_sec as u64, t.tv_nsec as u32);
+    (
+        d(clock_gettime(ClockId::ProcessCPUTime)),
+        d(clock_gettime(ClockId::ThreadCPUTime)),
+    )
+}
+
+/// One slice of one side: microseconds per call.
+#[derive(Clone, Copy)]
+struct Slice {
+    /// Wall-clock time on the calling thread.
+    wall: f64,
+    /// CPU time of the whole process, background work included.
+    cpu: f64,
+    /// CPU time of the calling thread alone.
+    thread_cpu: f64,
+}
+
+/// Time `f` for about `budget` after a warm-up. Work a call left to the
+/// background thread is counted: the process CPU is read after a pause in
+/// which that work finishes (the pause is not counted as wall time).
+fn micros_per_call(budget: Duration, mut f: impl FnMut()) -> Slice {
     for _ in 0..100 {
         f();
     }
+    settle();
+    let (cpu0, thread0) = cpu_now();
     let start = Instant::now();
     let mut n = 0u64;
     while start.elapsed() < budget {
@@ -101,7 +127,21 @@ fn micros_per_call(budget: Duration, mut f: impl FnMut()) -> f64 {
         }
         n += 20;
     }
-    start.elapsed().as_secs_f64() * 1e6 / n as f64
+    let wall = start.elapsed();
+    let (_, thread1) = cpu_now();
+    settle();
+    let (cpu1, _) = cpu_now();
+    let per_call = |d: Duration| d.as_secs_f64() * 1e6 / n as f64;
+    Slice {
+        wall: per_call(wall),
+        cpu: per_call(cpu1 - cpu0),
+        thread_cpu: per_call(thread1 - thread0),
+    }
+}
+
+/// Let the runtime's background thread finish what the last calls left it.
+fn settle() {
+    std::thread::sleep(Duration::from_millis(5));
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -109,33 +149,41 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-/// Native and Wasm µs per call and their per-round ratios, in `rounds`
-/// alternating slices of `budget / rounds` each.
+/// Every side's slices, in `rounds` rounds of `budget / rounds` each; the
+/// order of the sides rotates every round.
 fn compare(
     budget: Duration,
     rounds: u32,
-    native: &dyn Reconciler,
-    wasm: &dyn Reconciler,
+    sides: &[&dyn Reconciler],
     request: &Request,
     cache: &Arc<dyn CacheView>,
-) -> (Vec<f64>, Vec<f64>) {
-    let slice = budget / (2 * rounds);
+) -> Vec<Vec<Slice>> {
+    let slice = budget / (sides.len() as u32 * rounds);
     let run = |reconciler: &dyn Reconciler| {
         micros_per_call(slice, || {
             std::hint::black_box(reconciler.reconcile(request, cache).unwrap());
         })
     };
-    let (mut native_us, mut wasm_us) = (Vec::new(), Vec::new());
-    for round in 0..rounds {
-        if round % 2 == 0 {
-            native_us.push(run(native));
-            wasm_us.push(run(wasm));
-        } else {
-            wasm_us.push(run(wasm));
-            native_us.push(run(native));
+    let mut slices = vec![Vec::new(); sides.len()];
+    for round in 0..rounds as usize {
+        for i in 0..sides.len() {
+            let side = (round + i) % sides.len();
+            slices[side].push(run(sides[side]));
         }
     }
-    (native_us, wasm_us)
+    slices
+}
+
+/// Median over rounds of the per-round ratio `a / b`, with min and max.
+fn ratio(a: &[Slice], b: &[Slice], of: impl Fn(&Slice) -> f64) -> String {
+    let mut ratios: Vec<f64> = a.iter().zip(b).map(|(a, b)| of(a) / of(b)).collect();
+    ratios.sort_by(f64::total_cmp);
+    format!(
+        "{:.2}x [{:.2}..{:.2}]",
+        median(ratios.clone()),
+        ratios[0],
+        ratios[ratios.len() - 1]
+    )
 }
 
 /// Append a custom section, so the bytes (and the content hash) differ but
@@ -225,22 +273,69 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(3.0);
     let reload = !args.iter().any(|a| a == "--no-reload");
+    // `--only native|wasm|inline`: run that side alone, 1 KiB then 16 KiB,
+    // for a profiler (`perf record`); prints µs per call.
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .map(|i| args[i + 1].clone());
     let budget = Duration::from_secs_f64(seconds);
     let rounds = 10;
     let plugins = built_plugins();
+    // The host's default: instances prepared ahead and used ones dropped
+    // on the runtime's background thread.
     let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    // Everything on the calling thread, as before prepared instances.
+    let inline_runtime = Runtime::new(RuntimeConfig {
+        prepared_instances: 0,
+        ..Default::default()
+    })
+    .unwrap();
     let bytes = std::fs::read(plugins.join("replicaset.wasm")).unwrap();
     let wasm = runtime.load(&bytes, None).unwrap();
+    let wasm_inline = inline_runtime.load(&bytes, None).unwrap();
     let native = Native::new(replicaset::ReplicaSetReconciler);
     let cache: Arc<dyn CacheView> = Arc::new(NoCache);
 
+    if let Some(only) = only {
+        let side: &dyn Reconciler = match only.as_str() {
+            "native" => &native,
+            "wasm" => &wasm,
+            "inline" => &wasm_inline,
+            other => panic!("--only {other}: expected native, wasm or inline"),
+        };
+        for size in [1024, 16 * 1024] {
+            let request = Request {
+                object: Arc::new(replicaset(size)),
+                owned: vec![],
+                finalizing: false,
+                now_unix_ms: 1_700_000_000_000,
+            };
+            let s = micros_per_call(budget, || {
+                std::hint::black_box(side.reconcile(&request, &cache).unwrap());
+            });
+            println!(
+                "{only} {size} B: wall {:.1} µs, cpu {:.1} µs, thread cpu {:.1} µs per call",
+                s.wall, s.cpu, s.thread_cpu
+            );
+        }
+        return;
+    }
     println!(
-        "plugin_call: replicaset reconcile, 1 thread, {seconds} s per size in {rounds} alternating rounds"
+        "plugin_call: replicaset reconcile, 1 calling thread, {seconds} s per size in {rounds} rotating rounds"
     );
     println!(
-        "| object | native µs/call | wasm µs/call | ratio (median of rounds) [min..max] | overhead µs/call | native calls/s | wasm calls/s |"
+        "wasm = fresh instance per call, prepared ahead and dropped on the runtime's background thread (the default); \
+         inline = fresh instance made and dropped on the calling thread"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "µs per call: wall = calling thread's elapsed time; cpu = process CPU time (all threads, background work included); \
+         ratios = median of per-round ratios [min..max]"
+    );
+    println!(
+        "| object | native wall / cpu | wasm wall / cpu | inline wall / cpu | wasm/native wall | wasm/native cpu | inline/native wall | wasm calls prepared |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
     for size in [1024, 16 * 1024] {
         let object = replicaset(size);
         let actual = object.to_string().len();
@@ -250,19 +345,35 @@ fn main() {
             finalizing: false,
             now_unix_ms: 1_700_000_000_000,
         };
-        let (native_us, wasm_us) = compare(budget, rounds, &native, &wasm, &request, &cache);
-        let mut ratios: Vec<f64> = wasm_us.iter().zip(&native_us).map(|(w, n)| w / n).collect();
-        ratios.sort_by(f64::total_cmp);
-        let (native_us, wasm_us) = (median(native_us), median(wasm_us));
+        let before = wasm.instance_sources();
+        let slices = compare(
+            budget,
+            rounds,
+            &[&native, &wasm, &wasm_inline],
+            &request,
+            &cache,
+        );
+        let after = wasm.instance_sources();
+        let (n, w, i) = (&slices[0], &slices[1], &slices[2]);
+        let med = |s: &[Slice], of: fn(&Slice) -> f64| median(s.iter().map(of).collect());
+        let wall = |s: &Slice| s.wall;
+        let cpu = |s: &Slice| s.cpu;
+        let prepared = after.prepared - before.prepared;
+        let inline = after.inline - before.inline;
         println!(
-            "| {:.1} KiB | {native_us:.1} | {wasm_us:.1} | {:.2}x [{:.2}..{:.2}] | {:.1} | {:.0} | {:.0} |",
+            "| {:.1} KiB | {:.1} / {:.1} | {:.1} / {:.1} (thread {:.1}) | {:.1} / {:.1} | {} | {} | {} | {:.0} % |",
             actual as f64 / 1024.0,
-            median(ratios.clone()),
-            ratios[0],
-            ratios[ratios.len() - 1],
-            wasm_us - native_us,
-            1e6 / native_us,
-            1e6 / wasm_us,
+            med(n, wall),
+            med(n, cpu),
+            med(w, wall),
+            med(w, cpu),
+            med(w, |s| s.thread_cpu),
+            med(i, wall),
+            med(i, cpu),
+            ratio(w, n, wall),
+            ratio(w, n, cpu),
+            ratio(i, n, wall),
+            100.0 * prepared as f64 / (prepared + inline).max(1) as f64,
         );
     }
     if !reload {
