@@ -2,7 +2,7 @@
 //! reconcile logic compiled natively, and the time a plugin file takes from
 //! being written to reconciling.
 //!
-//! `cargo bench -p setpoint --bench plugin_call [-- SECONDS_PER_CASE] [--no-reload]`
+//! `cargo bench -p setpoint --bench plugin_call [-- SECONDS_PER_SIZE] [--no-reload] [--only native|wasm]`
 //!
 //! - Reconcile throughput (1 thread) of the `replicaset` example plugin on a
 //!   ReplicaSet padded to 1 KiB and 16 KiB (annotations), through
@@ -12,11 +12,16 @@
 //!   informer cache holds it) and end with the same `Response`: the object is
 //!   serialised to JSON once, the reconciler parses it once, and the
 //!   response's JSON is parsed once, on either side.
+//! - Each side reports wall-clock µs per call and process CPU µs per call
+//!   (all threads, read after a short pause so that work left to other
+//!   threads is counted; the pause is not counted as wall time).
 //! - The machine this runs on is shared and noisy, so the two sides run in
-//!   short alternating slices (the order flips every round) and the ratio is
+//!   short alternating slices (the order flips every round) and each ratio is
 //!   the median of the per-round ratios: a slow minute slows both sides of a
 //!   round alike.
 //! - Per-call overhead: the Wasm time per call minus the native time.
+//! - `--only native|wasm` runs one side alone (for `perf record`);
+//!   `PLUGIN_CALL_WASM=path` measures another build of the replicaset plugin.
 //! - Reload latency: a host watches a plugins directory; each round writes a
 //!   new build of the `versioned` test plugin (a distinct custom section, so
 //!   it is compiled afresh) and measures until an object's status shows the
@@ -273,7 +278,7 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(3.0);
     let reload = !args.iter().any(|a| a == "--no-reload");
-    // `--only native|wasm|inline`: run that side alone, 1 KiB then 16 KiB,
+    // `--only native|wasm`: run that side alone, 1 KiB then 16 KiB,
     // for a profiler (`perf record`); prints µs per call.
     let only = args
         .iter()
@@ -282,18 +287,14 @@ fn main() {
     let budget = Duration::from_secs_f64(seconds);
     let rounds = 10;
     let plugins = built_plugins();
-    // The host's default: instances prepared ahead and used ones dropped
-    // on the runtime's background thread.
     let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
-    // Everything on the calling thread, as before prepared instances.
-    let inline_runtime = Runtime::new(RuntimeConfig {
-        prepared_instances: 0,
-        ..Default::default()
-    })
-    .unwrap();
-    let bytes = std::fs::read(plugins.join("replicaset.wasm")).unwrap();
+    // `PLUGIN_CALL_WASM=path`: measure another build of the replicaset
+    // plugin (an A/B of guest build settings).
+    let component = std::env::var_os("PLUGIN_CALL_WASM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| plugins.join("replicaset.wasm"));
+    let bytes = std::fs::read(component).unwrap();
     let wasm = runtime.load(&bytes, None).unwrap();
-    let wasm_inline = inline_runtime.load(&bytes, None).unwrap();
     let native = Native::new(replicaset::ReplicaSetReconciler);
     let cache: Arc<dyn CacheView> = Arc::new(NoCache);
 
@@ -301,8 +302,7 @@ fn main() {
         let side: &dyn Reconciler = match only.as_str() {
             "native" => &native,
             "wasm" => &wasm,
-            "inline" => &wasm_inline,
-            other => panic!("--only {other}: expected native, wasm or inline"),
+            other => panic!("--only {other}: expected native or wasm"),
         };
         for size in [1024, 16 * 1024] {
             let request = Request {
@@ -325,15 +325,11 @@ fn main() {
         "plugin_call: replicaset reconcile, 1 calling thread, {seconds} s per size in {rounds} rotating rounds"
     );
     println!(
-        "wasm = fresh instance per call, prepared ahead and dropped on the runtime's background thread (the default); \
-         inline = fresh instance made and dropped on the calling thread"
-    );
-    println!(
-        "µs per call: wall = calling thread's elapsed time; cpu = process CPU time (all threads, background work included); \
+        "µs per call: wall = elapsed time; cpu = process CPU time (all threads); \
          ratios = median of per-round ratios [min..max]"
     );
     println!(
-        "| object | native wall / cpu | wasm wall / cpu | inline wall / cpu | wasm/native wall | wasm/native cpu | inline/native wall | wasm calls prepared |"
+        "| object | native µs/call wall / cpu | wasm µs/call wall / cpu | ratio wall | ratio cpu | overhead µs/call (wall) | native calls/s | wasm calls/s |"
     );
     println!("|---|---|---|---|---|---|---|---|");
     for size in [1024, 16 * 1024] {
@@ -345,35 +341,22 @@ fn main() {
             finalizing: false,
             now_unix_ms: 1_700_000_000_000,
         };
-        let before = wasm.instance_sources();
-        let slices = compare(
-            budget,
-            rounds,
-            &[&native, &wasm, &wasm_inline],
-            &request,
-            &cache,
-        );
-        let after = wasm.instance_sources();
-        let (n, w, i) = (&slices[0], &slices[1], &slices[2]);
+        let slices = compare(budget, rounds, &[&native, &wasm], &request, &cache);
+        let (n, w) = (&slices[0], &slices[1]);
         let med = |s: &[Slice], of: fn(&Slice) -> f64| median(s.iter().map(of).collect());
         let wall = |s: &Slice| s.wall;
         let cpu = |s: &Slice| s.cpu;
-        let prepared = after.prepared - before.prepared;
-        let inline = after.inline - before.inline;
+        let (native_us, wasm_us) = (med(n, wall), med(w, wall));
         println!(
-            "| {:.1} KiB | {:.1} / {:.1} | {:.1} / {:.1} (thread {:.1}) | {:.1} / {:.1} | {} | {} | {} | {:.0} % |",
+            "| {:.1} KiB | {native_us:.1} / {:.1} | {wasm_us:.1} / {:.1} | {} | {} | {:.1} | {:.0} | {:.0} |",
             actual as f64 / 1024.0,
-            med(n, wall),
             med(n, cpu),
-            med(w, wall),
             med(w, cpu),
-            med(w, |s| s.thread_cpu),
-            med(i, wall),
-            med(i, cpu),
             ratio(w, n, wall),
             ratio(w, n, cpu),
-            ratio(i, n, wall),
-            100.0 * prepared as f64 / (prepared + inline).max(1) as f64,
+            wasm_us - native_us,
+            1e6 / native_us,
+            1e6 / wasm_us,
         );
     }
     if !reload {

@@ -19,11 +19,7 @@ pub(super) struct HostState {
     pub table: ResourceTable,
     pub limiter: Limiter,
     pub plugin: Arc<str>,
-    /// The reconciled object's key, for log lines (empty until the call).
     pub object: String,
-    /// The request's time in Unix milliseconds: what the guest's wall clock
-    /// reads unless the host clock is granted.
-    pub now_unix_ms: Arc<std::sync::atomic::AtomicU64>,
     pub cache: Option<Arc<dyn CacheView>>,
     pub stdout: MemoryOutputPipe,
     pub stderr: MemoryOutputPipe,

@@ -1,7 +1,5 @@
 //! Per-call limits of a plugin and the store limiter that enforces them.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Limits applied to every reconcile call of a plugin.
@@ -69,19 +67,17 @@ impl wasmtime::ResourceLimiter for Limiter {
     }
 }
 
-/// The guest's wall clock when the host clock is not granted: it reads the
-/// request's time. Shared with the store's [`HostState`](super::host_api::HostState)
-/// because an instance may be prepared before its request is known; the
-/// call sets the time just before the guest runs.
-pub(super) struct RequestWallClock(pub Arc<AtomicU64>);
+/// The guest's wall clock when the host clock is not granted: fixed at the
+/// request's time.
+pub(super) struct FixedWallClock(pub Duration);
 
-impl wasmtime_wasi::HostWallClock for RequestWallClock {
+impl wasmtime_wasi::HostWallClock for FixedWallClock {
     fn resolution(&self) -> Duration {
         Duration::from_millis(1)
     }
 
     fn now(&self) -> Duration {
-        Duration::from_millis(self.0.load(Ordering::Relaxed))
+        self.0
     }
 }
 

@@ -8,10 +8,6 @@
 //!   on-demand allocation where the machine cannot reserve the pool).
 //! - A component is compiled once; every reconcile gets a fresh store and
 //!   instance from a pre-instantiated template, so no state survives a call.
-//!   By default a background thread instantiates the next instance of each
-//!   plugin ahead of its call and drops used ones, which takes the fixed cost
-//!   of a fresh instance off the reconcile's critical path (not off the
-//!   machine): [`RuntimeConfig::prepared_instances`].
 //! - Each call has a deadline and a memory cap ([`Limits`]); hitting either
 //!   ends that call with an error for that key only.
 //! - Guests get no preopened directories, no environment, no arguments and
@@ -32,7 +28,6 @@
 //! settings and the wasmtime version, and written atomically (temporary file,
 //! then rename); a restart loads them instead of compiling again.
 
-mod background;
 mod bindings;
 mod error;
 mod host_api;
@@ -43,8 +38,7 @@ mod wit;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use wasmtime::component::{Component, Linker};
@@ -55,7 +49,7 @@ use wasmtime::{
 pub use error::Error;
 pub use limits::Limits;
 pub use metrics::PluginCallStats;
-pub use plugin::{InstanceSources, WasmPlugin};
+pub use plugin::WasmPlugin;
 pub use wit::{ACCEPTED_WIT_VERSIONS, WIT_PACKAGE, accepts_wit_version};
 
 use host_api::HostState;
@@ -78,16 +72,6 @@ pub struct RuntimeConfig {
     pub fuel_metering: bool,
     /// Keep compiled components in this directory across restarts.
     pub cache_dir: Option<PathBuf>,
-    /// How many never-used instances of each plugin a background thread
-    /// keeps ready, and whether used instances are dropped there too. A
-    /// reconcile then skips instantiation and the slot reset: about 9 µs of
-    /// a 1 KiB reconcile's 17 µs on the development VM. The work still
-    /// happens, on another core, so it helps latency and single-worker
-    /// throughput, not a machine whose cores are all busy. Each call still
-    /// gets an instance no other call used. `0` does everything on the
-    /// calling thread. Prepared instances use up to `max_instances` extra
-    /// pool slots, shared by all plugins.
-    pub prepared_instances: u32,
 }
 
 impl Default for RuntimeConfig {
@@ -97,7 +81,6 @@ impl Default for RuntimeConfig {
             limits: Limits::default(),
             fuel_metering: false,
             cache_dir: None,
-            prepared_instances: 2,
         }
     }
 }
@@ -122,12 +105,7 @@ struct Inner {
     linker: Linker<HostState>,
     config: RuntimeConfig,
     disk_cache: Option<Cache>,
-    /// Pool slots for instances created on a call's own thread.
-    slots: Arc<background::Slots>,
-    /// Pool slots for prepared instances (none when they are off).
-    spare: Arc<background::Slots>,
-    /// The background thread's queue, when prepared instances are on.
-    jobs: Option<Sender<background::Job>>,
+    slots: Slots,
     /// Compiled components by content hash, so the same bytes compile once.
     compiled: Mutex<HashMap<[u8; 32], Component>>,
     /// Reconcile call durations and guest faults, by plugin name.
@@ -152,13 +130,8 @@ impl Runtime {
             }
             None => None,
         };
-        let spare = if config.prepared_instances > 0 {
-            config.max_instances
-        } else {
-            0
-        };
         let engine = match Engine::new(&engine_config(
-            Some(config.max_instances.max(1) + spare),
+            Some(config.max_instances),
             &config,
             &disk_cache,
         )) {
@@ -180,9 +153,7 @@ impl Runtime {
             inner: Arc::new(Inner {
                 engine,
                 linker,
-                slots: background::Slots::new(config.max_instances.max(1) as usize),
-                spare: background::Slots::new(spare as usize),
-                jobs: (spare > 0).then(background::start),
+                slots: Slots::new(config.max_instances as usize),
                 config,
                 disk_cache,
                 compiled: Mutex::default(),
@@ -218,21 +189,6 @@ impl Runtime {
     /// plugin name (for `/metrics`).
     pub fn plugin_call_stats(&self) -> Vec<PluginCallStats> {
         self.inner.calls.snapshot()
-    }
-
-    /// Drop a used store (and the pool slot it holds) on the background
-    /// thread if there is one, else here.
-    fn dispose(&self, used: Box<dyn Send>) {
-        if let Some(jobs) = &self.inner.jobs {
-            // The thread only ends when the runtime does; then drop here.
-            if let Err(std::sync::mpsc::SendError(background::Job::Dispose(used))) =
-                jobs.send(background::Job::Dispose(used))
-            {
-                drop(used);
-            }
-        } else {
-            drop(used);
-        }
     }
 
     /// Compile (or reuse) a component, link it against the plugin world and
@@ -342,4 +298,58 @@ fn start_epoch_ticker(engine: &Engine) {
             }
         })
         .expect("spawning the epoch ticker thread");
+}
+
+/// A counting semaphore over pool slots: an exhausted pool makes
+/// instantiation fail, so callers wait for a slot instead.
+///
+/// `Condvar::notify_one` makes a `futex` system call even when nobody waits
+/// (once per reconcile; about 1 µs on the development VM), so a freed slot
+/// is only signalled when a caller is actually waiting.
+struct Slots {
+    state: Mutex<SlotCounts>,
+    available: Condvar,
+}
+
+struct SlotCounts {
+    free: usize,
+    waiting: usize,
+}
+
+impl Slots {
+    fn new(count: usize) -> Self {
+        Self {
+            state: Mutex::new(SlotCounts {
+                free: count.max(1),
+                waiting: 0,
+            }),
+            available: Condvar::new(),
+        }
+    }
+
+    fn acquire(&self) -> SlotGuard<'_> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        while state.free == 0 {
+            state.waiting += 1;
+            state = self
+                .available
+                .wait(state)
+                .unwrap_or_else(|p| p.into_inner());
+            state.waiting -= 1;
+        }
+        state.free -= 1;
+        SlotGuard(self)
+    }
+}
+
+struct SlotGuard<'a>(&'a Slots);
+
+impl Drop for SlotGuard<'_> {
+    fn drop(&mut self) {
+        let mut state = self.0.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.free += 1;
+        if state.waiting > 0 {
+            self.0.available.notify_one();
+        }
+    }
 }

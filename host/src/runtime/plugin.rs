@@ -2,8 +2,7 @@
 //! The only code that creates a wasmtime `Store`: one per call, with a
 //! deadline, a memory cap and captured output.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -12,12 +11,11 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
-use super::background::{Job, SlotGuard};
 use super::bindings::setpoint::plugin::types as wit;
 use super::bindings::{Reconciler as Bindings, ReconcilerPre};
 use super::error::{CallFacts, Error, classify};
 use super::host_api::HostState;
-use super::limits::{FrozenMonotonicClock, Limiter, Limits, RequestWallClock};
+use super::limits::{FixedWallClock, FrozenMonotonicClock, Limiter, Limits};
 use super::{EPOCH_TICK, Runtime};
 use crate::controller::{
     self, CacheView, EventRecord, Manifest, ReconcileError, Request, Response, Severity,
@@ -26,50 +24,12 @@ use crate::object::{KindRef, Object};
 
 /// A loaded plugin, ready to reconcile. Implements [`controller::Reconciler`].
 pub struct WasmPlugin {
-    core: Arc<Core>,
-    manifest: Manifest,
-    content_hash: String,
-}
-
-/// How a plugin's calls got their instance so far.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct InstanceSources {
-    /// Calls that took an instance prepared ahead by the background thread.
-    pub prepared: u64,
-    /// Calls that instantiated on their own thread (none was ready, or
-    /// prepared instances are off).
-    pub inline: u64,
-}
-
-/// What calls and the background thread share about one plugin.
-pub(super) struct Core {
     runtime: Runtime,
     pre: ReconcilerPre<HostState>,
+    manifest: Manifest,
+    content_hash: String,
     limits: Limits,
     name: Arc<str>,
-    /// Instances created ahead of their call; never called into.
-    ready: Mutex<Vec<Prepared>>,
-    /// A refill is queued for the background thread (so at most one is).
-    refill_queued: AtomicBool,
-    /// Preparing an instance failed: from then on every call instantiates
-    /// on its own thread, where the failure is reported on the object.
-    prepare_failed: AtomicBool,
-    prepared_calls: AtomicU64,
-    inline_calls: AtomicU64,
-}
-
-/// An instance made ahead of its call, with the pool slot it occupies.
-struct Prepared {
-    store: Store<HostState>,
-    bindings: Bindings,
-    _slot: SlotGuard,
-}
-
-/// A store after its call, on its way to be dropped. Fields drop in order:
-/// the store (resetting its pool slot) before the slot is counted free.
-struct Used {
-    _store: Store<HostState>,
-    _slot: SlotGuard,
 }
 
 impl WasmPlugin {
@@ -79,29 +39,27 @@ impl WasmPlugin {
         content_hash: String,
         limits: Limits,
     ) -> Result<Self, Error> {
-        let mut core = Core {
+        let mut plugin = Self {
             runtime,
             pre,
+            manifest: Manifest {
+                name: String::new(),
+                version: String::new(),
+                reconciles: KindRef::new("", ""),
+                owns: vec![],
+                definitions: vec![],
+                finalizer: None,
+            },
+            content_hash,
             limits,
             name: Arc::from("(loading)"),
-            ready: Mutex::default(),
-            refill_queued: AtomicBool::new(false),
-            prepare_failed: AtomicBool::new(false),
-            prepared_calls: AtomicU64::new(0),
-            inline_calls: AtomicU64::new(0),
         };
-        let manifest = core.call_inline(None, String::new(), 0, |bindings, store| {
+        let manifest = plugin.call(None, String::new(), 0, |bindings, store| {
             bindings.call_manifest(store)
         })?;
-        let manifest = convert_manifest(manifest)?;
-        core.name = Arc::from(manifest.name.as_str());
-        let core = Arc::new(core);
-        core.request_refill();
-        Ok(Self {
-            core,
-            manifest,
-            content_hash,
-        })
+        plugin.manifest = convert_manifest(manifest)?;
+        plugin.name = Arc::from(plugin.manifest.name.as_str());
+        Ok(plugin)
     }
 
     /// The sha256 of the component's bytes, hex.
@@ -111,24 +69,16 @@ impl WasmPlugin {
 
     /// The per-call limits.
     pub fn limits(&self) -> &Limits {
-        &self.core.limits
+        &self.limits
     }
 
     /// The plugin's name, from its manifest.
     pub fn name(&self) -> &str {
-        &self.core.name
+        &self.name
     }
 
-    /// How this plugin's calls got their instances so far.
-    pub fn instance_sources(&self) -> InstanceSources {
-        InstanceSources {
-            prepared: self.core.prepared_calls.load(Ordering::Relaxed),
-            inline: self.core.inline_calls.load(Ordering::Relaxed),
-        }
-    }
-
-    /// Run `f` against a fresh instance: one prepared ahead if there is one,
-    /// else one made now.
+    /// Run `f` against a fresh instance with the plugin's limits. `now_unix_ms`
+    /// is what the guest's wall clock reads unless the host clock is granted.
     fn call<T>(
         &self,
         cache: Option<Arc<dyn CacheView>>,
@@ -136,68 +86,9 @@ impl WasmPlugin {
         now_unix_ms: u64,
         f: impl FnOnce(&Bindings, &mut Store<HostState>) -> wasmtime::Result<T>,
     ) -> Result<T, Error> {
-        let core = &self.core;
-        let prepared = core.ready.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        core.request_refill();
-        let Some(Prepared {
-            mut store,
-            bindings,
-            _slot: slot,
-        }) = prepared
-        else {
-            core.inline_calls.fetch_add(1, Ordering::Relaxed);
-            return core.call_inline(cache, object, now_unix_ms, f);
-        };
-        core.prepared_calls.fetch_add(1, Ordering::Relaxed);
-        let state = store.data_mut();
-        state.object = object;
-        state.cache = cache;
-        state.now_unix_ms.store(now_unix_ms, Ordering::Relaxed);
-        // The deadline and fuel count from now, not from when the instance
-        // was made.
-        store.set_epoch_deadline(core.epoch_ticks());
-        if let Some(fuel) = core.fuel() {
-            // Cannot fail: metering is on for this engine.
-            let _ = store.set_fuel(fuel);
-        }
-        let result = f(&bindings, &mut store);
-        let result = core.outcome(&store, result, true);
-        core.runtime.dispose(Box::new(Used {
-            _store: store,
-            _slot: slot,
-        }));
-        result
-    }
-}
-
-impl Core {
-    fn epoch_ticks(&self) -> u64 {
-        self.limits
-            .deadline
-            .as_nanos()
-            .div_ceil(EPOCH_TICK.as_nanos())
-            .max(1) as u64
-    }
-
-    fn fuel(&self) -> Option<u64> {
-        self.runtime
-            .inner
-            .config
-            .fuel_metering
-            .then(|| self.limits.fuel.unwrap_or(u64::MAX))
-    }
-
-    /// A fresh store with the plugin's limits. `now_unix_ms` is what the
-    /// guest's wall clock reads unless the host clock is granted.
-    fn new_store(
-        &self,
-        cache: Option<Arc<dyn CacheView>>,
-        object: String,
-        now_unix_ms: u64,
-    ) -> Store<HostState> {
+        let _slot = self.runtime.inner.slots.acquire();
         let stdout = MemoryOutputPipe::new(self.limits.output_bytes);
         let stderr = MemoryOutputPipe::new(self.limits.output_bytes);
-        let now = Arc::new(AtomicU64::new(now_unix_ms));
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdout(stdout.clone())
             .stderr(stderr.clone())
@@ -205,7 +96,7 @@ impl Core {
             .allow_udp(false)
             .allow_ip_name_lookup(false);
         if !self.limits.host_clock {
-            wasi.wall_clock(RequestWallClock(now.clone()))
+            wasi.wall_clock(FixedWallClock(Duration::from_millis(now_unix_ms)))
                 .monotonic_clock(FrozenMonotonicClock);
         }
         let wasi = wasi.build();
@@ -218,7 +109,6 @@ impl Core {
             },
             plugin: self.name.clone(),
             object,
-            now_unix_ms: now,
             cache,
             stdout,
             stderr,
@@ -226,92 +116,29 @@ impl Core {
         let mut store = Store::new(&self.runtime.inner.engine, state);
         store.limiter(|s| &mut s.limiter);
         // The deadline must be set before instantiation: start-up code runs too.
-        store.set_epoch_deadline(self.epoch_ticks());
+        let ticks = self
+            .limits
+            .deadline
+            .as_nanos()
+            .div_ceil(EPOCH_TICK.as_nanos())
+            .max(1) as u64;
+        store.set_epoch_deadline(ticks);
         store.epoch_deadline_trap();
-        if let Some(fuel) = self.fuel() {
+        let fuel = self
+            .runtime
+            .inner
+            .config
+            .fuel_metering
+            .then(|| self.limits.fuel.unwrap_or(u64::MAX));
+        if let Some(fuel) = fuel {
             // Cannot fail: metering is on for this engine.
             let _ = store.set_fuel(fuel);
         }
-        store
-    }
-
-    /// Instantiate and call on this thread, waiting for a pool slot.
-    fn call_inline<T>(
-        &self,
-        cache: Option<Arc<dyn CacheView>>,
-        object: String,
-        now_unix_ms: u64,
-        f: impl FnOnce(&Bindings, &mut Store<HostState>) -> wasmtime::Result<T>,
-    ) -> Result<T, Error> {
-        let slot = self.runtime.inner.slots.acquire();
-        let mut store = self.new_store(cache, object, now_unix_ms);
         let mut instantiated = false;
         let result = self.pre.instantiate(&mut store).and_then(|bindings| {
             instantiated = true;
             f(&bindings, &mut store)
         });
-        let result = self.outcome(&store, result, instantiated);
-        self.runtime.dispose(Box::new(Used {
-            _store: store,
-            _slot: slot,
-        }));
-        result
-    }
-
-    /// Ask the background thread to top up the prepared instances, unless
-    /// they are off, preparing failed, or a request is already queued.
-    fn request_refill(self: &Arc<Self>) {
-        let Some(jobs) = &self.runtime.inner.jobs else {
-            return;
-        };
-        if self.prepare_failed.load(Ordering::Relaxed)
-            || self.refill_queued.swap(true, Ordering::AcqRel)
-        {
-            return;
-        }
-        let _ = jobs.send(Job::Refill(Arc::downgrade(self)));
-    }
-
-    /// On the background thread: instantiate until the plugin has its
-    /// prepared instances or the spare pool slots run out.
-    pub(super) fn refill(&self) {
-        self.refill_queued.store(false, Ordering::Release);
-        let target = self.runtime.inner.config.prepared_instances as usize;
-        while !self.prepare_failed.load(Ordering::Relaxed)
-            && self.ready.lock().unwrap_or_else(|p| p.into_inner()).len() < target
-        {
-            let Some(slot) = self.runtime.inner.spare.try_acquire() else {
-                return;
-            };
-            let mut store = self.new_store(None, String::new(), 0);
-            match self.pre.instantiate(&mut store) {
-                Ok(bindings) => {
-                    self.ready
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push(Prepared {
-                            store,
-                            bindings,
-                            _slot: slot,
-                        })
-                }
-                Err(err) => {
-                    // Calls instantiate on their own thread from now on and
-                    // report the failure there, on the object.
-                    tracing::debug!(plugin = %self.name, error = %format!("{err:#}"), "preparing an instance failed; instantiating per call");
-                    self.prepare_failed.store(true, Ordering::Relaxed);
-                }
-            }
-        }
-    }
-
-    /// Forward the guest's output and turn a failure into an [`Error`].
-    fn outcome<T>(
-        &self,
-        store: &Store<HostState>,
-        result: wasmtime::Result<T>,
-        instantiated: bool,
-    ) -> Result<T, Error> {
         let state = store.data();
         forward_output(state);
         result.map_err(|err| {
@@ -336,7 +163,7 @@ impl Core {
                 CallFacts {
                     deadline: self.limits.deadline,
                     memory_exceeded: memory,
-                    fuel: self.fuel(),
+                    fuel,
                     stderr_tail: &tail,
                     instantiated,
                 },
@@ -471,7 +298,7 @@ impl controller::Reconciler for WasmPlugin {
         request: &Request,
         cache: &Arc<dyn CacheView>,
     ) -> Result<Response, ReconcileError> {
-        let timer = self.core.runtime.inner.calls.start(&self.core.name);
+        let timer = self.runtime.inner.calls.start(&self.name);
         let key = crate::object::ObjectKey::of(&request.object).to_string();
         let input = wit::Request {
             object: json_text(&request.object),
@@ -486,9 +313,9 @@ impl controller::Reconciler for WasmPlugin {
             |bindings, store| bindings.call_reconcile(store, &input),
         );
         let result = match result {
-            Ok(Ok(response)) => convert_response(response, self.core.limits.response_bytes)
+            Ok(Ok(response)) => convert_response(response, self.limits.response_bytes)
                 .inspect_err(|err| {
-                    tracing::warn!(plugin = %self.core.name, object = %key, error = %err, "plugin response refused");
+                    tracing::warn!(plugin = %self.name, object = %key, error = %err, "plugin response refused");
                 }),
             Ok(Err(wit::ReconcileError::Transient(msg))) => {
                 return Err(ReconcileError::Transient(msg));
