@@ -2,7 +2,7 @@
 //! reconcile logic compiled natively, and the time a plugin file takes from
 //! being written to reconciling.
 //!
-//! `cargo bench -p setpoint --bench plugin_call [-- SECONDS_PER_CASE] [--no-reload]`
+//! `cargo bench -p setpoint --bench plugin_call [-- SECONDS_PER_SIZE] [--no-reload] [--only native|wasm]`
 //!
 //! - Reconcile throughput (1 thread) of the `replicaset` example plugin on a
 //!   ReplicaSet padded to 1 KiB and 16 KiB (annotations), through
@@ -12,11 +12,16 @@
 //!   informer cache holds it) and end with the same `Response`: the object is
 //!   serialised to JSON once, the reconciler parses it once, and the
 //!   response's JSON is parsed once, on either side.
+//! - Each side reports wall-clock µs per call and process CPU µs per call
+//!   (all threads, read after a short pause so that work left to other
+//!   threads is counted; the pause is not counted as wall time).
 //! - The machine this runs on is shared and noisy, so the two sides run in
-//!   short alternating slices (the order flips every round) and the ratio is
+//!   short alternating slices (the order flips every round) and each ratio is
 //!   the median of the per-round ratios: a slow minute slows both sides of a
 //!   round alike.
 //! - Per-call overhead: the Wasm time per call minus the native time.
+//! - `--only native|wasm` runs one side alone (for `perf record`);
+//!   `PLUGIN_CALL_WASM=path` measures another build of the replicaset plugin.
 //! - Reload latency: a host watches a plugins directory; each round writes a
 //!   new build of the `versioned` test plugin (a distinct custom section, so
 //!   it is compiled afresh) and measures until an object's status shows the
@@ -88,11 +93,37 @@ impl CacheView for NoCache {
     }
 }
 
-/// Microseconds per call of `f`, run for about `budget` after a warm-up.
-fn micros_per_call(budget: Duration, mut f: impl FnMut()) -> f64 {
+/// Process CPU time (all threads: the caller, the runtime's background
+/// thread, the epoch ticker) and the calling thread's CPU time.
+fn cpu_now() -> (Duration, Duration) {
+    use rustix::time::{ClockId, clock_gettime};
+    let d = |t: rustix::time::Timespec| Duration::new(t.tv_sec as u64, t.tv_nsec as u32);
+    (
+        d(clock_gettime(ClockId::ProcessCPUTime)),
+        d(clock_gettime(ClockId::ThreadCPUTime)),
+    )
+}
+
+/// One slice of one side: microseconds per call.
+#[derive(Clone, Copy)]
+struct Slice {
+    /// Wall-clock time on the calling thread.
+    wall: f64,
+    /// CPU time of the whole process, background work included.
+    cpu: f64,
+    /// CPU time of the calling thread alone.
+    thread_cpu: f64,
+}
+
+/// Time `f` for about `budget` after a warm-up. Work a call left to the
+/// background thread is counted: the process CPU is read after a pause in
+/// which that work finishes (the pause is not counted as wall time).
+fn micros_per_call(budget: Duration, mut f: impl FnMut()) -> Slice {
     for _ in 0..100 {
         f();
     }
+    settle();
+    let (cpu0, thread0) = cpu_now();
     let start = Instant::now();
     let mut n = 0u64;
     while start.elapsed() < budget {
@@ -101,7 +132,21 @@ fn micros_per_call(budget: Duration, mut f: impl FnMut()) -> f64 {
         }
         n += 20;
     }
-    start.elapsed().as_secs_f64() * 1e6 / n as f64
+    let wall = start.elapsed();
+    let (_, thread1) = cpu_now();
+    settle();
+    let (cpu1, _) = cpu_now();
+    let per_call = |d: Duration| d.as_secs_f64() * 1e6 / n as f64;
+    Slice {
+        wall: per_call(wall),
+        cpu: per_call(cpu1 - cpu0),
+        thread_cpu: per_call(thread1 - thread0),
+    }
+}
+
+/// Let the runtime's background thread finish what the last calls left it.
+fn settle() {
+    std::thread::sleep(Duration::from_millis(5));
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -109,33 +154,41 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-/// Native and Wasm µs per call and their per-round ratios, in `rounds`
-/// alternating slices of `budget / rounds` each.
+/// Every side's slices, in `rounds` rounds of `budget / rounds` each; the
+/// order of the sides rotates every round.
 fn compare(
     budget: Duration,
     rounds: u32,
-    native: &dyn Reconciler,
-    wasm: &dyn Reconciler,
+    sides: &[&dyn Reconciler],
     request: &Request,
     cache: &Arc<dyn CacheView>,
-) -> (Vec<f64>, Vec<f64>) {
-    let slice = budget / (2 * rounds);
+) -> Vec<Vec<Slice>> {
+    let slice = budget / (sides.len() as u32 * rounds);
     let run = |reconciler: &dyn Reconciler| {
         micros_per_call(slice, || {
             std::hint::black_box(reconciler.reconcile(request, cache).unwrap());
         })
     };
-    let (mut native_us, mut wasm_us) = (Vec::new(), Vec::new());
-    for round in 0..rounds {
-        if round % 2 == 0 {
-            native_us.push(run(native));
-            wasm_us.push(run(wasm));
-        } else {
-            wasm_us.push(run(wasm));
-            native_us.push(run(native));
+    let mut slices = vec![Vec::new(); sides.len()];
+    for round in 0..rounds as usize {
+        for i in 0..sides.len() {
+            let side = (round + i) % sides.len();
+            slices[side].push(run(sides[side]));
         }
     }
-    (native_us, wasm_us)
+    slices
+}
+
+/// Median over rounds of the per-round ratio `a / b`, with min and max.
+fn ratio(a: &[Slice], b: &[Slice], of: impl Fn(&Slice) -> f64) -> String {
+    let mut ratios: Vec<f64> = a.iter().zip(b).map(|(a, b)| of(a) / of(b)).collect();
+    ratios.sort_by(f64::total_cmp);
+    format!(
+        "{:.2}x [{:.2}..{:.2}]",
+        median(ratios.clone()),
+        ratios[0],
+        ratios[ratios.len() - 1]
+    )
 }
 
 /// Append a custom section, so the bytes (and the content hash) differ but
@@ -225,22 +278,60 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(3.0);
     let reload = !args.iter().any(|a| a == "--no-reload");
+    // `--only native|wasm`: run that side alone, 1 KiB then 16 KiB,
+    // for a profiler (`perf record`); prints µs per call.
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .map(|i| args[i + 1].clone());
     let budget = Duration::from_secs_f64(seconds);
     let rounds = 10;
     let plugins = built_plugins();
     let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
-    let bytes = std::fs::read(plugins.join("replicaset.wasm")).unwrap();
+    // `PLUGIN_CALL_WASM=path`: measure another build of the replicaset
+    // plugin (an A/B of guest build settings).
+    let component = std::env::var_os("PLUGIN_CALL_WASM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| plugins.join("replicaset.wasm"));
+    let bytes = std::fs::read(component).unwrap();
     let wasm = runtime.load(&bytes, None).unwrap();
     let native = Native::new(replicaset::ReplicaSetReconciler);
     let cache: Arc<dyn CacheView> = Arc::new(NoCache);
 
+    if let Some(only) = only {
+        let side: &dyn Reconciler = match only.as_str() {
+            "native" => &native,
+            "wasm" => &wasm,
+            other => panic!("--only {other}: expected native or wasm"),
+        };
+        for size in [1024, 16 * 1024] {
+            let request = Request {
+                object: Arc::new(replicaset(size)),
+                owned: vec![],
+                finalizing: false,
+                now_unix_ms: 1_700_000_000_000,
+            };
+            let s = micros_per_call(budget, || {
+                std::hint::black_box(side.reconcile(&request, &cache).unwrap());
+            });
+            println!(
+                "{only} {size} B: wall {:.1} µs, cpu {:.1} µs, thread cpu {:.1} µs per call",
+                s.wall, s.cpu, s.thread_cpu
+            );
+        }
+        return;
+    }
     println!(
-        "plugin_call: replicaset reconcile, 1 thread, {seconds} s per size in {rounds} alternating rounds"
+        "plugin_call: replicaset reconcile, 1 calling thread, {seconds} s per size in {rounds} rotating rounds"
     );
     println!(
-        "| object | native µs/call | wasm µs/call | ratio (median of rounds) [min..max] | overhead µs/call | native calls/s | wasm calls/s |"
+        "µs per call: wall = elapsed time; cpu = process CPU time (all threads); \
+         ratios = median of per-round ratios [min..max]"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| object | native µs/call wall / cpu | wasm µs/call wall / cpu | ratio wall | ratio cpu | overhead µs/call (wall) | native calls/s | wasm calls/s |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
     for size in [1024, 16 * 1024] {
         let object = replicaset(size);
         let actual = object.to_string().len();
@@ -250,16 +341,19 @@ fn main() {
             finalizing: false,
             now_unix_ms: 1_700_000_000_000,
         };
-        let (native_us, wasm_us) = compare(budget, rounds, &native, &wasm, &request, &cache);
-        let mut ratios: Vec<f64> = wasm_us.iter().zip(&native_us).map(|(w, n)| w / n).collect();
-        ratios.sort_by(f64::total_cmp);
-        let (native_us, wasm_us) = (median(native_us), median(wasm_us));
+        let slices = compare(budget, rounds, &[&native, &wasm], &request, &cache);
+        let (n, w) = (&slices[0], &slices[1]);
+        let med = |s: &[Slice], of: fn(&Slice) -> f64| median(s.iter().map(of).collect());
+        let wall = |s: &Slice| s.wall;
+        let cpu = |s: &Slice| s.cpu;
+        let (native_us, wasm_us) = (med(n, wall), med(w, wall));
         println!(
-            "| {:.1} KiB | {native_us:.1} | {wasm_us:.1} | {:.2}x [{:.2}..{:.2}] | {:.1} | {:.0} | {:.0} |",
+            "| {:.1} KiB | {native_us:.1} / {:.1} | {wasm_us:.1} / {:.1} | {} | {} | {:.1} | {:.0} | {:.0} |",
             actual as f64 / 1024.0,
-            median(ratios.clone()),
-            ratios[0],
-            ratios[ratios.len() - 1],
+            med(n, cpu),
+            med(w, cpu),
+            ratio(w, n, wall),
+            ratio(w, n, cpu),
             wasm_us - native_us,
             1e6 / native_us,
             1e6 / wasm_us,

@@ -88,6 +88,7 @@ pub fn generate(name: &str, dir: &Path, sdk: &SdkSource) -> anyhow::Result<PathB
     let files = [
         ("Cargo.toml", cargo_toml(name, sdk)),
         ("rust-toolchain.toml", TOOLCHAIN.to_owned()),
+        (".cargo/config.toml", CARGO_CONFIG.to_owned()),
         ("src/lib.rs", lib_rs(name, &kind)),
         ("example.yaml", example_yaml(&kind)),
         (".gitignore", "/target\n".to_owned()),
@@ -100,6 +101,21 @@ pub fn generate(name: &str, dir: &Path, sdk: &SdkSource) -> anyhow::Result<PathB
     }
     Ok(root)
 }
+
+/// The generated crate's `.cargo/config.toml`: the same Wasm memory layout
+/// as the plugins in Setpoint's own workspace (its `.cargo/config.toml`,
+/// kept equal by a test). A 256 KiB stack instead of Rust's 1 MiB and
+/// 512 KiB of initial memory, so a reconcile of a typical object never grows
+/// memory (each `memory.grow` costs an `mprotect` in the call and another
+/// when the next instance takes the pool slot). See docs/plugins.md,
+/// "Performance".
+const CARGO_CONFIG: &str = r#"# The memory layout Setpoint's own plugins use (docs/plugins.md, Performance):
+# a 256 KiB stack instead of Rust's default 1 MiB, and 512 KiB of initial
+# memory so that reconciling a typical object never grows memory. Raise
+# --initial-memory for a plugin that reconciles much larger objects.
+[target.wasm32-wasip2]
+rustflags = ["-C", "link-arg=-zstack-size=262144", "-C", "link-arg=--initial-memory=524288"]
+"#;
 
 const TOOLCHAIN: &str = r#"[toolchain]
 channel = "1.95.0"
@@ -285,6 +301,23 @@ mod tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The `[target.wasm32-wasip2]` rustflags line of a config file.
+    fn wasm_rustflags(config: &str) -> Option<&str> {
+        let section = config.split("[target.wasm32-wasip2]").nth(1)?;
+        section.lines().find(|l| l.starts_with("rustflags"))
+    }
+
+    #[test]
+    fn a_new_crate_gets_the_workspaces_wasm_link_flags() {
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.cargo/config.toml");
+        let workspace = std::fs::read_to_string(workspace).unwrap();
+        let expected = wasm_rustflags(&workspace).expect("the workspace sets wasm rustflags");
+        let dir = tempfile::tempdir().unwrap();
+        let root = generate("flags", dir.path(), &SdkSource::Version("0.1.0".into())).unwrap();
+        let generated = std::fs::read_to_string(root.join(".cargo/config.toml")).unwrap();
+        assert_eq!(wasm_rustflags(&generated), Some(expected));
+    }
 
     #[test]
     fn names_become_kinds_in_upper_camel_case() {

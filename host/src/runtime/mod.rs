@@ -302,25 +302,42 @@ fn start_epoch_ticker(engine: &Engine) {
 
 /// A counting semaphore over pool slots: an exhausted pool makes
 /// instantiation fail, so callers wait for a slot instead.
+///
+/// `Condvar::notify_one` makes a `futex` system call even when nobody waits
+/// (once per reconcile; about 1 µs on the development VM), so a freed slot
+/// is only signalled when a caller is actually waiting.
 struct Slots {
-    free: Mutex<usize>,
+    state: Mutex<SlotCounts>,
     available: Condvar,
+}
+
+struct SlotCounts {
+    free: usize,
+    waiting: usize,
 }
 
 impl Slots {
     fn new(count: usize) -> Self {
         Self {
-            free: Mutex::new(count.max(1)),
+            state: Mutex::new(SlotCounts {
+                free: count.max(1),
+                waiting: 0,
+            }),
             available: Condvar::new(),
         }
     }
 
     fn acquire(&self) -> SlotGuard<'_> {
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        while *free == 0 {
-            free = self.available.wait(free).unwrap_or_else(|p| p.into_inner());
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        while state.free == 0 {
+            state.waiting += 1;
+            state = self
+                .available
+                .wait(state)
+                .unwrap_or_else(|p| p.into_inner());
+            state.waiting -= 1;
         }
-        *free -= 1;
+        state.free -= 1;
         SlotGuard(self)
     }
 }
@@ -329,7 +346,10 @@ struct SlotGuard<'a>(&'a Slots);
 
 impl Drop for SlotGuard<'_> {
     fn drop(&mut self) {
-        *self.0.free.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-        self.0.available.notify_one();
+        let mut state = self.0.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.free += 1;
+        if state.waiting > 0 {
+            self.0.available.notify_one();
+        }
     }
 }
