@@ -278,6 +278,15 @@ pub fn replicaset(name: &str, replicas: i64, startup_delay_ms: u64) -> Value {
 pub fn setpoint_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
+        // `scripts/test` builds the whole workspace first and names the
+        // binary it built: building it again here with `-p setpoint` would
+        // resolve features differently and compile the dependency tree a
+        // second time.
+        if let Some(bin) = std::env::var_os("SETPOINT_BIN").map(PathBuf::from)
+            && bin.exists()
+        {
+            return bin;
+        }
         // The test executable lives in target/<profile>/deps/.
         let exe = std::env::current_exe().unwrap();
         let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_owned();
