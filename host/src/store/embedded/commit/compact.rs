@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use redb::ReadableTable;
 
-use super::{Tables, Writer, duplicate};
+use super::tables::Tables;
+use super::{Writer, duplicate};
 use crate::store::embedded::open::Counters;
 use crate::store::embedded::schema::{Context, Entry, META_CLEANED};
 use crate::store::{Error, Result, Revision};
