@@ -296,6 +296,13 @@ impl EmbeddedBackend {
     /// # Ok(()) }
     /// ```
     pub fn open(dir: &Path) -> Result<Self> {
+        Self::open_checkpointing_every(dir, wal::CHECKPOINT_BYTES)
+    }
+
+    /// [`EmbeddedBackend::open`] with a checkpoint every `checkpoint_bytes`
+    /// of log: tests use a small one to cross many checkpoints and recycle
+    /// many segments quickly.
+    pub(crate) fn open_checkpointing_every(dir: &Path, checkpoint_bytes: u64) -> Result<Self> {
         let opened = open::open(dir)?;
         let counters = opened.counters;
         let (revision_tx, _) = revision_watch::channel(counters.revision);
@@ -310,7 +317,7 @@ impl EmbeddedBackend {
             stats: Stats::default(),
         });
         let (requests, receiver) = std::sync::mpsc::channel();
-        let syncer = Syncer::spawn(opened.wal, shared.stats.log_nanos.clone())?;
+        let syncer = Syncer::spawn(opened.wal, shared.stats.log_nanos.clone(), checkpoint_bytes)?;
         let writer = Writer::new(shared.clone(), receiver, counters, syncer);
         let on_panic = shared.clone();
         std::thread::Builder::new()

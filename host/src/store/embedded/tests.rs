@@ -304,6 +304,9 @@ async fn compaction_removes_superseded_revisions_on_disk() {
 /// The environment variable that turns [`crash_child`] into a writer.
 const CRASH_DIR: &str = "SETPOINT_STORE_CRASH_DIR";
 
+/// Optional: the child's checkpoint interval in log bytes.
+const CRASH_CHECKPOINT: &str = "SETPOINT_STORE_CRASH_CHECKPOINT";
+
 /// Child half of [`acknowledged_writes_survive_kill_9`]: writes with many
 /// tasks and prints every acknowledged write until it is killed. Does
 /// nothing in a normal test run.
@@ -312,7 +315,11 @@ async fn crash_child() {
     let Some(dir) = std::env::var_os(CRASH_DIR) else {
         return;
     };
-    let store = EmbeddedBackend::open(Path::new(&dir)).unwrap();
+    let checkpoint = std::env::var(CRASH_CHECKPOINT)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(super::wal::CHECKPOINT_BYTES);
+    let store = EmbeddedBackend::open_checkpointing_every(Path::new(&dir), checkpoint).unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let run = std::process::id();
     for t in 0..32 {
@@ -338,8 +345,22 @@ async fn crash_child() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_writes_survive_kill_9() {
+    kill_9_rounds(None, 3, 2000).await;
+}
+
+/// The same with a checkpoint every 16 KiB of log: every round crosses many
+/// checkpoints, so the crash finds recycled segments (old records under
+/// new ones), a database made durable part-way, and a log to replay on top.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_kill_9_across_checkpoints_and_recycled_segments() {
+    kill_9_rounds(Some(16 << 10), 3, 3000).await;
+}
+
+/// Rounds of: a child process writing with many tasks, `kill -9` after at
+/// least `acks` acknowledgements (more each round), reopen, check.
+async fn kill_9_rounds(checkpoint: Option<u64>, rounds: usize, acks: usize) {
     let dir = tempfile::tempdir().unwrap();
-    for round in 0..3 {
+    for round in 0..rounds {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
@@ -347,13 +368,17 @@ async fn acknowledged_writes_survive_kill_9() {
                 "--nocapture",
             ])
             .env(CRASH_DIR, dir.path())
+            .env(
+                CRASH_CHECKPOINT,
+                checkpoint.map(|c| c.to_string()).unwrap_or_default(),
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
         let mut acked = Vec::new();
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let target = 2000 + round * 500;
+        let target = acks + round * 500;
         while acked.len() < target {
             let line = lines.next().expect("child ended early").unwrap();
             if let Some(rest) = line.strip_prefix("ACK ") {
@@ -379,6 +404,25 @@ async fn acknowledged_writes_survive_kill_9() {
             if let Some((rev, key)) = line.strip_prefix("ACK ").and_then(|r| r.split_once(' ')) {
                 acked.push((rev.parse().unwrap(), key.to_owned()));
             }
+        }
+
+        // The log the crash left: with small checkpoints, segments moved on.
+        let segment = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| {
+                let name = e.unwrap().file_name().into_string().unwrap();
+                let hex = name.strip_prefix("wal-")?.strip_suffix(".log")?.to_owned();
+                u64::from_str_radix(&hex, 16).ok()
+            })
+            .max()
+            .expect("a crashed store has a log");
+        // (A clean close leaves no log, so each round's child starts again
+        // at segment 1.)
+        if checkpoint.is_some() {
+            assert!(
+                segment >= 4,
+                "round {round}: the log should have moved through many segments, is at {segment}"
+            );
         }
 
         let store = EmbeddedBackend::open(dir.path()).unwrap();

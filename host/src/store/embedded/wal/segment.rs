@@ -267,6 +267,8 @@ pub(in crate::store::embedded) struct Syncer {
     done: Receiver<(io::Result<()>, Option<Vec<u8>>)>,
     /// Log bytes since the last checkpoint.
     since_checkpoint: u64,
+    /// Log bytes after which a checkpoint is due.
+    checkpoint_bytes: u64,
     path: PathBuf,
 }
 
@@ -276,6 +278,7 @@ impl Syncer {
     pub(in crate::store::embedded) fn spawn(
         wal: Wal,
         log_nanos: std::sync::Arc<std::sync::atomic::AtomicU64>,
+        checkpoint_bytes: u64,
     ) -> Result<Self> {
         let (jobs, job_rx) = channel::<Job>();
         let (done_tx, done) = channel();
@@ -315,6 +318,7 @@ impl Syncer {
             jobs,
             done,
             since_checkpoint,
+            checkpoint_bytes,
             path,
         })
     }
@@ -344,7 +348,7 @@ impl Syncer {
 
     /// Whether enough log has accumulated for a checkpoint.
     pub(in crate::store::embedded) fn checkpoint_due(&self) -> bool {
-        self.since_checkpoint >= CHECKPOINT_BYTES
+        self.since_checkpoint >= self.checkpoint_bytes
     }
 
     /// Whether any record was appended since the last checkpoint.

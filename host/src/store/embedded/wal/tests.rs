@@ -187,7 +187,7 @@ fn segments_rotate_and_are_removed() {
     let found = Found::read(dir.path()).unwrap();
     let wal = Wal::create(dir.path(), &found).unwrap();
     assert_eq!(wal.sequence, 4);
-    let mut syncer = Syncer::spawn(wal, Default::default()).unwrap();
+    let mut syncer = Syncer::spawn(wal, Default::default(), CHECKPOINT_BYTES).unwrap();
     // Segments (not the temporary file of the one being prepared).
     let segments = |dir: &Path| {
         let mut names: Vec<_> = fs::read_dir(dir)
