@@ -696,3 +696,117 @@ async fn a_hot_loop_is_stopped_reported_and_resumed_by_a_spec_change() {
     );
     host.shutdown().await;
 }
+
+/// A native reconciler that reads through its cache view (its own object,
+/// and Events, which nothing caches) and writes what it saw to the status;
+/// `inline` says whether it asks to run on the async task.
+struct ViewReader {
+    manifest: Manifest,
+    inline: bool,
+    threads: Mutex<HashSet<String>>,
+}
+
+impl Reconciler for ViewReader {
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    fn runs_inline(&self) -> bool {
+        self.inline
+    }
+
+    fn reconcile(
+        &self,
+        request: &Request,
+        cache: &Arc<dyn CacheView>,
+    ) -> Result<Response, ReconcileError> {
+        self.threads
+            .lock()
+            .unwrap()
+            .insert(format!("{:?}", std::thread::current().id()));
+        let own = cache
+            .get(
+                "test.setpoint.dev/v1",
+                "Probe",
+                Some("default"),
+                meta::name(&request.object),
+            )
+            .is_some();
+        let events = match cache.list("v1", "Event", Some("default"), "") {
+            Ok(_) => "listed".to_owned(),
+            Err(err) => err,
+        };
+        Ok(Response {
+            status: Some(json!({"own": own, "events": events,
+                "observedGeneration": meta::generation(&request.object)})),
+            ..Default::default()
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inline_reconciler_converges_and_reads_only_from_informers() {
+    for inline in [true, false] {
+        let reader = Arc::new(ViewReader {
+            manifest: Manifest {
+                name: format!("reader-{inline}"),
+                version: "1.0.0".to_owned(),
+                reconciles: KindRef::new("test.setpoint.dev/v1", "Probe"),
+                owns: vec![],
+                definitions: vec![probe_definition()],
+                finalizer: None,
+            },
+            inline,
+            threads: Mutex::default(),
+        });
+        let host = Host::builder().build().await.unwrap();
+        host.add_reconciler(reader.clone()).await.unwrap();
+        let kind = host
+            .api()
+            .kinds()
+            .require("test.setpoint.dev/v1", "Probe")
+            .unwrap();
+        for i in 0..20 {
+            host.api()
+                .create(&kind, probe_object(&format!("p{i}"), i))
+                .await
+                .unwrap();
+        }
+        for i in 0..20 {
+            let status = eventually("the probe's status is written", CONVERGE, || async {
+                let p = host
+                    .api()
+                    .get(&kind, Some("default"), &format!("p{i}"))
+                    .await
+                    .unwrap();
+                if p["status"]["observedGeneration"] == p["metadata"]["generation"] {
+                    Ok(p["status"].clone())
+                } else {
+                    Err(p["status"].to_string())
+                }
+            })
+            .await;
+            assert_eq!(
+                status["own"], true,
+                "inline {inline}: its own kind is cached"
+            );
+            if inline {
+                let events = status["events"].as_str().unwrap();
+                assert!(
+                    events.contains("v1/Event is not cached"),
+                    "an inline reconciler does not wait for the store: {events}"
+                );
+            } else {
+                assert_eq!(status["events"], "listed", "a blocking one reads the store");
+            }
+        }
+        let threads = reader.threads.lock().unwrap().len();
+        if inline {
+            assert!(
+                threads <= 2,
+                "inline calls run on the runtime's two workers, not on {threads} threads"
+            );
+        }
+        host.shutdown().await;
+    }
+}

@@ -2,11 +2,13 @@
 //! informer → queue → worker → reconciler → status write, for 10,000
 //! objects.
 //!
-//! `cargo bench -p setpoint --bench loop [-- OBJECTS [WORKERS]]`. The store
+//! `cargo bench -p setpoint --bench loop [-- OBJECTS [WORKERS] [inline]]`. The store
 //! lives in a fresh directory under `$SETPOINT_BENCH_DIR` (default: the
 //! system temp dir). The reconciler is native (a `controller::Reconciler`,
 //! not Wasm), so this measures the host's loop, not a plugin: it writes
-//! `status.observedGeneration` and `status.value` from the spec. Two phases:
+//! `status.observedGeneration` and `status.value` from the spec. It runs on
+//! a blocking thread per call, as Wasm plugins do, unless `inline` is given
+//! (`Reconciler::runs_inline`, for trusted native reconcilers). Phases:
 //!
 //! 1. **create**: 64 writer tasks create OBJECTS objects as fast as the store
 //!    takes them while the controller reconciles them;
@@ -71,11 +73,16 @@ struct StatusWriter {
     clock: Arc<Clock>,
     calls: AtomicU64,
     writes: AtomicU64,
+    inline: bool,
 }
 
 impl Reconciler for StatusWriter {
     fn manifest(&self) -> &Manifest {
         &self.manifest
+    }
+
+    fn runs_inline(&self) -> bool {
+        self.inline
     }
 
     fn reconcile(
@@ -229,6 +236,10 @@ async fn resync(host: &Arc<Host>, reconciler: &Arc<StatusWriter>, objects: usize
 }
 
 fn main() {
+    // `inline`: the reconciler runs on the worker's task (a trusted native
+    // reconciler that opts in); otherwise on a blocking thread, as Wasm
+    // plugins always do.
+    let inline = std::env::args().any(|a| a == "inline");
     let mut args = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with("--"))
@@ -281,11 +292,13 @@ fn main() {
             clock: clock.clone(),
             calls: AtomicU64::new(0),
             writes: AtomicU64::new(0),
+            inline,
         });
         host.add_reconciler(reconciler.clone()).await.unwrap();
         println!(
-            "whole loop, embedded durable store in {}, {workers} workers, native status-writing reconciler, {} CPUs",
+            "whole loop, embedded durable store in {}, {workers} workers, native status-writing reconciler ({}), {} CPUs",
             dir.path().display(),
+            if inline { "inline" } else { "on blocking threads, as Wasm plugins" },
             std::thread::available_parallelism().map_or(0, |n| n.get())
         );
         phase("create", &host, &reconciler, &clock, objects, 1).await;

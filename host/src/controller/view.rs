@@ -10,10 +10,13 @@ use crate::informer::Informers;
 use crate::object::{ObjectKey, meta};
 
 /// The plugin's read-only view: informer caches where a kind is watched,
-/// the store otherwise.
+/// the store otherwise (unless `inline`).
 pub(super) struct InformerView {
     pub(super) informers: Informers,
     pub(super) api: Api,
+    /// The reconciler runs on an async task, where waiting for the store
+    /// would block the runtime: answer from informers only.
+    pub(super) inline: bool,
 }
 
 impl CacheView for InformerView {
@@ -32,6 +35,9 @@ impl CacheView for InformerView {
         };
         if let Some(informer) = self.informers.existing(&info.group, &info.plural) {
             return informer.get(&ObjectKey::new(namespace, name));
+        }
+        if self.inline {
+            return None;
         }
         let api = self.api.clone();
         let name = name.to_owned();
@@ -62,6 +68,12 @@ impl CacheView for InformerView {
                 .into_iter()
                 .filter(|o| selector.matches(meta::labels(o)))
                 .collect());
+        }
+        if self.inline {
+            return Err(format!(
+                "{api_version}/{kind} is not cached, and an inline reconciler reads only from \
+                 informers (the kinds it reconciles and owns)"
+            ));
         }
         let api = self.api.clone();
         let options = api::ListOptions {

@@ -298,17 +298,23 @@ async fn reconcile_key(
     }
     *called = Some(SystemTime::now());
     shared.reconciles.fetch_add(1, Ordering::Relaxed);
+    let inline = reconciler.runs_inline();
     let view: Arc<dyn CacheView> = Arc::new(view::InformerView {
         informers: shared.informers.clone(),
         api: shared.api.clone(),
+        inline,
     });
-    let response = tokio::task::spawn_blocking(move || {
+    let (request, response) = if inline {
         let response = reconciler.reconcile(&request, &view);
         (request, response)
-    })
-    .await
-    .map_err(|e| ReconcileError::Transient(format!("reconcile task failed: {e}")))?;
-    let (request, response) = response;
+    } else {
+        tokio::task::spawn_blocking(move || {
+            let response = reconciler.reconcile(&request, &view);
+            (request, response)
+        })
+        .await
+        .map_err(|e| ReconcileError::Transient(format!("reconcile task failed: {e}")))?
+    };
     let response = response?;
 
     let result = applier.apply(&object, &request.owned, &response).await;
