@@ -137,27 +137,22 @@ async fn a_watch_from_a_version_older_than_the_cache_answers_410_expired() {
         .unwrap();
     let first = api.create(&kind, flaky("a")).await.unwrap();
     // Push the first revision out of the bounded watch history.
-    let mut last = first.clone();
     for i in 0..api.hub().max_lag() + 10 {
-        last = api
-            .merge_patch(
-                &kind,
-                Some("default"),
-                "a",
-                &json!({"spec": {"n": i}}),
-                false,
-            )
-            .await
-            .unwrap();
+        api.merge_patch(
+            &kind,
+            Some("default"),
+            "a",
+            &json!({"spec": {"n": i}}),
+            false,
+        )
+        .await
+        .unwrap();
     }
     // The hub follows the store asynchronously: wait until it has seen the
     // last write, so that its history no longer reaches the first one.
-    let last_rv: i64 = last["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    api.hub().wait_for(last_rv).await;
+    api.hub()
+        .wait_for(api.current_revision().await.unwrap())
+        .await;
     let rv = first["metadata"]["resourceVersion"].as_str().unwrap();
     let url = format!(
         "{}/apis/test.setpoint.dev/v1/namespaces/default/flakies?watch=true&resourceVersion={rv}",

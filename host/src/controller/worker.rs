@@ -304,16 +304,16 @@ async fn reconcile_key(
         api: shared.api.clone(),
         inline,
     });
-    let (request, response) = if inline {
+    let call = move || {
         let response = reconciler.reconcile(&request, &view);
         (request, response)
+    };
+    let (request, response) = if inline {
+        call()
     } else {
-        tokio::task::spawn_blocking(move || {
-            let response = reconciler.reconcile(&request, &view);
-            (request, response)
-        })
-        .await
-        .map_err(|e| ReconcileError::Transient(format!("reconcile task failed: {e}")))?
+        tokio::task::spawn_blocking(call)
+            .await
+            .map_err(|e| ReconcileError::Transient(format!("reconcile task failed: {e}")))?
     };
     let response = response?;
 

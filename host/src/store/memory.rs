@@ -100,24 +100,8 @@ impl State {
 
     fn check(&self, key: &str, condition: Condition) -> Result<Option<KeyValue>> {
         let current = self.latest(key);
-        let actual = current.as_ref().map(|kv| kv.mod_revision);
-        let ok = match condition {
-            Condition::Any => true,
-            Condition::Absent => actual.is_none(),
-            Condition::ModRevision(rev) => actual == Some(rev),
-        };
-        if ok {
-            Ok(current)
-        } else {
-            Err(Error::Conflict {
-                key: key.to_owned(),
-                expected: match condition {
-                    Condition::ModRevision(rev) => Some(rev),
-                    _ => None,
-                },
-                actual,
-            })
-        }
+        condition.check(key, current.as_ref().map(|kv| kv.mod_revision))?;
+        Ok(current)
     }
 }
 

@@ -95,6 +95,31 @@ pub enum Condition {
     ModRevision(Revision),
 }
 
+impl Condition {
+    /// Checks the condition against `key`'s modification revision (`None`
+    /// if absent): the backends that evaluate conditions themselves share
+    /// this, so that they agree on what a conflict reports.
+    pub(crate) fn check(self, key: &str, actual: Option<Revision>) -> Result<()> {
+        let ok = match self {
+            Condition::Any => true,
+            Condition::Absent => actual.is_none(),
+            Condition::ModRevision(rev) => actual == Some(rev),
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::Conflict {
+                key: key.to_owned(),
+                expected: match self {
+                    Condition::ModRevision(rev) => Some(rev),
+                    _ => None,
+                },
+                actual,
+            })
+        }
+    }
+}
+
 /// A fencing token: a key that must still exist with the same
 /// `create_revision` for a write to happen, checked atomically with the write.
 ///

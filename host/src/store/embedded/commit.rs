@@ -5,7 +5,7 @@
 //! [`MAX_BATCH`]), checks each request's condition against the state
 //! including the earlier requests of the same batch and assigns revisions in
 //! order, building the batch's write-ahead log record as it goes. The record
-//! is then appended and synced on the log's thread (`wal.rs`) while this
+//! is then appended and synced on the log's thread (`wal/`) while this
 //! thread writes the batch into one redb transaction; the transaction is
 //! committed (without an fsync of its own) only once the record is on disk,
 //! and only then is anyone answered or any watcher told. So a reader never

@@ -9,7 +9,7 @@
 //! an exclusive file lock while the store is open, so that a second process
 //! gets "data directory … is in use by another process") and, while the
 //! store is open or after a crash, the write-ahead log `wal-*.log` (see
-//! `wal.rs`; a clean close leaves none). The database has four tables:
+//! `wal/`; a clean close leaves none). The database has four tables:
 //!
 //! | table | key → value | holds |
 //! |---|---|---|

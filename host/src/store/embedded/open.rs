@@ -77,7 +77,7 @@ pub(super) fn open(dir: &Path) -> Result<Opened> {
     }
     let (crashed, checked) = check(&file)?;
     // The log is checked against the database before anything is written.
-    found.replay(checked.revision)?;
+    let checked_replay = found.replay(checked.revision)?;
     let mut builder = Builder::new();
     builder.set_cache_size(CACHE_BYTES);
     if crashed {
@@ -90,7 +90,13 @@ pub(super) fn open(dir: &Path) -> Result<Opened> {
     }
     let db = builder.open(&file).ctx(&file)?;
     let counters = read_counters(&db, &file)?;
-    let replay = found.replay(counters.revision)?;
+    // The real open repairs as the check did, so the counters agree; parse
+    // the log again only if they do not.
+    let replay = if counters == checked {
+        checked_replay
+    } else {
+        found.replay(counters.revision)?
+    };
     if replay.torn_bytes > 0 {
         tracing::info!(
             dir = %dir.display(),

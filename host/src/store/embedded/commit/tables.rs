@@ -15,7 +15,7 @@ use crate::store::embedded::schema::{
     META_REVISION, REVISIONS, encode, encoded_len, tombstone,
 };
 use crate::store::embedded::wal::{Record, RecordBuilder};
-use crate::store::{Condition, Deleted, Error, EventKind, KeyValue, Result, Revision, WatchEvent};
+use crate::store::{Deleted, Error, EventKind, KeyValue, Result, Revision, WatchEvent};
 
 /// A batch's changes, decided but not yet written, and the keys it touched.
 #[derive(Default)]
@@ -77,12 +77,12 @@ impl<'txn> Tables<'txn> {
                 ..
             } => {
                 let live = self.live(key, pending, file)?;
-                if let Err(conflict) = check(key, *condition, live.map(|(_, m)| m)) {
+                if let Err(conflict) = condition.check(key, live.map(|(_, m)| m)) {
                     return Ok(Outcome::Put(Err(conflict)));
                 }
                 let revision = next.revision + 1;
                 let create_revision = live.map_or(revision, |(c, _)| c);
-                record.push(revision, create_revision, key, Some(value));
+                record.push(create_revision, key, Some(value));
                 next.revision = revision;
                 let key: Arc<str> = Arc::from(key.as_str());
                 pending.touched.insert(
@@ -110,7 +110,7 @@ impl<'txn> Tables<'txn> {
             }
             Request::Delete { key, condition, .. } => {
                 let live = self.live(key, pending, file)?;
-                if let Err(conflict) = check(key, *condition, live.map(|(_, m)| m)) {
+                if let Err(conflict) = condition.check(key, live.map(|(_, m)| m)) {
                     return Ok(Outcome::Delete(Err(conflict)));
                 }
                 let Some((create_revision, mod_revision)) = live else {
@@ -120,7 +120,7 @@ impl<'txn> Tables<'txn> {
                 };
                 let value = self.live_value(key, mod_revision, pending, file)?;
                 let revision = next.revision + 1;
-                record.push(revision, 0, key, None);
+                record.push(0, key, None);
                 next.revision = revision;
                 let key: Arc<str> = Arc::from(key.as_str());
                 pending.touched.insert(key.clone(), None);
@@ -232,24 +232,19 @@ impl<'txn> Tables<'txn> {
                     .insert_reserve(revision, encoded_len(key, value.len()))
                     .ctx(file)?;
                 encode(slot.as_mut(), create_revision, key, value);
-            }
-            None => {
-                self.revisions
-                    .insert(revision, tombstone(key).as_slice())
-                    .ctx(file)?;
-            }
-        }
-        self.index.insert((key, revision), ()).ctx(file)?;
-        match value {
-            Some(_) => {
+                drop(slot);
                 self.current
                     .insert(key, (create_revision, revision))
                     .ctx(file)?;
             }
             None => {
+                self.revisions
+                    .insert(revision, tombstone(key).as_slice())
+                    .ctx(file)?;
                 self.current.remove(key).ctx(file)?;
             }
         }
+        self.index.insert((key, revision), ()).ctx(file)?;
         Ok(())
     }
 }
@@ -296,25 +291,4 @@ pub(in crate::store::embedded) fn replay(
     }
     txn.commit().ctx(file)?;
     Ok(counters)
-}
-
-/// Checks a write's condition against the key's modification revision.
-fn check(key: &str, condition: Condition, actual: Option<Revision>) -> Result<()> {
-    let ok = match condition {
-        Condition::Any => true,
-        Condition::Absent => actual.is_none(),
-        Condition::ModRevision(rev) => actual == Some(rev),
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::Conflict {
-            key: key.to_owned(),
-            expected: match condition {
-                Condition::ModRevision(rev) => Some(rev),
-                _ => None,
-            },
-            actual,
-        })
-    }
 }

@@ -96,7 +96,6 @@ fn segment_sequence(name: &str) -> Option<u64> {
 pub(super) struct RecordBuilder {
     bytes: Vec<u8>,
     entries: u32,
-    next_revision: Revision,
 }
 
 impl RecordBuilder {
@@ -106,20 +105,12 @@ impl RecordBuilder {
         self.bytes.resize(RECORD_HEADER + PAYLOAD_HEADER, 0);
         self.bytes[RECORD_HEADER..RECORD_HEADER + 8].copy_from_slice(&first.to_le_bytes());
         self.entries = 0;
-        self.next_revision = first;
     }
 
-    /// Adds the entry of the next revision: a put of `value` (created at
-    /// `create_revision`), or a deletion when `value` is `None`.
-    pub(super) fn push(
-        &mut self,
-        revision: Revision,
-        create_revision: Revision,
-        key: &str,
-        value: Option<&[u8]>,
-    ) {
-        debug_assert_eq!(revision, self.next_revision, "entries are consecutive");
-        self.next_revision = revision + 1;
+    /// Adds the entry of the next revision (the first one's plus the
+    /// entries before): a put of `value` (created at `create_revision`), or a
+    /// deletion when `value` is `None`.
+    pub(super) fn push(&mut self, create_revision: Revision, key: &str, value: Option<&[u8]>) {
         let value = value.unwrap_or_default();
         let len = encoded_len(key, value.len());
         self.bytes

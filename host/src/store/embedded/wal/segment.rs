@@ -60,8 +60,23 @@ fn prepare(tmp: &Path, size: u64, recycled: Option<&Path>) -> io::Result<Prepare
     Ok(Prepared {
         file,
         tmp: tmp.to_owned(),
-        size: size.max(len),
+        size: size.max(len).max(MAGIC.len() as u64),
     })
+}
+
+/// The temporary name of segment `sequence` while it is being prepared.
+fn tmp_name(dir: &Path, sequence: u64) -> PathBuf {
+    dir.join(segment_name(sequence)).with_extension("log.tmp")
+}
+
+/// Puts a prepared segment in place as segment `sequence` (a durable
+/// rename, so a `.log` file always has a whole header) and returns its
+/// file, path and prepared size.
+fn publish(dir: &Path, prepared: Prepared, sequence: u64) -> io::Result<(File, PathBuf, u64)> {
+    let path = dir.join(segment_name(sequence));
+    fs::rename(&prepared.tmp, &path)?;
+    File::open(dir)?.sync_all()?;
+    Ok((prepared.file, path, prepared.size))
 }
 
 /// Allocates `size` bytes for `file` without writing them; where the file
@@ -99,22 +114,14 @@ impl Wal {
     /// that opening a store stays quick; the next one is prepared meanwhile.
     pub(in crate::store::embedded) fn create(dir: &Path, found: &Found) -> Result<Self> {
         let sequence = found.last_sequence + 1;
-        let path = dir.join(segment_name(sequence));
-        let tmp = path.with_extension("log.tmp");
-        let created = (|| {
-            let mut file = File::options()
-                .create(true)
-                .truncate(true)
-                .read(true)
-                .write(true)
-                .open(&tmp)?;
-            file.write_all(MAGIC)?;
-            file.sync_all()?;
-            fs::rename(&tmp, &path)?;
-            File::open(dir)?.sync_all()?;
-            io::Result::Ok(file)
-        })();
-        let file = created.map_err(|e| io_context(e, format!("creating {}", path.display())))?;
+        let (file, path, size) = prepare(&tmp_name(dir, sequence), 0, None)
+            .and_then(|prepared| publish(dir, prepared, sequence))
+            .map_err(|e| {
+                io_context(
+                    e,
+                    format!("creating log segment {sequence} in {}", dir.display()),
+                )
+            })?;
         for (_, old, _) in &found.segments {
             remove(old)?;
         }
@@ -127,7 +134,7 @@ impl Wal {
             path,
             sequence,
             offset: MAGIC.len() as u64,
-            size: MAGIC.len() as u64,
+            size,
             older: Vec::new(),
             next: None,
             next_size: SEGMENT_FIRST,
@@ -139,10 +146,7 @@ impl Wal {
 
     /// Starts preparing segment `sequence + 1` on another thread.
     fn prepare_next(&mut self) {
-        let tmp = self
-            .dir
-            .join(segment_name(self.sequence + 1))
-            .with_extension("log.tmp");
+        let tmp = tmp_name(&self.dir, self.sequence + 1);
         let size = self.next_size;
         self.next_size = (self.next_size * 2).min(SEGMENT_MAX);
         let recycled = self.recycle.take();
@@ -164,28 +168,21 @@ impl Wal {
                 .unwrap_or_else(|_| Err(io::Error::other("preparing a log segment panicked"))),
             None => return Ok(false),
         };
+        let sequence = self.sequence + 1;
         let prepared = match prepared {
             Ok(prepared) => prepared,
             Err(err) => {
                 tracing::warn!(error = %err, "preparing the next log segment failed; appending instead");
-                let sequence = self.sequence + 1;
-                let tmp = self
-                    .dir
-                    .join(segment_name(sequence))
-                    .with_extension("log.tmp");
-                prepare(&tmp, 0, None)?
+                prepare(&tmp_name(&self.dir, sequence), 0, None)?
             }
         };
-        let sequence = self.sequence + 1;
-        let path = self.dir.join(segment_name(sequence));
-        fs::rename(&prepared.tmp, &path)?;
-        File::open(&self.dir)?.sync_all()?;
+        let (file, path, size) = publish(&self.dir, prepared, sequence)?;
         let old = std::mem::replace(&mut self.path, path);
         self.older.push(old);
-        self.file = prepared.file;
+        self.file = file;
         self.sequence = sequence;
         self.offset = MAGIC.len() as u64;
-        self.size = prepared.size.max(MAGIC.len() as u64);
+        self.size = size;
         self.prepare_next();
         Ok(true)
     }
@@ -264,7 +261,7 @@ enum Job {
 /// filling the batch's database transaction.
 pub(in crate::store::embedded) struct Syncer {
     jobs: Sender<Job>,
-    done: Receiver<(io::Result<()>, Option<Vec<u8>>)>,
+    done: Receiver<(Result<()>, Option<Vec<u8>>)>,
     /// Log bytes since the last checkpoint.
     since_checkpoint: u64,
     /// Log bytes after which a checkpoint is due.
@@ -292,7 +289,9 @@ impl Syncer {
                     let answer = match (job, wal.take()) {
                         (Job::Append(mut record), Some(mut log)) => {
                             let started = std::time::Instant::now();
-                            let result = log.append(&mut record);
+                            let result = log.append(&mut record).map_err(|e| {
+                                io_context(e, format!("writing {}", log.path.display()))
+                            });
                             log_nanos.fetch_add(
                                 started.elapsed().as_nanos() as u64,
                                 std::sync::atomic::Ordering::Relaxed,
@@ -301,12 +300,15 @@ impl Syncer {
                             (result, Some(record))
                         }
                         (Job::Rotate, Some(mut log)) => {
-                            let result = log.rotate().map_err(into_io);
+                            let result = log.rotate();
                             wal = Some(log);
                             (result, None)
                         }
-                        (Job::Remove, Some(log)) => (log.remove().map_err(into_io), None),
-                        (_, None) => (Err(io::Error::other("the log was removed")), None),
+                        (Job::Remove, Some(log)) => (log.remove(), None),
+                        (_, None) => (
+                            Err(Error::Unavailable("the store's log was removed".into())),
+                            None,
+                        ),
                     };
                     if done_tx.send(answer).is_err() {
                         break;
@@ -332,10 +334,7 @@ impl Syncer {
     /// Waits for the last job; returns the record's buffer for reuse.
     pub(in crate::store::embedded) fn wait(&self) -> (Result<()>, Option<Vec<u8>>) {
         match self.done.recv() {
-            Ok((result, buffer)) => (
-                result.map_err(|e| io_context(e, format!("writing {}", self.path.display()))),
-                buffer,
-            ),
+            Ok(answer) => answer,
             Err(_) => (
                 Err(Error::Unavailable(format!(
                     "{}: the log thread stopped",
@@ -368,12 +367,5 @@ impl Syncer {
         self.since_checkpoint = 0;
         let _ = self.jobs.send(Job::Remove);
         self.wait().0
-    }
-}
-
-fn into_io(err: Error) -> io::Error {
-    match err {
-        Error::Io(e) => e,
-        other => io::Error::other(other.to_string()),
     }
 }

@@ -5,9 +5,8 @@ use super::*;
 fn record(first: Revision, keys: &[&str], compacted: Revision) -> Vec<u8> {
     let mut builder = RecordBuilder::default();
     builder.start(first);
-    for (i, key) in keys.iter().enumerate() {
-        let value = key.as_bytes();
-        builder.push(first + i as Revision, first, key, Some(value));
+    for key in keys {
+        builder.push(first, key, Some(key.as_bytes()));
     }
     builder.finish(compacted)
 }
