@@ -300,8 +300,8 @@ impl EmbeddedBackend {
     }
 
     /// [`EmbeddedBackend::open`] with a checkpoint every `checkpoint_bytes`
-    /// of log: tests use a small one to cross many checkpoints and recycle
-    /// many segments quickly.
+    /// of log: tests use a small one to cross many checkpoints and
+    /// segments quickly.
     pub(crate) fn open_checkpointing_every(dir: &Path, checkpoint_bytes: u64) -> Result<Self> {
         let opened = open::open(dir)?;
         let counters = opened.counters;

@@ -102,8 +102,7 @@ pub(super) fn open(dir: &Path) -> Result<Opened> {
             dir = %dir.display(),
             bytes = replay.torn_bytes,
             "the write-ahead log ends before the end of its last segment: what follows is an \
-             append the crash interrupted (never acknowledged) or older records of a recycled \
-             segment, and is not replayed"
+             append the crash interrupted (never acknowledged), and is not replayed"
         );
     }
     if !replay.records.is_empty() {

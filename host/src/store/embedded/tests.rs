@@ -349,10 +349,10 @@ async fn acknowledged_writes_survive_kill_9() {
 }
 
 /// The same with a checkpoint every 16 KiB of log: every round crosses many
-/// checkpoints, so the crash finds recycled segments (old records under
-/// new ones), a database made durable part-way, and a log to replay on top.
+/// checkpoints and segments, so the crash finds a database made durable
+/// part-way and a log of several segments to replay on top.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acknowledged_writes_survive_kill_9_across_checkpoints_and_recycled_segments() {
+async fn acknowledged_writes_survive_kill_9_across_checkpoints_and_segments() {
     kill_9_rounds(Some(16 << 10), 3, 3000).await;
 }
 

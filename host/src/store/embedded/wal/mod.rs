@@ -27,10 +27,10 @@
 //! The segment written after open is new; the next ones are made ready in
 //! the background (under a temporary name, header synced, space allocated)
 //! and taken when the current one is full. After a checkpoint the log moves
-//! to the next segment; the older ones are deleted, except the one just
-//! left, whose file becomes a later segment (recycled: its space is
-//! allocated and written, so syncs over it are data-only; its old records
-//! carry an older sequence and so read as the end of the log).
+//! to the next segment and the older ones are deleted. Records carry their
+//! segment's sequence, so that a file reused as a later segment would read
+//! its old records as the end of the log; segments are not reused yet
+//! (that also needs an end marker for a segment left before it is full).
 //!
 //! # Recovery
 //!
@@ -217,8 +217,8 @@ fn parse_record<'a>(rest: &'a [u8], sequence: u64, file: &Path) -> Parsed<'a> {
         return Parsed::Invalid("has a damaged header");
     }
     if u64::from_le_bytes(header[4..12].try_into().expect("8 bytes")) != sequence {
-        // Left from the file's use as an older segment (segments are
-        // recycled): the log ends here.
+        // Left from the file's use as an older segment (were segments
+        // reused): the log ends here.
         return Parsed::End;
     }
     let len = word(0) as usize;

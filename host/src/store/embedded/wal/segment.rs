@@ -1,5 +1,5 @@
 //! The log's files and its thread: the segment being appended to, segments
-//! prepared ahead of use and recycled after checkpoints ([`Wal`]), and the
+//! prepared ahead of use ([`Wal`]), and the
 //! thread that appends and syncs records while the writer fills its
 //! transaction ([`Syncer`]).
 
@@ -29,25 +29,20 @@ struct Prepared {
     size: u64,
 }
 
-/// Makes segment space ready under `tmp`: a segment file recycled after a
-/// checkpoint (`recycled`, whose blocks are allocated and written, and whose
-/// old records carry an older sequence, so they read as the end of the
-/// log), or else a new file with `size` bytes allocated.
+/// Makes segment space ready under `tmp`: a new file with its header and
+/// `size` bytes allocated.
 ///
-/// Why: a record written over allocated, initialised blocks is synced by
-/// `fdatasync` alone; appending also changes file-system metadata, which
-/// costs a journal commit per sync (~260 vs ~130 µs for a 64 KiB record
-/// here, and far more while other processes write to the same file
-/// system). Allocated but never written space (`fallocate`) is in between
-/// (~180 µs); zero-filling it instead would cost as much writing as the log
-/// itself, so space is written once and then recycled.
-fn prepare(tmp: &Path, size: u64, recycled: Option<&Path>) -> io::Result<Prepared> {
-    if let Some(old) = recycled {
-        fs::rename(old, tmp)?;
-    }
+/// Why: appending changes file-system metadata, which costs a journal commit
+/// per sync (~260 µs for a 64 KiB record here, and far more while other
+/// processes write to the same file system); writing into allocated space
+/// (`fallocate`) costs ~180 µs. Allocated and already written blocks would
+/// cost ~130 µs, but zero-filling cost as much writing as the log itself,
+/// and recycling old segments needs an end marker first (a segment left
+/// before it is full would otherwise end in stale records).
+fn prepare(tmp: &Path, size: u64) -> io::Result<Prepared> {
     let mut file = File::options()
         .create(true)
-        .truncate(recycled.is_none())
+        .truncate(true)
         .read(true)
         .write(true)
         .open(tmp)?;
@@ -103,8 +98,6 @@ pub(in crate::store::embedded) struct Wal {
     /// Segment `sequence + 1`, being prepared.
     next: Option<std::thread::JoinHandle<io::Result<Prepared>>>,
     next_size: u64,
-    /// An obsolete segment to prepare the next one from.
-    recycle: Option<PathBuf>,
 }
 
 impl Wal {
@@ -114,7 +107,7 @@ impl Wal {
     /// that opening a store stays quick; the next one is prepared meanwhile.
     pub(in crate::store::embedded) fn create(dir: &Path, found: &Found) -> Result<Self> {
         let sequence = found.last_sequence + 1;
-        let (file, path, size) = prepare(&tmp_name(dir, sequence), 0, None)
+        let (file, path, size) = prepare(&tmp_name(dir, sequence), 0)
             .and_then(|prepared| publish(dir, prepared, sequence))
             .map_err(|e| {
                 io_context(
@@ -138,7 +131,6 @@ impl Wal {
             older: Vec::new(),
             next: None,
             next_size: SEGMENT_FIRST,
-            recycle: None,
         };
         wal.prepare_next();
         Ok(wal)
@@ -149,10 +141,9 @@ impl Wal {
         let tmp = tmp_name(&self.dir, self.sequence + 1);
         let size = self.next_size;
         self.next_size = (self.next_size * 2).min(SEGMENT_MAX);
-        let recycled = self.recycle.take();
         self.next = std::thread::Builder::new()
             .name("setpoint-store-wal-prepare".into())
-            .spawn(move || prepare(&tmp, size, recycled.as_deref()))
+            .spawn(move || prepare(&tmp, size))
             .ok();
     }
 
@@ -173,7 +164,7 @@ impl Wal {
             Ok(prepared) => prepared,
             Err(err) => {
                 tracing::warn!(error = %err, "preparing the next log segment failed; appending instead");
-                prepare(&tmp_name(&self.dir, sequence), 0, None)?
+                prepare(&tmp_name(&self.dir, sequence), 0)?
             }
         };
         let (file, path, size) = publish(&self.dir, prepared, sequence)?;
@@ -229,10 +220,7 @@ impl Wal {
         {
             remove(&prepared.tmp)?;
         }
-        for old in std::mem::take(&mut self.older)
-            .into_iter()
-            .chain(self.recycle.take())
-        {
+        for old in std::mem::take(&mut self.older) {
             remove(&old)?;
         }
         remove(&self.path)?;
