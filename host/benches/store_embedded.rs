@@ -227,12 +227,17 @@ fn main() {
             many.push(puts(&store, 64, 100_000).await);
             let stats = store.stats();
             let per = |d: Duration| d / stats.commits.max(1) as u32;
+            let per_apply = |d: Duration| d / stats.applies.max(1) as u32;
             eprintln!(
-                "  64 writers: {:.1} puts/commit; per commit: apply {:?}, commit {:?}, gather {:?}",
+                "  64 writers: {:.1} puts/batch; per batch: decide {:?}, log sync wait {:?}, \
+                 gather {:?}; {:.1} batches per database commit, each: apply {:?}, commit {:?}",
                 stats.writes as f64 / stats.commits.max(1) as f64,
-                per(stats.apply_time),
+                per(stats.decide_time),
                 per(stats.commit_time),
                 per(stats.gather_time),
+                stats.commits as f64 / stats.applies.max(1) as f64,
+                per_apply(stats.apply_time),
+                per_apply(stats.db_commit_time),
             );
             if rep == 0 {
                 let size = std::fs::metadata(store.file()).unwrap().len();

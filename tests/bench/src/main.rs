@@ -42,15 +42,19 @@ async fn main() -> anyhow::Result<()> {
             .await?;
             let stats = handle.stats();
             let batches = stats.commits.max(1) as u32;
+            let applies = stats.applies.max(1) as u32;
             eprintln!(
-                "  embedded writer: {} batches of {:.1} writes; per batch: apply {:?}, log sync \
-                 {:?}, commit {:?}, gather {:?}; {} checkpoints of {:?}",
+                "  embedded: {} batches of {:.1} writes; per batch: decide {:?}, log sync wait \
+                 {:?}, gather {:?}; {} database commits, each: apply {:?}, commit {:?}; {} \
+                 checkpoints of {:?}",
                 stats.commits,
                 stats.writes as f64 / f64::from(batches),
-                stats.apply_time / batches,
-                stats.log_time / batches,
+                stats.decide_time / batches,
                 stats.commit_time / batches,
                 stats.gather_time / batches,
+                stats.applies,
+                stats.apply_time / applies,
+                stats.db_commit_time / applies,
                 stats.checkpoints,
                 stats.checkpoint_time / stats.checkpoints.max(1) as u32,
             );

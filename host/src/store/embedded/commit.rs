@@ -1,15 +1,20 @@
-//! The single writer of the embedded store: group commit, and the loop that
-//! interleaves it with compaction cleanup (`commit/compact.rs`).
+//! The single writer of the embedded store: group commit through the
+//! write-ahead log, with the database's B-tree work on its own thread
+//! (`commit/apply.rs`).
 //!
-//! One std thread owns every write. It takes all pending requests (up to
-//! [`MAX_BATCH`]), checks each request's condition against the state
-//! including the earlier requests of the same batch and assigns revisions in
-//! order, building the batch's write-ahead log record as it goes. The record
-//! is then appended and synced on the log's thread (`wal/`) while this
-//! thread writes the batch into one redb transaction; the transaction is
-//! committed (without an fsync of its own) only once the record is on disk,
-//! and only then is anyone answered or any watcher told. So a reader never
-//! sees a write that a crash could take back.
+//! One std thread decides every write. It takes all pending requests (up to
+//! [`MAX_BATCH`]), checks each request's condition against the state left
+//! by the earlier requests of the batch, by logged batches the database
+//! does not hold yet, and by a snapshot of the database, and assigns
+//! revisions in order, building the batch's log record as it goes. The
+//! record is appended and synced on the log's thread (`wal/`); once it is on
+//! disk the batch is durable: the writer answers its callers, tells watchers
+//! and hands the changes to the applier, which commits them to the database
+//! (without an fsync of its own) while the writer decides the next batch.
+//! Reads wait for the applier to commit every answered write
+//! ([`Shared::caught_up`](super::Shared)), so a reader never misses a write
+//! that was acknowledged before the read started, and never sees one that a
+//! crash could take back.
 //!
 //! A lone writer is committed at once. After a batch of several writers,
 //! the next batch gives them a moment (while requests keep arriving, at most
@@ -17,27 +22,29 @@
 //! fsync instead of splitting into alternating half-size batches.
 //!
 //! Every [`CHECKPOINT_BYTES`](super::wal::CHECKPOINT_BYTES) of log, after
-//! [`IDLE_CHECKPOINT`] without writes, and at close, the database is
-//! committed durably and the log starts afresh. If the log or the database
+//! [`IDLE_CHECKPOINT`] without writes, and at close, the applier commits the
+//! database durably and the log starts afresh. If the log or the database
 //! fails to write, the store stops taking writes (the log may hold a batch
 //! the database does not): reopening it recovers from the log.
 
+mod apply;
 mod compact;
 mod tables;
 
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, oneshot};
 
+use self::apply::{Applier, Job};
 pub(super) use self::tables::replay;
-use self::tables::{Pending, Tables};
+use self::tables::{Change, Decider, Pending, Snapshot, Unapplied};
 use super::Shared;
 use super::open::Counters;
-use super::schema::{Context, META, META_REVISION};
 use super::wal::{RecordBuilder, Syncer};
 use crate::store::{Condition, Deleted, Error, KeyValue, Result, Revision, WatchEvent};
 
@@ -99,84 +106,67 @@ enum Outcome {
 pub(super) struct Writer {
     shared: Arc<Shared>,
     requests: Receiver<Queued>,
+    /// The counters after the last logged batch.
     counters: Counters,
-    /// Callers of `compact` waiting for the cleanup to reach their revision.
-    compact_waiters: Vec<(Revision, oneshot::Sender<Result<()>>)>,
-    /// Set when a cleanup chunk failed; cleared by the next compaction.
-    cleanup_failed: bool,
     /// Requests in the previous batch.
     last_batch: usize,
-    /// Revisions the next compaction chunk cleans.
-    clean_chunk: usize,
-    /// No compaction chunk starts before this while writes are waiting.
-    clean_after: Instant,
-    /// Whether a write batch ran since the last compaction chunk.
-    wrote_since_clean: bool,
     /// The write-ahead log's thread.
     syncer: Syncer,
     /// The record of the batch being built.
     record: RecordBuilder,
+    /// Logged batches the applier may not have committed yet.
+    unapplied: Unapplied,
+    /// The applier's queue and thread.
+    applier: Option<(Sender<Job>, JoinHandle<()>)>,
     /// Set when a write failed half-way: every later write is refused.
     failed: Option<String>,
 }
 
 impl Writer {
+    /// A writer for `shared`, starting the applier thread.
     pub(super) fn new(
         shared: Arc<Shared>,
         requests: Receiver<Queued>,
         counters: Counters,
         syncer: Syncer,
-    ) -> Self {
-        Self {
+    ) -> Result<Self> {
+        let (jobs, receiver) = std::sync::mpsc::channel();
+        let applier = Applier::new(shared.clone(), receiver, counters);
+        let on_panic = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("setpoint-store-apply".into())
+            .spawn(move || {
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| applier.run())).is_err()
+                {
+                    tracing::error!(file = %on_panic.file.display(), "store applier panicked");
+                    on_panic.fail(format!(
+                        "{}: the store's applier thread panicked; the store takes no writes \
+                         until it is reopened",
+                        on_panic.file.display()
+                    ));
+                }
+            })
+            .map_err(|e| super::open::io_context(e, "starting the store applier thread".into()))?;
+        Ok(Self {
             shared,
             requests,
             counters,
             syncer,
             record: RecordBuilder::default(),
+            unapplied: Unapplied::default(),
+            applier: Some((jobs, thread)),
             failed: None,
-            compact_waiters: Vec::new(),
-            cleanup_failed: false,
             last_batch: 0,
-            clean_chunk: compact::CLEAN_FIRST,
-            clean_after: Instant::now(),
-            wrote_since_clean: false,
-        }
-    }
-
-    fn cleanup_pending(&self) -> bool {
-        self.counters.cleaned < self.counters.compacted && !self.cleanup_failed
+        })
     }
 
     /// Serves requests until every handle is dropped or `close` is called,
     /// then closes the database.
-    ///
-    /// Compaction cleanup runs between write batches, in chunks; while
-    /// writes keep coming, each chunk is followed by at least as much time
-    /// for writes as it took, so that writers keep about half the throughput
-    /// and wait at most about one chunk. An idle store cleans flat out.
     pub(super) fn run(mut self) {
         let mut batch: Vec<Queued> = Vec::with_capacity(MAX_BATCH);
         let mut closers = Vec::new();
         loop {
-            let first = if self.cleanup_pending() {
-                let now = Instant::now();
-                if now >= self.clean_after {
-                    match self.requests.try_recv() {
-                        Ok(queued) => queued,
-                        Err(TryRecvError::Empty) => {
-                            self.clean_chunk();
-                            continue;
-                        }
-                        Err(TryRecvError::Disconnected) => break,
-                    }
-                } else {
-                    match self.requests.recv_timeout(self.clean_after - now) {
-                        Ok(queued) => queued,
-                        Err(RecvTimeoutError::Timeout) => continue,
-                        Err(RecvTimeoutError::Disconnected) => break,
-                    }
-                }
-            } else if self.syncer.has_records() && self.failed.is_none() {
+            let first = if self.syncer.has_records() && self.failed.is_none() {
                 match self.requests.recv_timeout(IDLE_CHECKPOINT) {
                     Ok(queued) => queued,
                     Err(RecvTimeoutError::Timeout) => {
@@ -193,7 +183,6 @@ impl Writer {
             };
             batch.push(first);
             self.drain(&mut batch);
-            self.wrote_since_clean = true;
             if self.commit_batch(&mut batch, &mut closers) {
                 break;
             }
@@ -212,9 +201,9 @@ impl Writer {
         // Requests still queued are refused by dropping them: their callers
         // see the store closed.
         drop(self.requests);
-        for (_, waiter) in self.compact_waiters.drain(..) {
-            // The compaction point is durable; the cleanup resumes on reopen.
-            let _ = waiter.send(Ok(()));
+        if let Some((jobs, thread)) = self.applier.take() {
+            drop(jobs);
+            let _ = thread.join();
         }
         self.shared.close();
         for closer in closers {
@@ -235,8 +224,8 @@ impl Writer {
         batch.len() - before
     }
 
-    /// Writes and commits one batch, then answers it. Returns whether a
-    /// close was requested.
+    /// Decides and logs one batch, then answers it and hands it to the
+    /// applier. Returns whether a close was requested.
     fn commit_batch(
         &mut self,
         batch: &mut Vec<Queued>,
@@ -245,41 +234,52 @@ impl Writer {
         let mut outcomes = Vec::with_capacity(MAX_BATCH);
         let mut events = Vec::with_capacity(MAX_BATCH);
         let mut next = self.counters;
+        if self.failed.is_none()
+            && let Some(why) = self.shared.failed()
+        {
+            self.failed = Some(why);
+        }
         let written = match &self.failed {
             Some(why) => Err(Error::Unavailable(why.clone())),
             None => self.write_batch(batch, &mut next, &mut outcomes, &mut events),
         };
         self.last_batch = batch.len();
-        if let Err(err) = written {
-            if self.failed.is_none() {
-                tracing::error!(file = %self.shared.file.display(), error = %err, "store write failed");
+        let changes = match written {
+            Err(err) => {
+                if self.failed.is_none() {
+                    tracing::error!(file = %self.shared.file.display(), error = %err, "store write failed");
+                }
+                // Nothing was logged: the revision counter stays where it was.
+                outcomes = batch
+                    .iter()
+                    .map(|queued| match &queued.request {
+                        Request::Put { .. } => Outcome::Put(Err(duplicate(&err))),
+                        Request::Delete { .. } => Outcome::Delete(Err(duplicate(&err))),
+                        Request::Compact { .. } => Outcome::Compact(Err(duplicate(&err))),
+                        Request::Close { .. } => Outcome::Close,
+                    })
+                    .collect();
+                None
             }
-            // Nothing was committed: the revision counter stays where it was.
-            outcomes = batch
-                .iter()
-                .map(|queued| match &queued.request {
-                    Request::Put { .. } => Outcome::Put(Err(duplicate(&err))),
-                    Request::Delete { .. } => Outcome::Delete(Err(duplicate(&err))),
-                    Request::Compact { .. } => Outcome::Compact(Err(duplicate(&err))),
-                    Request::Close { .. } => Outcome::Close,
-                })
-                .collect();
-            events.clear();
-        } else {
-            let compacted_moved = next.compacted != self.counters.compacted;
-            self.counters = next;
-            if compacted_moved {
-                self.cleanup_failed = false;
-                self.shared
-                    .compacted
-                    .store(next.compacted, Ordering::Release);
+            Ok(None) => None,
+            Ok(Some(changes)) => {
+                let compacted_moved = next.compacted != self.counters.compacted;
+                self.counters = next;
+                if compacted_moved {
+                    self.shared
+                        .compacted
+                        .store(next.compacted, Ordering::Release);
+                }
+                self.unapplied.extend(&changes);
+                if !events.is_empty() {
+                    self.shared.recent().push(std::mem::take(&mut events));
+                    self.shared.set_acknowledged(next.revision);
+                }
+                Some(changes)
             }
-            if !events.is_empty() {
-                self.shared.recent().push(events);
-                self.shared.revision_tx.send_replace(next.revision);
-            }
-        }
+        };
         let mut close = false;
+        let mut compactions = Vec::new();
         for (queued, outcome) in batch.drain(..).zip(outcomes) {
             match (queued.request, outcome) {
                 (Request::Put { reply, .. }, Outcome::Put(result)) => {
@@ -289,7 +289,7 @@ impl Writer {
                     let _ = reply.send(result);
                 }
                 (Request::Compact { reply, .. }, Outcome::Compact(result)) => match result {
-                    Ok(Some(revision)) => self.compact_waiters.push((revision, reply)),
+                    Ok(Some(revision)) => compactions.push((revision, reply)),
                     Ok(None) => {
                         let _ = reply.send(Ok(()));
                     }
@@ -304,17 +304,39 @@ impl Writer {
                 _ => unreachable!("one outcome per request, in order"),
             }
         }
+        if let Some(changes) = changes {
+            self.hand_over(Job::Batch {
+                changes,
+                counters: self.counters,
+                compactions,
+            });
+        }
         close
     }
 
-    /// Applies every request of `batch` in one write transaction and commits
-    /// it. `next` ends as the counters after the commit; `outcomes` gets one
-    /// entry per request.
+    /// Queues a job for the applier.
+    fn hand_over(&mut self, job: Job) {
+        let sent = match &self.applier {
+            Some((jobs, _)) => jobs.send(job).is_ok(),
+            None => false,
+        };
+        if !sent {
+            self.fail(&Error::Unavailable(format!(
+                "{}: the store's applier thread stopped",
+                self.shared.file.display()
+            )));
+        }
+    }
+
+    /// Decides every request of `batch` and logs the batch. `next` ends as
+    /// the counters after it and `outcomes` gets one entry per request;
+    /// returns the changes to apply, or `None` if there are none (only
+    /// conflicts, no-ops or a close).
     ///
     /// When the previous batch had several writers, they are given a moment
     /// to send their next request so that they join this batch rather than
     /// queue behind it (concurrent writers otherwise settle into two
-    /// alternating half-size batches). The requests already taken are applied
+    /// alternating half-size batches). The requests already taken are decided
     /// meanwhile; the wait lasts only while requests keep arriving, at most
     /// [`GATHER_MAX`], and never follows a lone write.
     fn write_batch(
@@ -323,33 +345,48 @@ impl Writer {
         next: &mut Counters,
         outcomes: &mut Vec<Outcome>,
         events: &mut Vec<WatchEvent>,
-    ) -> Result<()> {
+    ) -> Result<Option<Vec<Change>>> {
         let shared = self.shared.clone();
         let file = &shared.file;
         let started = Instant::now();
         let mut waited = Duration::ZERO;
         let target = self.last_batch.max(batch.len()).min(MAX_BATCH);
-        let txn = shared.begin_write(false)?;
-        let mut tables = Tables::open(&txn).ctx(file)?;
+        // What the database holds is dropped from memory before the
+        // snapshot is taken, so that the two always overlap.
+        self.unapplied
+            .trim(shared.committed.load(Ordering::Acquire));
+        let txn = shared.begin_read()?;
+        let snapshot = Snapshot::open(&txn, file)?;
+        let decider = Decider {
+            snapshot: &snapshot,
+            unapplied: &self.unapplied,
+            file,
+        };
         let mut pending = Pending::default();
         self.record.start(next.revision + 1);
-        let mut applied = 0;
+        let mut decided = 0;
         loop {
-            for queued in &batch[applied..] {
-                outcomes.push(tables.decide(
+            for queued in &batch[decided..] {
+                outcomes.push(decider.decide(
                     &queued.request,
                     next,
                     &mut pending,
                     &mut self.record,
                     events,
-                    file,
                 )?);
             }
-            applied = batch.len();
-            if self.last_batch <= 1 || applied >= target || started.elapsed() >= GATHER_MAX {
+            decided = batch.len();
+            if self.last_batch <= 1 || decided >= target || started.elapsed() >= GATHER_MAX {
                 break;
             }
-            if self.drain(batch) == 0 {
+            let before = batch.len();
+            while batch.len() < MAX_BATCH {
+                match self.requests.try_recv() {
+                    Ok(request) => batch.push(request),
+                    Err(_) => break,
+                }
+            }
+            if batch.len() == before {
                 // Nothing queued: wait for the next request, but only
                 // briefly (requests stopped coming, most likely).
                 let wait = Instant::now();
@@ -362,32 +399,28 @@ impl Writer {
                 }
             }
         }
+        drop(snapshot);
+        drop(txn);
         let stats = &shared.stats;
         stats
             .gather_nanos
             .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
         if next.revision == self.counters.revision && next.compacted == self.counters.compacted {
-            // Only conflicts, no-ops or a close: nothing to log or commit.
-            drop(tables);
-            txn.abort().ctx(file)?;
-            return Ok(());
+            return Ok(None);
         }
         // From here on the log may hold the batch: any failure stops writes.
+        let decided_at = Instant::now();
         self.syncer.submit(self.record.finish(next.compacted));
-        let filled = tables.write(&pending.changes, next, &self.counters, file);
-        drop(tables);
-        let filled_at = Instant::now();
         let (synced, buffer) = self.syncer.wait();
         if let Some(buffer) = buffer {
             self.record.recycle(buffer);
         }
-        let committed = synced.and(filled).and_then(|()| txn.commit().ctx(file));
-        if let Err(err) = committed {
+        if let Err(err) = synced {
             self.fail(&err);
             return Err(err);
         }
-        stats.apply_nanos.fetch_add(
-            (filled_at - started - waited).as_nanos() as u64,
+        stats.decide_nanos.fetch_add(
+            (decided_at - started - waited).as_nanos() as u64,
             Ordering::Relaxed,
         );
         stats.commits.fetch_add(1, Ordering::Relaxed);
@@ -397,8 +430,8 @@ impl Writer {
         );
         stats
             .commit_nanos
-            .fetch_add(filled_at.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        Ok(())
+            .fetch_add(decided_at.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Ok(Some(pending.changes))
     }
 
     /// Stops taking writes after a failure that may have left the log and
@@ -410,41 +443,36 @@ impl Writer {
             "a store write failed after its log record may have been written; the store takes \
              no more writes until it is reopened, which recovers from the log"
         );
-        self.failed = Some(format!(
+        let why = format!(
             "{}: an earlier write failed ({err}); the store takes no writes until it is \
              reopened",
             self.shared.file.display()
-        ));
+        );
+        self.shared.fail(why.clone());
+        self.failed = Some(why);
     }
 
-    /// Makes the database durable and restarts the log. Returns whether it
-    /// succeeded (a failure stops writes: the log is kept for recovery).
+    /// Has the applier make the database durable with every logged batch,
+    /// then restarts the log. Returns whether it succeeded (a failure stops
+    /// writes: the log is kept for recovery).
     fn checkpoint(&mut self) -> bool {
-        let started = Instant::now();
-        let file = self.shared.file.clone();
-        let result = (|| {
-            let txn = self.shared.begin_write(true)?;
-            {
-                // A durable commit with no change might be skipped; this
-                // one rewrites the revision counter as it stands.
-                let mut meta = txn.open_table(META).ctx(&file)?;
-                meta.insert(META_REVISION, self.counters.revision)
-                    .ctx(&file)?;
-            }
-            txn.commit().ctx(&file)?;
-            self.syncer.checkpointed()
-        })();
+        let (reply, outcome) = std::sync::mpsc::sync_channel(1);
+        self.hand_over(Job::Checkpoint(reply));
+        let result = outcome
+            .recv()
+            .unwrap_or_else(|_| {
+                Err(Error::Unavailable(format!(
+                    "{}: the store's applier thread stopped",
+                    self.shared.file.display()
+                )))
+            })
+            .and_then(|()| self.syncer.checkpointed());
         match result {
-            Ok(()) => {
-                let stats = &self.shared.stats;
-                stats.checkpoints.fetch_add(1, Ordering::Relaxed);
-                stats
-                    .checkpoint_nanos
-                    .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                true
-            }
+            Ok(()) => true,
             Err(err) => {
-                self.fail(&err);
+                if self.failed.is_none() {
+                    self.fail(&err);
+                }
                 false
             }
         }

@@ -152,9 +152,21 @@ struct Shared {
     db: RwLock<Option<Database>>,
     /// The directory lock, released at close.
     lock: Mutex<Option<File>>,
-    /// The last committed revision; watchers wait on it.
+    /// The last acknowledged revision (its batch is in the log); watchers
+    /// wait on it.
     revision_tx: revision_watch::Sender<Revision>,
-    /// The compaction point, as committed.
+    /// The same, for reads' fast path.
+    acknowledged: AtomicI64,
+    /// The last revision the applier committed to the database: what reads
+    /// see.
+    committed: AtomicI64,
+    /// The same, for reads waiting for it.
+    committed_tx: revision_watch::Sender<Revision>,
+    /// Why the store takes no more writes, once a write failed half-way.
+    failure: Mutex<Option<String>>,
+    /// Whether `failure` is set.
+    failed: AtomicBool,
+    /// The compaction point, as acknowledged.
     compacted: AtomicI64,
     /// The newest events, for live watchers.
     recent: Mutex<Recent>,
@@ -167,8 +179,11 @@ struct Shared {
 struct Stats {
     commits: AtomicU64,
     writes: AtomicU64,
-    apply_nanos: AtomicU64,
+    decide_nanos: AtomicU64,
     commit_nanos: AtomicU64,
+    applies: AtomicU64,
+    apply_nanos: AtomicU64,
+    db_commit_nanos: AtomicU64,
     gather_nanos: AtomicU64,
     checkpoints: AtomicU64,
     checkpoint_nanos: AtomicU64,
@@ -199,24 +214,97 @@ pub struct EmbeddedStats {
     pub commits: u64,
     /// Puts and deletes committed (revisions assigned).
     pub writes: u64,
-    /// Time spent writing batches into their transactions (while the log
-    /// syncs the batch's record on its own thread).
-    pub apply_time: Duration,
-    /// Time spent committing: waiting for the log's fsync once the batch is
-    /// applied, and the (non-durable) database commit.
+    /// Time the writer spent deciding batches: conditions, revisions, the
+    /// log record.
+    pub decide_time: Duration,
+    /// Time the writer spent waiting for batches' log records to be synced.
     pub commit_time: Duration,
+    /// Database transactions the applier committed (each holds every batch
+    /// that queued up meanwhile).
+    pub applies: u64,
+    /// Time the applier spent writing batches into its transactions.
+    pub apply_time: Duration,
+    /// Time the applier spent in (non-durable) database commits.
+    pub db_commit_time: Duration,
     /// Time spent waiting for concurrent writers to join a batch.
     pub gather_time: Duration,
     /// Checkpoints: durable database commits, after which the log restarts.
     pub checkpoints: u64,
     /// Time spent in checkpoints (flushing the database file).
     pub checkpoint_time: Duration,
-    /// Time the log's thread spent writing and syncing records (it overlaps
-    /// `apply_time`).
+    /// Time the log's thread spent writing and syncing records.
     pub log_time: Duration,
 }
 
 impl Shared {
+    /// Marks `revision` as acknowledged: in the log, answered, told to
+    /// watchers.
+    fn set_acknowledged(&self, revision: Revision) {
+        self.acknowledged.store(revision, Ordering::Release);
+        self.revision_tx.send_replace(revision);
+    }
+
+    /// Marks `revision` as committed to the database, visible to reads.
+    fn set_committed(&self, revision: Revision) {
+        self.committed.store(revision, Ordering::Release);
+        self.committed_tx.send_replace(revision);
+    }
+
+    /// Stops writes (and reads that wait for writes) for good: the database
+    /// may lag the log, which only reopening recovers.
+    fn fail(&self, why: String) {
+        self.failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_or_insert(why);
+        self.failed.store(true, Ordering::Release);
+        self.committed_tx.send_modify(|_| {});
+    }
+
+    /// Why writes stopped, if they did.
+    fn failed(&self) -> Option<String> {
+        if !self.failed.load(Ordering::Acquire) {
+            return None;
+        }
+        self.failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The error for requests refused after a failure.
+    fn failure(&self) -> Error {
+        Error::Unavailable(
+            self.failed()
+                .unwrap_or_else(|| format!("{}: an earlier write failed", self.file.display())),
+        )
+    }
+
+    /// Waits until the database holds every write acknowledged so far, so
+    /// that a read started now sees them all. Acknowledgement runs ahead of
+    /// the applier's commit by about one batch; most reads do not wait.
+    async fn caught_up(&self) -> Result<()> {
+        let acknowledged = self.acknowledged.load(Ordering::Acquire);
+        if self.committed.load(Ordering::Acquire) >= acknowledged {
+            return Ok(());
+        }
+        let mut committed = self.committed_tx.subscribe();
+        loop {
+            if *committed.borrow_and_update() >= acknowledged {
+                return Ok(());
+            }
+            if self.failed.load(Ordering::Acquire) {
+                return Err(self.failure());
+            }
+            if self.is_closed() {
+                return Err(self.closed_error());
+            }
+            if committed.changed().await.is_err() {
+                return Err(self.closed_error());
+            }
+        }
+    }
+
     fn recent(&self) -> MutexGuard<'_, Recent> {
         // Pushes and reads leave the tail consistent even if a holder panicked.
         self.recent.lock().unwrap_or_else(PoisonError::into_inner)
@@ -267,6 +355,7 @@ impl Shared {
             .take();
         self.closed.store(true, Ordering::Release);
         self.revision_tx.send_modify(|_| {});
+        self.committed_tx.send_modify(|_| {});
     }
 }
 
@@ -306,11 +395,17 @@ impl EmbeddedBackend {
         let opened = open::open(dir)?;
         let counters = opened.counters;
         let (revision_tx, _) = revision_watch::channel(counters.revision);
+        let (committed_tx, _) = revision_watch::channel(counters.revision);
         let shared = Arc::new(Shared {
             file: opened.file,
             db: RwLock::new(Some(opened.db)),
             lock: Mutex::new(Some(opened.lock)),
             revision_tx,
+            acknowledged: AtomicI64::new(counters.revision),
+            committed: AtomicI64::new(counters.revision),
+            committed_tx,
+            failure: Mutex::new(None),
+            failed: AtomicBool::new(false),
             compacted: AtomicI64::new(counters.compacted),
             recent: Mutex::new(Recent::new(counters.revision)),
             closed: AtomicBool::new(false),
@@ -318,7 +413,7 @@ impl EmbeddedBackend {
         });
         let (requests, receiver) = std::sync::mpsc::channel();
         let syncer = Syncer::spawn(opened.wal, shared.stats.log_nanos.clone(), checkpoint_bytes)?;
-        let writer = Writer::new(shared.clone(), receiver, counters, syncer);
+        let writer = Writer::new(shared.clone(), receiver, counters, syncer)?;
         let on_panic = shared.clone();
         std::thread::Builder::new()
             .name("setpoint-store-writer".into())
@@ -376,8 +471,11 @@ impl EmbeddedBackend {
         EmbeddedStats {
             commits: load(&stats.commits),
             writes: load(&stats.writes),
-            apply_time: Duration::from_nanos(load(&stats.apply_nanos)),
+            decide_time: Duration::from_nanos(load(&stats.decide_nanos)),
             commit_time: Duration::from_nanos(load(&stats.commit_nanos)),
+            applies: load(&stats.applies),
+            apply_time: Duration::from_nanos(load(&stats.apply_nanos)),
+            db_commit_time: Duration::from_nanos(load(&stats.db_commit_nanos)),
             gather_time: Duration::from_nanos(load(&stats.gather_nanos)),
             checkpoints: load(&stats.checkpoints),
             checkpoint_time: Duration::from_nanos(load(&stats.checkpoint_nanos)),
@@ -450,6 +548,7 @@ impl EmbeddedBackend {
         &self,
         f: impl FnOnce(&Shared, ReadTransaction) -> Result<T> + Send + 'static,
     ) -> Result<T> {
+        self.shared.caught_up().await?;
         let shared = self.shared.clone();
         tokio::task::spawn_blocking(move || {
             let txn = shared.begin_read()?;
@@ -467,6 +566,7 @@ impl Backend for EmbeddedBackend {
         // less than handing it to the blocking pool and back (two thread
         // wake-ups, which dominated the whole loop's profile). Ranges,
         // which can be long, still go to the pool.
+        self.shared.caught_up().await?;
         let txn = self.shared.begin_read()?;
         read::get(&txn, &self.shared.file, key)
     }

@@ -93,6 +93,12 @@ pub(super) fn spawn(shared: Arc<Shared>, after: Revision) -> WatchStream {
             let batch = match recent {
                 Some(events) => Ok(events),
                 None => {
+                    // The replay reads the database, which must hold what
+                    // the tail no longer does.
+                    if let Err(err) = shared.caught_up().await {
+                        let _ = tx.send(Err(err)).await;
+                        return;
+                    }
                     let shared = shared.clone();
                     tokio::task::spawn_blocking(move || replay(&shared, last, WATCH_BUFFER))
                         .await

@@ -1,18 +1,20 @@
-//! Compaction cleanup for the writer: after `compact` has made the
+//! Compaction cleanup, run by the applier between commits: after `compact` has made the
 //! compaction point durable, the revisions no read can need any more are
-//! removed in chunks sized to hold the writer about [`CLEAN_TARGET`] each.
+//! removed in chunks sized to hold the applier about [`CLEAN_TARGET`] each.
 
 use std::time::{Duration, Instant};
 
 use redb::ReadableTable;
 
+use super::apply::Applier;
+use super::duplicate;
 use super::tables::Tables;
-use super::{Writer, duplicate};
 use crate::store::embedded::open::Counters;
 use crate::store::embedded::schema::{Context, Entry, META_CLEANED};
 use crate::store::{Error, Result, Revision};
 
-/// About how long one compaction chunk may hold the writer.
+/// About how long one compaction chunk may hold the applier (and so the
+/// visibility of writes acknowledged meanwhile).
 const CLEAN_TARGET: Duration = Duration::from_millis(2);
 
 /// Bounds of the number of revisions one compaction chunk cleans.
@@ -22,11 +24,11 @@ const CLEAN_MAX: usize = 8192;
 /// The number of revisions the first chunk cleans.
 pub(super) const CLEAN_FIRST: usize = 256;
 
-impl Writer {
+impl Applier {
     /// Cleans one chunk of revisions at or below the compaction point
     /// and answers the compactions it completes. Chunks are sized to take
-    /// about [`CLEAN_TARGET`] each, commit included, so that writes queued
-    /// meanwhile wait about that long at most.
+    /// about [`CLEAN_TARGET`] each, commit included, so that writes acknowledged
+    /// meanwhile wait about that long at most to become visible.
     pub(super) fn clean_chunk(&mut self) {
         let from = self.counters.cleaned;
         let upto = self

@@ -1,12 +1,14 @@
-//! What the writer does inside one redb write transaction: decide each
-//! request of a batch against the stored state and the batch so far
-//! (conditions, revisions, the log record, watch events), then write the
-//! decided changes; and the same writes when the log is replayed at open.
+//! What the writer does with one batch: decide each request against the
+//! state it leaves (conditions, revisions, the log record, watch events) —
+//! the batch so far, then writes logged but not yet in the database
+//! ([`Unapplied`]), then a database snapshot — and, on the applier's side,
+//! write the decided changes into a write transaction; the same writes
+//! replay the log at open.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use redb::{ReadableTable, Table, WriteTransaction};
+use redb::{ReadOnlyTable, ReadTransaction, Table, WriteTransaction};
 
 use super::{Outcome, Request, compact};
 use crate::store::embedded::open::Counters;
@@ -17,20 +19,20 @@ use crate::store::embedded::schema::{
 use crate::store::embedded::wal::{Record, RecordBuilder};
 use crate::store::{Deleted, Error, EventKind, KeyValue, Result, Revision, WatchEvent};
 
-/// A batch's changes, decided but not yet written, and the keys it touched.
-#[derive(Default)]
-pub(super) struct Pending {
-    pub(super) changes: Vec<Change>,
-    /// Keys written earlier in the batch: `Some((create, mod, value))` if
-    /// live afterwards, `None` if deleted.
-    touched: HashMap<Arc<str>, Option<LiveVersion>>,
-}
-
 /// A live key's create revision, mod revision and value.
 type LiveVersion = (Revision, Revision, Arc<[u8]>);
 
+/// A batch's changes, decided but not yet logged, and the keys it touched.
+#[derive(Default)]
+pub(super) struct Pending {
+    pub(super) changes: Vec<Change>,
+    /// Keys written earlier in the batch: `Some` if live afterwards, `None`
+    /// if deleted.
+    touched: HashMap<Arc<str>, Option<LiveVersion>>,
+}
+
 /// One decided write, in revision order.
-pub(super) struct Change {
+pub(in crate::store::embedded) struct Change {
     revision: Revision,
     key: Arc<str>,
     create_revision: Revision,
@@ -38,28 +40,78 @@ pub(super) struct Change {
     value: Option<Arc<[u8]>>,
 }
 
-/// The open tables of one write transaction.
-pub(super) struct Tables<'txn> {
-    pub(super) revisions: Table<'txn, i64, &'static [u8]>,
-    pub(super) index: Table<'txn, (&'static str, i64), ()>,
-    pub(super) current: Table<'txn, &'static str, (i64, i64)>,
-    pub(super) meta: Table<'txn, &'static str, i64>,
+/// Writes that are logged (acknowledged) but possibly not yet committed to
+/// the database by the applier: each key's newest such change, dropped
+/// once the database has it. The writer decides new requests on top of it.
+#[derive(Default)]
+pub(super) struct Unapplied {
+    /// Key → (revision of its newest change, what it left).
+    keys: HashMap<Arc<str>, (Revision, Option<LiveVersion>)>,
+    /// Every change held, oldest first, so that [`Unapplied::trim`] is
+    /// proportional to what it drops.
+    order: VecDeque<(Revision, Arc<str>)>,
 }
 
-impl<'txn> Tables<'txn> {
-    pub(super) fn open(txn: &'txn WriteTransaction) -> Result<Self, redb::TableError> {
-        Ok(Self {
-            revisions: txn.open_table(REVISIONS)?,
-            index: txn.open_table(INDEX)?,
-            current: txn.open_table(CURRENT)?,
-            meta: txn.open_table(META)?,
-        })
+impl Unapplied {
+    /// Adds a logged batch.
+    pub(super) fn extend(&mut self, changes: &[Change]) {
+        for change in changes {
+            let live = change
+                .value
+                .as_ref()
+                .map(|value| (change.create_revision, change.revision, value.clone()));
+            self.keys
+                .insert(change.key.clone(), (change.revision, live));
+            self.order.push_back((change.revision, change.key.clone()));
+        }
     }
 
-    /// Decides one request: checks its condition against the stored state
-    /// and the batch so far, assigns its revision and adds it to the log
-    /// record and the watch events. The outer `Result` fails the whole
-    /// batch (storage error), the inner one only this request (conflict).
+    /// Forgets the changes the database holds: those at or below
+    /// `committed`.
+    pub(super) fn trim(&mut self, committed: Revision) {
+        while let Some((revision, _)) = self.order.front()
+            && *revision <= committed
+        {
+            let (revision, key) = self.order.pop_front().expect("front exists");
+            if self
+                .keys
+                .get(&key)
+                .is_some_and(|(newest, _)| *newest == revision)
+            {
+                self.keys.remove(&key);
+            }
+        }
+    }
+}
+
+/// The database as last committed by the applier, read by the writer.
+pub(super) struct Snapshot {
+    current: ReadOnlyTable<&'static str, (i64, i64)>,
+    revisions: ReadOnlyTable<i64, &'static [u8]>,
+}
+
+impl Snapshot {
+    pub(super) fn open(txn: &ReadTransaction, file: &std::path::Path) -> Result<Self> {
+        Ok(Self {
+            current: txn.open_table(CURRENT).ctx(file)?,
+            revisions: txn.open_table(REVISIONS).ctx(file)?,
+        })
+    }
+}
+
+/// The state the writer decides against: the batch so far, over the
+/// unapplied writes, over the snapshot.
+pub(super) struct Decider<'a> {
+    pub(super) snapshot: &'a Snapshot,
+    pub(super) unapplied: &'a Unapplied,
+    pub(super) file: &'a std::path::Path,
+}
+
+impl Decider<'_> {
+    /// Decides one request: checks its condition against the state so far,
+    /// assigns its revision and adds it to the log record and the watch
+    /// events. The outer `Result` fails the whole batch (storage error), the
+    /// inner one only this request (conflict).
     pub(super) fn decide(
         &self,
         request: &Request,
@@ -67,7 +119,6 @@ impl<'txn> Tables<'txn> {
         pending: &mut Pending,
         record: &mut RecordBuilder,
         events: &mut Vec<WatchEvent>,
-        file: &std::path::Path,
     ) -> Result<Outcome> {
         Ok(match request {
             Request::Put {
@@ -76,7 +127,7 @@ impl<'txn> Tables<'txn> {
                 condition,
                 ..
             } => {
-                let live = self.live(key, pending, file)?;
+                let live = self.live(key, pending)?;
                 if let Err(conflict) = condition.check(key, live.map(|(_, m)| m)) {
                     return Ok(Outcome::Put(Err(conflict)));
                 }
@@ -109,7 +160,7 @@ impl<'txn> Tables<'txn> {
                 Outcome::Put(Ok(kv))
             }
             Request::Delete { key, condition, .. } => {
-                let live = self.live(key, pending, file)?;
+                let live = self.live(key, pending)?;
                 if let Err(conflict) = condition.check(key, live.map(|(_, m)| m)) {
                     return Ok(Outcome::Delete(Err(conflict)));
                 }
@@ -118,7 +169,7 @@ impl<'txn> Tables<'txn> {
                         key: key.to_owned(),
                     })));
                 };
-                let value = self.live_value(key, mod_revision, pending, file)?;
+                let value = self.live_value(key, mod_revision, pending)?;
                 let revision = next.revision + 1;
                 record.push(0, key, None);
                 next.revision = revision;
@@ -153,18 +204,27 @@ impl<'txn> Tables<'txn> {
         })
     }
 
+    /// The newer state of `key` held in memory, if any: `Some(None)` for a
+    /// deletion.
+    fn in_memory<'p>(&'p self, key: &str, pending: &'p Pending) -> Option<&'p Option<LiveVersion>> {
+        pending
+            .touched
+            .get(key)
+            .or_else(|| self.unapplied.keys.get(key).map(|(_, live)| live))
+    }
+
     /// The live key's (create revision, mod revision), as the batch so far
     /// leaves it.
-    fn live(
-        &self,
-        key: &str,
-        pending: &Pending,
-        file: &std::path::Path,
-    ) -> Result<Option<(Revision, Revision)>> {
-        if let Some(touched) = pending.touched.get(key) {
-            return Ok(touched.as_ref().map(|(c, m, _)| (*c, *m)));
+    fn live(&self, key: &str, pending: &Pending) -> Result<Option<(Revision, Revision)>> {
+        if let Some(live) = self.in_memory(key, pending) {
+            return Ok(live.as_ref().map(|(c, m, _)| (*c, *m)));
         }
-        Ok(self.current.get(key).ctx(file)?.map(|v| v.value()))
+        Ok(self
+            .snapshot
+            .current
+            .get(key)
+            .ctx(self.file)?
+            .map(|v| v.value()))
     }
 
     /// The value of `key` at `mod_revision`, the live version `live` found.
@@ -173,28 +233,50 @@ impl<'txn> Tables<'txn> {
         key: &str,
         mod_revision: Revision,
         pending: &Pending,
-        file: &std::path::Path,
     ) -> Result<Arc<[u8]>> {
-        if let Some(Some((_, _, value))) = pending.touched.get(key) {
+        if let Some(Some((_, _, value))) = self.in_memory(key, pending) {
             return Ok(value.clone());
         }
-        let stored = self.revisions.get(mod_revision).ctx(file)?.ok_or_else(|| {
-            Error::Corrupt(format!(
-                "{}: revision {mod_revision} of {key:?} is missing",
-                file.display()
-            ))
-        })?;
+        let file = self.file;
+        let stored = self
+            .snapshot
+            .revisions
+            .get(mod_revision)
+            .ctx(file)?
+            .ok_or_else(|| {
+                Error::Corrupt(format!(
+                    "{}: revision {mod_revision} of {key:?} is missing",
+                    file.display()
+                ))
+            })?;
         Ok(Entry::decode(stored.value(), mod_revision, file)?
             .to_kv(key, mod_revision, file)?
             .value)
     }
+}
 
-    /// Writes decided changes and the counters that moved.
-    pub(super) fn write(
+/// The open tables of one write transaction.
+pub(super) struct Tables<'txn> {
+    pub(super) revisions: Table<'txn, i64, &'static [u8]>,
+    pub(super) index: Table<'txn, (&'static str, i64), ()>,
+    pub(super) current: Table<'txn, &'static str, (i64, i64)>,
+    pub(super) meta: Table<'txn, &'static str, i64>,
+}
+
+impl<'txn> Tables<'txn> {
+    pub(super) fn open(txn: &'txn WriteTransaction) -> Result<Self, redb::TableError> {
+        Ok(Self {
+            revisions: txn.open_table(REVISIONS)?,
+            index: txn.open_table(INDEX)?,
+            current: txn.open_table(CURRENT)?,
+            meta: txn.open_table(META)?,
+        })
+    }
+
+    /// Writes decided changes.
+    pub(super) fn write_changes(
         &mut self,
         changes: &[Change],
-        next: &Counters,
-        before: &Counters,
         file: &std::path::Path,
     ) -> Result<()> {
         for change in changes {
@@ -206,6 +288,16 @@ impl<'txn> Tables<'txn> {
                 file,
             )?;
         }
+        Ok(())
+    }
+
+    /// Writes the counters that moved from `before` to `next`.
+    pub(super) fn write_counters(
+        &mut self,
+        next: &Counters,
+        before: &Counters,
+        file: &std::path::Path,
+    ) -> Result<()> {
         if next.revision != before.revision {
             self.meta.insert(META_REVISION, next.revision).ctx(file)?;
         }

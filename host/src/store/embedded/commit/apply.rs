@@ -1,0 +1,266 @@
+//! The applier: the thread that owns the database's write transactions.
+//!
+//! The writer hands it each batch once the batch's log record is synced,
+//! and goes on deciding the next batch at once: the B-tree work of a batch
+//! runs on this thread, beside the writer, instead of between a batch's
+//! fsync and its answer. Every batch that queued up meanwhile goes into one
+//! transaction, committed without an fsync (the log holds the writes), and
+//! that commit is what makes the writes visible to reads
+//! ([`Shared::caught_up`](super::super::Shared)). The applier also makes the
+//! database durable at checkpoints and runs compaction cleanup
+//! (`compact.rs`) between its commits.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TryRecvError};
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+
+use super::compact;
+use super::duplicate;
+use super::tables::{Change, Tables};
+use crate::store::embedded::Shared;
+use crate::store::embedded::open::Counters;
+use crate::store::embedded::schema::{Context, META, META_REVISION};
+use crate::store::{Error, Result, Revision};
+
+/// The most changes written in one transaction: a backlog is caught up in
+/// steps, so that reads waiting for the commit are not held for long.
+const MAX_CHANGES: usize = 16 * 1024;
+
+/// What the writer hands the applier.
+pub(in crate::store::embedded) enum Job {
+    /// A logged batch: its changes, the counters after it, and the
+    /// compactions it accepted, answered once their history is cleaned.
+    Batch {
+        changes: Vec<Change>,
+        counters: Counters,
+        compactions: Vec<(Revision, oneshot::Sender<Result<()>>)>,
+    },
+    /// Commit durably everything handed over so far; answered with the
+    /// outcome.
+    Checkpoint(SyncSender<Result<()>>),
+}
+
+/// The applier thread's state.
+pub(super) struct Applier {
+    pub(super) shared: Arc<Shared>,
+    jobs: Receiver<Job>,
+    /// The counters as the database holds them.
+    pub(super) counters: Counters,
+    /// Callers of `compact` waiting for the cleanup to reach their revision.
+    pub(super) compact_waiters: Vec<(Revision, oneshot::Sender<Result<()>>)>,
+    /// Set when a cleanup chunk failed; cleared by the next compaction.
+    pub(super) cleanup_failed: bool,
+    /// Revisions the next compaction chunk cleans.
+    pub(super) clean_chunk: usize,
+    /// No compaction chunk starts before this while batches are waiting.
+    pub(super) clean_after: Instant,
+    /// Whether a batch was applied since the last compaction chunk.
+    pub(super) wrote_since_clean: bool,
+    /// Set when a commit failed: later batches are dropped (the log holds
+    /// them; reopening recovers them) and reads are refused.
+    failed: bool,
+}
+
+impl Applier {
+    pub(super) fn new(shared: Arc<Shared>, jobs: Receiver<Job>, counters: Counters) -> Self {
+        Self {
+            shared,
+            jobs,
+            counters,
+            compact_waiters: Vec::new(),
+            cleanup_failed: false,
+            clean_chunk: compact::CLEAN_FIRST,
+            clean_after: Instant::now(),
+            wrote_since_clean: false,
+            failed: false,
+        }
+    }
+
+    fn cleanup_pending(&self) -> bool {
+        self.counters.cleaned < self.counters.compacted && !self.cleanup_failed && !self.failed
+    }
+
+    /// Serves jobs until the writer hangs up.
+    ///
+    /// Compaction cleanup runs between commits, in chunks; while batches
+    /// keep coming, each chunk is followed by at least as much time for
+    /// them as it took, so that reads wait at most about one chunk for a
+    /// write to become visible. An idle store cleans flat out.
+    pub(super) fn run(mut self) {
+        let mut jobs = Vec::new();
+        loop {
+            let first = if self.cleanup_pending() {
+                let now = Instant::now();
+                if now >= self.clean_after {
+                    match self.jobs.try_recv() {
+                        Ok(job) => job,
+                        Err(TryRecvError::Empty) => {
+                            self.clean_chunk();
+                            continue;
+                        }
+                        Err(TryRecvError::Disconnected) => break,
+                    }
+                } else {
+                    match self.jobs.recv_timeout(self.clean_after - now) {
+                        Ok(job) => job,
+                        Err(RecvTimeoutError::Timeout) => continue,
+                        Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+            } else {
+                match self.jobs.recv() {
+                    Ok(job) => job,
+                    Err(_) => break,
+                }
+            };
+            jobs.push(first);
+            // Whatever queued meanwhile shares the transaction, up to a
+            // checkpoint, which must follow the batches before it.
+            let mut changes = 0;
+            while !matches!(jobs.last(), Some(Job::Checkpoint(_))) && changes < MAX_CHANGES {
+                if let Some(Job::Batch { changes: c, .. }) = jobs.last() {
+                    changes += c.len();
+                }
+                match self.jobs.try_recv() {
+                    Ok(job) => jobs.push(job),
+                    Err(_) => break,
+                }
+            }
+            let checkpoint = match jobs.last() {
+                Some(Job::Checkpoint(_)) => match jobs.pop() {
+                    Some(Job::Checkpoint(reply)) => Some(reply),
+                    _ => unreachable!("just matched"),
+                },
+                _ => None,
+            };
+            if !jobs.is_empty() {
+                self.apply(&mut jobs);
+            }
+            if let Some(reply) = checkpoint {
+                let _ = reply.send(self.checkpoint());
+            }
+        }
+        for (_, waiter) in self.compact_waiters.drain(..) {
+            // The compaction point is durable; the cleanup resumes on reopen.
+            let _ = waiter.send(Ok(()));
+        }
+    }
+
+    /// Writes `jobs` (batches, in order) into one transaction and commits
+    /// it, then lets reads see them.
+    fn apply(&mut self, jobs: &mut Vec<Job>) {
+        let mut compactions = Vec::new();
+        let mut next = self.counters;
+        let started = Instant::now();
+        let result = if self.failed {
+            Err(self.shared.failure())
+        } else {
+            self.write(jobs, &mut next)
+        };
+        for job in jobs.drain(..) {
+            if let Job::Batch {
+                compactions: waiting,
+                ..
+            } = job
+            {
+                compactions.extend(waiting);
+            }
+        }
+        match result {
+            Ok(filled) => {
+                let stats = &self.shared.stats;
+                stats.applies.fetch_add(1, Ordering::Relaxed);
+                stats
+                    .apply_nanos
+                    .fetch_add((filled - started).as_nanos() as u64, Ordering::Relaxed);
+                stats
+                    .db_commit_nanos
+                    .fetch_add(filled.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                if next.compacted != self.counters.compacted {
+                    self.cleanup_failed = false;
+                }
+                self.counters = next;
+                self.wrote_since_clean = true;
+                self.compact_waiters.extend(compactions);
+                self.shared.set_committed(next.revision);
+            }
+            Err(err) => {
+                if !self.failed {
+                    self.fail(&err);
+                }
+                for (_, waiter) in compactions {
+                    let _ = waiter.send(Err(duplicate(&err)));
+                }
+            }
+        }
+    }
+
+    /// Fills and commits the transaction of `jobs`; returns when filling
+    /// ended (the rest is the commit).
+    fn write(&mut self, jobs: &[Job], next: &mut Counters) -> Result<Instant> {
+        let file = &self.shared.file;
+        let txn = self.shared.begin_write(false)?;
+        {
+            let mut tables = Tables::open(&txn).ctx(file)?;
+            for job in jobs {
+                if let Job::Batch {
+                    changes, counters, ..
+                } = job
+                {
+                    tables.write_changes(changes, file)?;
+                    next.revision = counters.revision;
+                    next.compacted = counters.compacted;
+                }
+            }
+            tables.write_counters(next, &self.counters, file)?;
+        }
+        let filled = Instant::now();
+        txn.commit().ctx(file)?;
+        Ok(filled)
+    }
+
+    /// Stops applying after a failed commit: the database may now lag the
+    /// log, which only reopening the store recovers.
+    fn fail(&mut self, err: &Error) {
+        self.failed = true;
+        self.shared.fail(format!(
+            "{}: an earlier write failed ({err}); the store takes no writes until it is \
+             reopened",
+            self.shared.file.display()
+        ));
+    }
+
+    /// Commits the database durably, with everything applied so far.
+    fn checkpoint(&mut self) -> Result<()> {
+        if self.failed {
+            return Err(self.shared.failure());
+        }
+        let started = Instant::now();
+        let file = self.shared.file.clone();
+        let result = (|| {
+            let txn = self.shared.begin_write(true)?;
+            {
+                // A durable commit with no change might be skipped; this
+                // one rewrites the revision counter as it stands.
+                let mut meta = txn.open_table(META).ctx(&file)?;
+                meta.insert(META_REVISION, self.counters.revision)
+                    .ctx(&file)?;
+            }
+            txn.commit().ctx(&file)
+        })();
+        match &result {
+            Ok(()) => {
+                let stats = &self.shared.stats;
+                stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+                stats
+                    .checkpoint_nanos
+                    .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            }
+            Err(err) => self.fail(err),
+        }
+        result
+    }
+}
