@@ -355,6 +355,13 @@ impl Writer {
         // snapshot is taken, so that the two always overlap.
         self.unapplied
             .trim(shared.committed.load(Ordering::Acquire));
+        while self.unapplied.is_full() && !shared.failed.load(Ordering::Acquire) {
+            // The applier fell behind (a slow disk, a compaction chunk):
+            // wait rather than let memory grow without bound.
+            std::thread::sleep(GATHER_STEP);
+            self.unapplied
+                .trim(shared.committed.load(Ordering::Acquire));
+        }
         let txn = shared.begin_read()?;
         let snapshot = Snapshot::open(&txn, file)?;
         let decider = Decider {
@@ -488,3 +495,6 @@ fn duplicate(err: &Error) -> Error {
         other => Error::Unavailable(other.to_string()),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -225,6 +225,12 @@ impl Applier {
     /// Stops applying after a failed commit: the database may now lag the
     /// log, which only reopening the store recovers.
     fn fail(&mut self, err: &Error) {
+        tracing::error!(
+            file = %self.shared.file.display(),
+            error = %err,
+            "committing acknowledged writes to the store's database failed; they are in the \
+             log, and the store takes no more writes until it is reopened, which recovers them"
+        );
         self.failed = true;
         self.shared.fail(format!(
             "{}: an earlier write failed ({err}); the store takes no writes until it is \

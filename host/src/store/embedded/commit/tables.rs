@@ -49,7 +49,10 @@ pub(super) struct Unapplied {
     keys: HashMap<Arc<str>, (Revision, Option<LiveVersion>)>,
     /// Every change held, oldest first, so that [`Unapplied::trim`] is
     /// proportional to what it drops.
-    order: VecDeque<(Revision, Arc<str>)>,
+    order: VecDeque<(Revision, Arc<str>, usize)>,
+    /// Value bytes of the changes in `order` (kept alive by them or by the
+    /// applier's queue).
+    bytes: usize,
 }
 
 impl Unapplied {
@@ -62,17 +65,26 @@ impl Unapplied {
                 .map(|value| (change.create_revision, change.revision, value.clone()));
             self.keys
                 .insert(change.key.clone(), (change.revision, live));
-            self.order.push_back((change.revision, change.key.clone()));
+            let bytes = change.value.as_ref().map_or(0, |v| v.len());
+            self.order
+                .push_back((change.revision, change.key.clone(), bytes));
+            self.bytes += bytes;
         }
+    }
+
+    /// Whether the applier lags so far behind that the writer should wait.
+    pub(super) fn is_full(&self) -> bool {
+        self.order.len() > MAX_CHANGES || self.bytes > MAX_BYTES
     }
 
     /// Forgets the changes the database holds: those at or below
     /// `committed`.
     pub(super) fn trim(&mut self, committed: Revision) {
-        while let Some((revision, _)) = self.order.front()
+        while let Some((revision, _, _)) = self.order.front()
             && *revision <= committed
         {
-            let (revision, key) = self.order.pop_front().expect("front exists");
+            let (revision, key, bytes) = self.order.pop_front().expect("front exists");
+            self.bytes -= bytes;
             if self
                 .keys
                 .get(&key)
@@ -83,6 +95,13 @@ impl Unapplied {
         }
     }
 }
+
+/// The most changes [`Unapplied`] holds before the writer waits for the
+/// applier.
+const MAX_CHANGES: usize = 64 * 1024;
+
+/// The most value bytes [`Unapplied`] holds before the writer waits.
+const MAX_BYTES: usize = 256 << 20;
 
 /// The database as last committed by the applier, read by the writer.
 pub(super) struct Snapshot {
@@ -383,4 +402,74 @@ pub(in crate::store::embedded) fn replay(
     }
     txn.commit().ctx(file)?;
     Ok(counters)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(revision: Revision, key: &str, value: Option<&str>) -> Change {
+        Change {
+            revision,
+            key: Arc::from(key),
+            create_revision: if value.is_some() { 1 } else { 0 },
+            value: value.map(|v| Arc::from(v.as_bytes())),
+        }
+    }
+
+    fn newest(unapplied: &Unapplied, key: &str) -> Option<Option<Revision>> {
+        unapplied
+            .keys
+            .get(key)
+            .map(|(_, live)| live.as_ref().map(|(_, m, _)| *m))
+    }
+
+    #[test]
+    fn unapplied_writes_are_dropped_only_once_the_database_holds_their_newest_change() {
+        let mut unapplied = Unapplied::default();
+        unapplied.extend(&[change(1, "a", Some("one")), change(2, "b", Some("two"))]);
+        unapplied.extend(&[change(3, "a", Some("three")), change(4, "b", None)]);
+        assert_eq!(unapplied.bytes, 3 + 3 + 5);
+        assert_eq!(newest(&unapplied, "a"), Some(Some(3)));
+        assert_eq!(
+            newest(&unapplied, "b"),
+            Some(None),
+            "a deletion is remembered"
+        );
+
+        unapplied.trim(2);
+        assert_eq!(
+            newest(&unapplied, "a"),
+            Some(Some(3)),
+            "a's newest change is not applied"
+        );
+        assert_eq!(newest(&unapplied, "b"), Some(None));
+        assert_eq!(unapplied.bytes, 5);
+
+        unapplied.trim(4);
+        assert!(unapplied.keys.is_empty() && unapplied.order.is_empty());
+        assert_eq!(unapplied.bytes, 0);
+        assert!(!unapplied.is_full());
+    }
+
+    #[test]
+    fn unapplied_writes_are_full_past_their_byte_or_change_bound() {
+        let mut unapplied = Unapplied::default();
+        let big = "x".repeat(MAX_BYTES / 2 + 1);
+        unapplied.extend(&[change(1, "a", Some(&big))]);
+        assert!(!unapplied.is_full());
+        // Overwriting a key keeps both versions' bytes until both are applied.
+        unapplied.extend(&[change(2, "a", Some(&big))]);
+        assert!(unapplied.is_full());
+        unapplied.trim(2);
+        assert!(!unapplied.is_full());
+
+        let changes: Vec<_> = (1..=MAX_CHANGES as Revision + 1)
+            .map(|r| change(r, &format!("k{r}"), Some("")))
+            .collect();
+        unapplied.extend(&changes);
+        assert!(unapplied.is_full());
+        unapplied.trim(1);
+        assert!(!unapplied.is_full());
+    }
 }
