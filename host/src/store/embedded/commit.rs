@@ -22,8 +22,10 @@
 //! fsync instead of splitting into alternating half-size batches.
 //!
 //! Every [`CHECKPOINT_BYTES`](super::wal::CHECKPOINT_BYTES) of log, after
-//! [`IDLE_CHECKPOINT`] without writes, and at close, the applier commits the
-//! database durably and the log starts afresh. If the log or the database
+//! [`IDLE_CHECKPOINT`] without writes, and at close, the log moves on to a
+//! new segment and the applier commits the database durably with every
+//! batch before it; writes go on meanwhile, and once the commit is durable
+//! the older segments are deleted. If the log or the database
 //! fails to write, the store stops taking writes (the log may hold a batch
 //! the database does not): reopening it recovers from the log.
 
@@ -34,7 +36,7 @@ mod tables;
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -50,6 +52,9 @@ use crate::store::{Condition, Deleted, Error, KeyValue, Result, Revision, WatchE
 
 /// The most requests committed in one transaction.
 pub(super) const MAX_BATCH: usize = 512;
+
+/// How often an idle writer looks whether the checkpoint in flight is done.
+const CHECKPOINT_POLL: Duration = Duration::from_millis(5);
 
 /// How long a batch being gathered waits for one more request.
 const GATHER_STEP: Duration = Duration::from_micros(50);
@@ -118,6 +123,9 @@ pub(super) struct Writer {
     unapplied: Unapplied,
     /// The applier's queue and thread.
     applier: Option<(Sender<Job>, JoinHandle<()>)>,
+    /// The checkpoint in flight: the log segment it began, and where the
+    /// applier answers.
+    checkpointing: Option<(u64, Receiver<Result<()>>)>,
     /// Set when a write failed half-way: every later write is refused.
     failed: Option<String>,
 }
@@ -155,6 +163,7 @@ impl Writer {
             record: RecordBuilder::default(),
             unapplied: Unapplied::default(),
             applier: Some((jobs, thread)),
+            checkpointing: None,
             failed: None,
             last_batch: 0,
         })
@@ -166,7 +175,16 @@ impl Writer {
         let mut batch: Vec<Queued> = Vec::with_capacity(MAX_BATCH);
         let mut closers = Vec::new();
         loop {
-            let first = if self.syncer.has_records() && self.failed.is_none() {
+            let first = if self.checkpointing.is_some() {
+                match self.requests.recv_timeout(CHECKPOINT_POLL) {
+                    Ok(queued) => queued,
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.finish_checkpoint(false);
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
+            } else if self.syncer.has_records() && self.failed.is_none() {
                 match self.requests.recv_timeout(IDLE_CHECKPOINT) {
                     Ok(queued) => queued,
                     Err(RecvTimeoutError::Timeout) => {
@@ -186,8 +204,9 @@ impl Writer {
             if self.commit_batch(&mut batch, &mut closers) {
                 break;
             }
+            self.finish_checkpoint(false);
             if self.syncer.checkpoint_due() && self.failed.is_none() {
-                self.checkpoint();
+                self.start_checkpoint();
             }
         }
         // A clean close leaves a durable database and no log; after a failed
@@ -459,29 +478,59 @@ impl Writer {
         self.failed = Some(why);
     }
 
-    /// Has the applier make the database durable with every logged batch,
-    /// then restarts the log. Returns whether it succeeded (a failure stops
+    /// Makes the database durable with every logged batch and restarts the
+    /// log, waiting for it. Returns whether it succeeded (a failure stops
     /// writes: the log is kept for recovery).
     fn checkpoint(&mut self) -> bool {
-        let (reply, outcome) = std::sync::mpsc::sync_channel(1);
-        self.hand_over(Job::Checkpoint(reply));
-        let result = outcome
-            .recv()
-            .unwrap_or_else(|_| {
-                Err(Error::Unavailable(format!(
-                    "{}: the store's applier thread stopped",
-                    self.shared.file.display()
-                )))
-            })
-            .and_then(|()| self.syncer.checkpointed());
-        match result {
-            Ok(()) => true,
-            Err(err) => {
-                if self.failed.is_none() {
-                    self.fail(&err);
-                }
-                false
+        self.finish_checkpoint(true);
+        self.start_checkpoint();
+        self.finish_checkpoint(true);
+        self.failed.is_none()
+    }
+
+    /// Starts a checkpoint unless one is in flight: later records go to a
+    /// new log segment while the applier commits the database durably with
+    /// every batch logged before, so writes go on meanwhile.
+    fn start_checkpoint(&mut self) {
+        if self.checkpointing.is_some() || self.failed.is_some() {
+            return;
+        }
+        match self.syncer.start_checkpoint() {
+            Ok(segment) => {
+                let (reply, outcome) = std::sync::mpsc::sync_channel(1);
+                self.hand_over(Job::Checkpoint(reply));
+                self.checkpointing = Some((segment, outcome));
             }
+            Err(err) => self.fail(&err),
+        }
+    }
+
+    /// Completes the checkpoint in flight if the applier has made it
+    /// durable (or, with `wait`, once it has): deletes the log segments it
+    /// covers.
+    fn finish_checkpoint(&mut self, wait: bool) {
+        let Some((segment, outcome)) = &self.checkpointing else {
+            return;
+        };
+        let answer = if wait {
+            outcome.recv().map_err(|_| TryRecvError::Disconnected)
+        } else {
+            outcome.try_recv()
+        };
+        let segment = *segment;
+        let result = match answer {
+            Err(TryRecvError::Empty) => return,
+            Ok(result) => result,
+            Err(TryRecvError::Disconnected) => Err(Error::Unavailable(format!(
+                "{}: the store's applier thread stopped",
+                self.shared.file.display()
+            ))),
+        };
+        self.checkpointing = None;
+        if let Err(err) = result.and_then(|()| self.syncer.checkpointed(segment))
+            && self.failed.is_none()
+        {
+            self.fail(&err);
         }
     }
 }

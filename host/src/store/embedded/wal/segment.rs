@@ -93,8 +93,9 @@ pub(in crate::store::embedded) struct Wal {
     offset: u64,
     /// The file's prepared size; records beyond it extend the file.
     size: u64,
-    /// Earlier segments whose records are not checkpointed yet.
-    older: Vec<PathBuf>,
+    /// Earlier segments whose records are not checkpointed yet, oldest
+    /// first, with their sequence numbers.
+    older: Vec<(u64, PathBuf)>,
     /// Segment `sequence + 1`, being prepared.
     next: Option<std::thread::JoinHandle<io::Result<Prepared>>>,
     next_size: u64,
@@ -169,7 +170,7 @@ impl Wal {
         };
         let (file, path, size) = publish(&self.dir, prepared, sequence)?;
         let old = std::mem::replace(&mut self.path, path);
-        self.older.push(old);
+        self.older.push((self.sequence, old));
         self.file = file;
         self.sequence = sequence;
         self.offset = MAGIC.len() as u64;
@@ -197,18 +198,26 @@ impl Wal {
         self.offset - MAGIC.len() as u64
     }
 
-    /// After a checkpoint: continues in a new segment and deletes the
-    /// others, whose records are all in the durable database now.
-    fn rotate(&mut self) -> Result<()> {
+    /// When a checkpoint starts: continues in a new segment, so that every
+    /// older one holds only records the checkpoint covers.
+    fn start_checkpoint(&mut self) -> Result<()> {
         let current = self.path.clone();
-        self.switch(true).map_err(|e| {
+        self.switch(true).map(|_| ()).map_err(|e| {
             io_context(
                 e,
                 format!("starting a log segment after {}", current.display()),
             )
-        })?;
-        for old in std::mem::take(&mut self.older) {
-            remove(&old)?;
+        })
+    }
+
+    /// Once a checkpoint is durable: deletes the segments before
+    /// `sequence`, whose records are all in the database now.
+    fn drop_before(&mut self, sequence: u64) -> Result<()> {
+        while let Some((older, _)) = self.older.first()
+            && *older < sequence
+        {
+            let (_, path) = self.older.remove(0);
+            remove(&path)?;
         }
         Ok(())
     }
@@ -220,7 +229,7 @@ impl Wal {
         {
             remove(&prepared.tmp)?;
         }
-        for old in std::mem::take(&mut self.older) {
+        for (_, old) in std::mem::take(&mut self.older) {
             remove(&old)?;
         }
         remove(&self.path)?;
@@ -241,15 +250,20 @@ fn remove(path: &Path) -> Result<()> {
 /// What the writer asks of the log thread.
 enum Job {
     Append(Vec<u8>),
-    Rotate,
+    StartCheckpoint,
+    DropBefore(u64),
     Remove,
 }
+
+/// What the log thread answers a job with: its outcome, the record's
+/// buffer (for reuse) and the sequence of the segment appended to now.
+type Answer = (Result<()>, Option<Vec<u8>>, u64);
 
 /// The log's own thread: appends and syncs records while the writer goes on
 /// filling the batch's database transaction.
 pub(in crate::store::embedded) struct Syncer {
     jobs: Sender<Job>,
-    done: Receiver<(Result<()>, Option<Vec<u8>>)>,
+    done: Receiver<Answer>,
     /// Log bytes since the last checkpoint.
     since_checkpoint: u64,
     /// Log bytes after which a checkpoint is due.
@@ -273,8 +287,9 @@ impl Syncer {
             .name("setpoint-store-wal".into())
             .spawn(move || {
                 let mut wal = Some(wal);
+                let mut sequence = wal.as_ref().map_or(0, |w| w.sequence);
                 for job in job_rx {
-                    let answer = match (job, wal.take()) {
+                    let (result, buffer) = match (job, wal.take()) {
                         (Job::Append(mut record), Some(mut log)) => {
                             let started = std::time::Instant::now();
                             let result = log.append(&mut record).map_err(|e| {
@@ -287,8 +302,13 @@ impl Syncer {
                             wal = Some(log);
                             (result, Some(record))
                         }
-                        (Job::Rotate, Some(mut log)) => {
-                            let result = log.rotate();
+                        (Job::StartCheckpoint, Some(mut log)) => {
+                            let result = log.start_checkpoint();
+                            wal = Some(log);
+                            (result, None)
+                        }
+                        (Job::DropBefore(before), Some(mut log)) => {
+                            let result = log.drop_before(before);
                             wal = Some(log);
                             (result, None)
                         }
@@ -298,7 +318,10 @@ impl Syncer {
                             None,
                         ),
                     };
-                    if done_tx.send(answer).is_err() {
+                    if let Some(log) = &wal {
+                        sequence = log.sequence;
+                    }
+                    if done_tx.send((result, buffer, sequence)).is_err() {
                         break;
                     }
                 }
@@ -321,16 +344,21 @@ impl Syncer {
 
     /// Waits for the last job; returns the record's buffer for reuse.
     pub(in crate::store::embedded) fn wait(&self) -> (Result<()>, Option<Vec<u8>>) {
-        match self.done.recv() {
-            Ok(answer) => answer,
-            Err(_) => (
+        let (result, buffer, _) = self.answer();
+        (result, buffer)
+    }
+
+    fn answer(&self) -> Answer {
+        self.done.recv().unwrap_or_else(|_| {
+            (
                 Err(Error::Unavailable(format!(
                     "{}: the log thread stopped",
                     self.path.display()
                 ))),
                 None,
-            ),
-        }
+                0,
+            )
+        })
     }
 
     /// Whether enough log has accumulated for a checkpoint.
@@ -343,10 +371,20 @@ impl Syncer {
         self.since_checkpoint > 0
     }
 
-    /// After a durable checkpoint: starts a new segment, deletes the old.
-    pub(in crate::store::embedded) fn checkpointed(&mut self) -> Result<()> {
+    /// Before a checkpoint: later records go to a new segment. Returns its
+    /// sequence, for [`Syncer::checkpointed`] once the checkpoint is
+    /// durable.
+    pub(in crate::store::embedded) fn start_checkpoint(&mut self) -> Result<u64> {
         self.since_checkpoint = 0;
-        let _ = self.jobs.send(Job::Rotate);
+        let _ = self.jobs.send(Job::StartCheckpoint);
+        let (result, _, sequence) = self.answer();
+        result.map(|()| sequence)
+    }
+
+    /// After a durable checkpoint that [`Syncer::start_checkpoint`] began
+    /// at segment `sequence`: deletes the segments before it.
+    pub(in crate::store::embedded) fn checkpointed(&mut self, sequence: u64) -> Result<()> {
+        let _ = self.jobs.send(Job::DropBefore(sequence));
         self.wait().0
     }
 

@@ -206,7 +206,14 @@ fn segments_rotate_and_are_removed() {
     let found = Found::read(dir.path()).unwrap();
     assert_eq!(found.replay(1).unwrap().records.len(), 38);
     let before = segments(dir.path());
-    syncer.checkpointed().unwrap();
+    let started = syncer.start_checkpoint().unwrap();
+    assert!(!syncer.has_records());
+    // Records after the start of a checkpoint go to the new segment, which
+    // stays when the checkpoint ends.
+    syncer.submit(record(40, &["/c"], 0));
+    assert!(syncer.wait().0.is_ok());
+    assert_eq!(segments(dir.path()).len(), before.len() + 1);
+    syncer.checkpointed(started).unwrap();
     let after = segments(dir.path());
     assert_eq!(after.len(), 1, "{after:?}");
     assert!(
@@ -214,6 +221,9 @@ fn segments_rotate_and_are_removed() {
         "{before:?} then {after:?}"
     );
     let found = Found::read(dir.path()).unwrap();
+    let kept = found.replay(39).unwrap().records;
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].first_revision, 40);
     assert!(found.replay(44).unwrap().records.is_empty());
     syncer.remove().unwrap();
     assert!(
