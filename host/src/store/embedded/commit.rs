@@ -142,7 +142,7 @@ impl Writer {
         let applier = Applier::new(shared.clone(), receiver, counters);
         let on_panic = shared.clone();
         let thread = std::thread::Builder::new()
-            .name("setpoint-store-apply".into())
+            .name("store-apply".into())
             .spawn(move || {
                 if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| applier.run())).is_err()
                 {

@@ -28,28 +28,37 @@
 //!
 //! # Writes
 //!
-//! One writer thread (`commit.rs`) owns all writes and group-commits them: one
-//! redb transaction and one log record (one fsync) per batch of queued
-//! requests, revisions assigned in order, a failed condition consuming no
-//! revision. A write is answered only after its log record is synced and its
-//! transaction committed; redb commits without an fsync of its own
-//! (`Durability::None`) and is made durable at checkpoints (every 32 MiB of
-//! log, after a second without writes, and at close), after which the log
-//! restarts. The record is synced on the log's thread while the writer
-//! fills the transaction. A lone writer is committed at once; when the
-//! previous batch had several writers, the next one waits (while requests
-//! keep arriving, at most 1 ms) for them to come back, so that concurrent
-//! writers share one fsync.
+//! One writer thread (`commit.rs`) decides all writes and group-commits
+//! them: one log record (one fsync) per batch of queued requests, revisions
+//! assigned in order, a failed condition consuming no revision. A write is
+//! answered as soon as its batch's record is synced; the batch then goes to
+//! the applier thread (`commit/apply.rs`), which writes every batch queued
+//! meanwhile into one redb transaction and commits it without an fsync of
+//! its own (`Durability::None`), while the writer already decides the next
+//! batch against the writes the database does not hold yet and a snapshot
+//! of what it does. The database is made durable at checkpoints (every
+//! 32 MiB of log, after a second without writes, and at close): the log
+//! moves on to a new segment, the applier commits durably, and the older
+//! segments are deleted, with writes going on meanwhile. A lone writer is
+//! committed at once; when the previous batch had several writers, the
+//! next one waits (while requests keep arriving, at most 1 ms) for them to
+//! come back, so that concurrent writers share one fsync.
 //!
-//! Reads run on tokio's blocking pool, each in one redb read transaction (a
-//! snapshot). Watches replay from `revisions` on disk, then follow live
-//! commits through a bounded in-memory tail shared by all watchers
+//! # Reads
+//!
+//! Each read is served from one redb read transaction (a snapshot), after
+//! waiting until the applier has committed every write acknowledged before
+//! the read started (usually it has; otherwise the wait is about one
+//! commit), so that a read never misses an acknowledged write. Point reads
+//! run on the caller's task; ranges, which can be long, on tokio's blocking
+//! pool. Watches replay from `revisions` on disk, then follow acknowledged
+//! batches through a bounded in-memory tail shared by all watchers
 //! (`watch.rs`).
 //!
 //! `compact` makes the compaction point durable at once; the entries it
-//! frees are then removed in chunks of about 4 ms between write batches, and
-//! `compact` returns when they are gone (a cleanup cut short by a close
-//! resumes at the next open).
+//! frees are then removed by the applier in chunks of about 2 ms between its
+//! commits, and `compact` returns when they are gone (a cleanup cut short
+//! by a close resumes at the next open).
 //!
 //! # Damaged files
 //!
@@ -416,7 +425,7 @@ impl EmbeddedBackend {
         let writer = Writer::new(shared.clone(), receiver, counters, syncer)?;
         let on_panic = shared.clone();
         std::thread::Builder::new()
-            .name("setpoint-store-writer".into())
+            .name("store-writer".into())
             .spawn(move || {
                 // A panic (a bug) must still close the store, so that callers
                 // and watchers see it closed instead of waiting forever.

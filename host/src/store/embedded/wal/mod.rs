@@ -10,8 +10,8 @@
 //! write; the database commits with `Durability::None` and is made durable
 //! only at a *checkpoint* (every [`CHECKPOINT_BYTES`] of log, when idle, and
 //! at close), where the pages rewritten by many batches are flushed once.
-//! The sync runs on its own thread ([`Syncer`]) while the writer fills the
-//! batch's transaction, so the two overlap.
+//! The sync runs on its own thread ([`Syncer`]); the database's B-tree
+//! work runs on the applier's, after the batch is acknowledged.
 //!
 //! # Files
 //!
@@ -26,8 +26,9 @@
 //!
 //! The segment written after open is new; the next ones are made ready in
 //! the background (under a temporary name, header synced, space allocated)
-//! and taken when the current one is full. After a checkpoint the log moves
-//! to the next segment and the older ones are deleted. Records carry their
+//! and taken when the current one is full. When a checkpoint starts the log
+//! moves to the next segment; once the checkpoint is durable the older ones
+//! are deleted. Records carry their
 //! segment's sequence, so that a file reused as a later segment would read
 //! its old records as the end of the log; segments are not reused yet
 //! (that also needs an end marker for a segment left before it is full).

@@ -1,7 +1,6 @@
 //! The log's files and its thread: the segment being appended to, segments
 //! prepared ahead of use ([`Wal`]), and the
-//! thread that appends and syncs records while the writer fills its
-//! transaction ([`Syncer`]).
+//! thread that appends and syncs records for the writer ([`Syncer`]).
 
 use std::fs::{self, File};
 use std::io::{self, Write};
@@ -143,7 +142,7 @@ impl Wal {
         let size = self.next_size;
         self.next_size = (self.next_size * 2).min(SEGMENT_MAX);
         self.next = std::thread::Builder::new()
-            .name("setpoint-store-wal-prepare".into())
+            .name("store-wal-prep".into())
             .spawn(move || prepare(&tmp, size))
             .ok();
     }
@@ -259,8 +258,8 @@ enum Job {
 /// buffer (for reuse) and the sequence of the segment appended to now.
 type Answer = (Result<()>, Option<Vec<u8>>, u64);
 
-/// The log's own thread: appends and syncs records while the writer goes on
-/// filling the batch's database transaction.
+/// The log's own thread: appends and syncs records, and moves to new
+/// segments and deletes old ones around checkpoints.
 pub(in crate::store::embedded) struct Syncer {
     jobs: Sender<Job>,
     done: Receiver<Answer>,
@@ -284,7 +283,7 @@ impl Syncer {
         let path = wal.path.clone();
         let since_checkpoint = wal.records_len();
         std::thread::Builder::new()
-            .name("setpoint-store-wal".into())
+            .name("store-wal".into())
             .spawn(move || {
                 let mut wal = Some(wal);
                 let mut sequence = wal.as_ref().map_or(0, |w| w.sequence);
