@@ -91,6 +91,7 @@
 //! keys of 1 KiB on the development VM.
 
 mod commit;
+mod history;
 mod open;
 mod overlay;
 mod read;
@@ -100,11 +101,13 @@ mod watch;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod upgrade_tests;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -112,6 +115,7 @@ use redb::{Database, ReadTransaction, ReadableDatabase, WriteTransaction};
 use tokio::sync::{Semaphore, oneshot, watch as revision_watch};
 
 use self::commit::{Queued, Request, Writer};
+use self::history::History;
 use self::schema::Context;
 use self::wal::Syncer;
 use self::watch::Recent;
@@ -179,6 +183,8 @@ struct Shared {
     compacted: AtomicI64,
     /// The newest events, for live watchers.
     recent: Mutex<Recent>,
+    /// Every key's versions since compaction.
+    history: RwLock<History>,
     closed: AtomicBool,
     stats: Stats,
 }
@@ -314,6 +320,15 @@ impl Shared {
         }
     }
 
+    fn history(&self) -> RwLockReadGuard<'_, History> {
+        // Every change leaves the index whole, even if a holder panicked.
+        self.history.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn history_mut(&self) -> RwLockWriteGuard<'_, History> {
+        self.history.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn recent(&self) -> MutexGuard<'_, Recent> {
         // Pushes and reads leave the tail consistent even if a holder panicked.
         self.recent.lock().unwrap_or_else(PoisonError::into_inner)
@@ -417,6 +432,7 @@ impl EmbeddedBackend {
             failed: AtomicBool::new(false),
             compacted: AtomicI64::new(counters.compacted),
             recent: Mutex::new(Recent::new(counters.revision)),
+            history: RwLock::new(opened.history),
             closed: AtomicBool::new(false),
             stats: Stats::default(),
         });
@@ -581,7 +597,7 @@ impl Backend for EmbeddedBackend {
     }
 
     async fn range(&self, range: Range) -> Result<RangeResult> {
-        self.read(move |shared, txn| read::range(&txn, &shared.file, &range))
+        self.read(move |shared, txn| read::range(&txn, shared, &range))
             .await
     }
 

@@ -9,12 +9,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use redb::{Builder, Database, ReadableDatabase, RepairSession};
+use redb::{Builder, Database, ReadableDatabase, ReadableTable, RepairSession};
 
 use super::commit;
+use super::history::History;
 use super::overlay::Overlay;
 use super::schema::{
-    CURRENT, Context, DB_FILE, DB_TMP_FILE, FORMAT_VERSION, INDEX, LOCK_FILE, META, META_CLEANED,
+    CURRENT, Context, DB_FILE, DB_TMP_FILE, Entry, FORMAT_VERSION, LOCK_FILE, META, META_CLEANED,
     META_COMPACTED, META_FORMAT, META_REVISION, OLDEST_FORMAT_VERSION, REVISIONS, db_error,
     read_meta,
 };
@@ -28,6 +29,8 @@ pub(super) struct Opened {
     pub lock: File,
     pub file: PathBuf,
     pub counters: Counters,
+    /// Every key's versions, read from `revisions`.
+    pub history: History,
     pub wal: Wal,
 }
 
@@ -113,14 +116,32 @@ pub(super) fn open(dir: &Path) -> Result<Opened> {
         );
     }
     let counters = commit::replay(&db, &replay.records, counters, &file)?;
+    let history = load_history(&db, &file)?;
     let wal = Wal::create(dir, &found)?;
     Ok(Opened {
         db,
         lock,
         file,
         counters,
+        history,
         wal,
     })
+}
+
+/// Builds the in-memory index of versions from every change kept in
+/// `revisions` (one sequential scan; the integrity check before has read
+/// the same pages).
+fn load_history(db: &Database, file: &Path) -> Result<History> {
+    let txn = db.begin_read().ctx(file)?;
+    let revisions = txn.open_table(REVISIONS).ctx(file)?;
+    let mut history = History::default();
+    for entry in revisions.iter().ctx(file)? {
+        let (revision, stored) = entry.ctx(file)?;
+        let revision = revision.value();
+        let entry = Entry::decode(stored.value(), revision, file)?;
+        history.record(entry.key, revision, entry.value.is_none());
+    }
+    Ok(history)
 }
 
 /// Takes the directory's lock file, or says who holds it.
@@ -156,7 +177,6 @@ fn create(dir: &Path, file: &Path) -> Result<()> {
     let txn = db.begin_write().ctx(&tmp)?;
     {
         txn.open_table(REVISIONS).ctx(&tmp)?;
-        txn.open_table(INDEX).ctx(&tmp)?;
         txn.open_table(CURRENT).ctx(&tmp)?;
         let mut meta = txn.open_table(META).ctx(&tmp)?;
         for (name, value) in [
@@ -306,7 +326,6 @@ fn describe(file: &Path, err: redb::DatabaseError, damaged: &dyn Fn(String) -> E
 fn read_counters(db: &impl ReadableDatabase, file: &Path) -> Result<Counters> {
     let txn = db.begin_read().ctx(file)?;
     txn.open_table(REVISIONS).ctx(file)?;
-    txn.open_table(INDEX).ctx(file)?;
     txn.open_table(CURRENT).ctx(file)?;
     let meta = txn.open_table(META).ctx(file)?;
     let format = read_meta(&meta, META_FORMAT, file)?;

@@ -1,13 +1,17 @@
 //! Reads of the embedded store: `get` and `range` at the current or a past
-//! revision, served from one redb read transaction (one snapshot).
+//! revision, served from one redb read transaction (one snapshot); a read
+//! at a past revision finds its versions in the in-memory index
+//! (`history.rs`).
 
 use std::ops::Bound;
 use std::path::Path;
+use std::sync::atomic::Ordering;
 
 use redb::{ReadTransaction, ReadableTable};
 
+use super::Shared;
 use super::schema::{
-    CURRENT, Context, Entry, INDEX, META, META_COMPACTED, META_REVISION, REVISIONS, read_meta,
+    CURRENT, Context, Entry, META, META_COMPACTED, META_REVISION, REVISIONS, read_meta,
 };
 use crate::store::{Error, KeyValue, Range, RangeResult, Result, Revision};
 
@@ -56,7 +60,8 @@ fn check_create(kv: KeyValue, create_revision: Revision, file: &Path) -> Result<
 }
 
 /// A range read with the exact semantics of the memory backend.
-pub(super) fn range(txn: &ReadTransaction, file: &Path, range: &Range) -> Result<RangeResult> {
+pub(super) fn range(txn: &ReadTransaction, shared: &Shared, range: &Range) -> Result<RangeResult> {
+    let file = &shared.file;
     let meta = txn.open_table(META).ctx(file)?;
     let current_revision = read_meta(&meta, META_REVISION, file)?;
     let compacted = read_meta(&meta, META_COMPACTED, file)?;
@@ -83,7 +88,7 @@ pub(super) fn range(txn: &ReadTransaction, file: &Path, range: &Range) -> Result
     let (kvs, more) = if revision == current_revision {
         range_current(txn, file, range, after)?
     } else {
-        range_past(txn, file, range, after, revision)?
+        range_past(txn, shared, range, after, revision)?
     };
     Ok(RangeResult {
         kvs,
@@ -122,70 +127,36 @@ fn range_current(
     Ok((kvs, false))
 }
 
-/// Walks the version index under the prefix and keeps, per key, the newest
-/// version at or below `revision` unless it is a deletion.
+/// Finds, in the in-memory index of versions, each key's newest version at
+/// or below `revision` (skipping deletions) and reads it from the snapshot.
 fn range_past(
     txn: &ReadTransaction,
-    file: &Path,
+    shared: &Shared,
     range: &Range,
     after: Option<&str>,
     revision: Revision,
 ) -> Result<(Vec<KeyValue>, bool)> {
-    let index = txn.open_table(INDEX).ctx(file)?;
+    let file = &shared.file;
+    // One more than the limit tells whether there are more.
+    let wanted = if range.limit == 0 { 0 } else { range.limit + 1 };
+    let mut found = shared
+        .history()
+        .visible(&range.prefix, after, revision, wanted);
+    // The index drops versions once compaction passes them: it was whole
+    // for `revision` if the compaction point is still below it now.
+    let compacted = shared.compacted.load(Ordering::Acquire);
+    if revision <= compacted {
+        return Err(Error::Compacted {
+            requested: revision,
+            compacted,
+        });
+    }
+    let more = range.limit != 0 && found.len() > range.limit;
+    found.truncate(if more { range.limit } else { found.len() });
     let revisions = txn.open_table(REVISIONS).ctx(file)?;
-    let start = match after {
-        // Past every version of `after`.
-        Some(after) => Bound::Excluded((after, i64::MAX)),
-        None => Bound::Included((range.prefix.as_str(), i64::MIN)),
-    };
-    let mut kvs = Vec::new();
-    // The key being scanned, and its newest version at or below `revision`.
-    let mut scanning: Option<(String, Option<Revision>)> = None;
-    let finish =
-        |scanning: Option<(String, Option<Revision>)>, kvs: &mut Vec<KeyValue>| -> Result<bool> {
-            let Some((key, Some(version))) = scanning else {
-                return Ok(true);
-            };
-            let stored = revisions.get(version).ctx(file)?.ok_or_else(|| {
-                Error::Corrupt(format!(
-                    "{}: revision {version} of {key:?} is missing",
-                    file.display()
-                ))
-            })?;
-            let entry = Entry::decode(stored.value(), version, file)?;
-            if entry.value.is_none() {
-                return Ok(true);
-            }
-            if range.limit != 0 && kvs.len() == range.limit {
-                return Ok(false);
-            }
-            kvs.push(entry.to_kv(&key, version, file)?);
-            Ok(true)
-        };
-    for entry in index
-        .range::<(&str, i64)>((start, Bound::Unbounded))
-        .ctx(file)?
-    {
-        let (k, _) = entry.ctx(file)?;
-        let (key, version) = k.value();
-        if !key.starts_with(&range.prefix) {
-            break;
-        }
-        if scanning.as_ref().map(|(k, _)| k.as_str()) != Some(key) {
-            if !finish(scanning.take(), &mut kvs)? {
-                return Ok((kvs, true));
-            }
-            scanning = Some((key.to_owned(), None));
-        }
-        // Versions are oldest first: the last one at or below `revision` wins.
-        if version <= revision
-            && let Some((_, best)) = scanning.as_mut()
-        {
-            *best = Some(version);
-        }
-    }
-    if !finish(scanning, &mut kvs)? {
-        return Ok((kvs, true));
-    }
-    Ok((kvs, false))
+    let kvs = found
+        .iter()
+        .map(|(key, version)| read_put(&revisions, file, key, *version))
+        .collect::<Result<_>>()?;
+    Ok((kvs, more))
 }

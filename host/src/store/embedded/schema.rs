@@ -15,9 +15,10 @@ use crate::store::{Error, KeyValue, Revision};
 /// sequential scan, and compaction removes mostly contiguous runs.
 pub(super) const REVISIONS: TableDefinition<i64, &[u8]> = TableDefinition::new("revisions");
 
-/// The versions of each key: (key, revision) → (). A key's versions are
-/// adjacent and oldest first; reads at a past revision scan this.
-pub(super) const INDEX: TableDefinition<(&str, i64), ()> = TableDefinition::new("index");
+/// The versions of each key: (key, revision) → (), in formats 1 and 2
+/// only; format 3 keeps this index in memory (`history.rs`) and drops the
+/// table when it upgrades a file.
+pub(super) const LEGACY_INDEX: TableDefinition<(&str, i64), ()> = TableDefinition::new("index");
 
 /// Live keys only: key → (create revision, mod revision).
 pub(super) const CURRENT: TableDefinition<&str, (i64, i64)> = TableDefinition::new("current");
@@ -38,8 +39,9 @@ pub(super) const META_CLEANED: &str = "cleaned";
 /// The schema version this code writes. Version 2 has the same tables as
 /// 1 but may leave a write-ahead log beside the database (`wal.rs`) that
 /// holds acknowledged writes: a build that reads only version 1 would
-/// ignore it, so it must refuse the file instead.
-pub(super) const FORMAT_VERSION: i64 = 2;
+/// ignore it, so it must refuse the file instead. Version 3 has no `index`
+/// table: a build that reads only up to 2 would find it missing or stale.
+pub(super) const FORMAT_VERSION: i64 = 3;
 
 /// The oldest schema version this code reads (and upgrades at open).
 pub(super) const OLDEST_FORMAT_VERSION: i64 = 1;

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use tokio::sync::mpsc;
 
 use super::Shared;
-use super::schema::{Context, Entry, INDEX, META, META_COMPACTED, REVISIONS, read_meta};
+use super::schema::{Context, Entry, META, META_COMPACTED, REVISIONS, read_meta};
 use crate::store::{Error, EventKind, KeyValue, Result, Revision, WatchEvent, WatchStream};
 
 /// How many events a watch stream buffers, and the most read at once.
@@ -147,7 +147,6 @@ fn replay(shared: &Shared, last: Revision, max: usize) -> Result<Vec<WatchEvent>
         });
     }
     let revisions = txn.open_table(REVISIONS).ctx(file)?;
-    let index = txn.open_table(INDEX).ctx(file)?;
     let mut events = Vec::new();
     for entry in revisions.range((last + 1)..).ctx(file)?.take(max) {
         let (revision, stored) = entry.ctx(file)?;
@@ -171,19 +170,17 @@ fn replay(shared: &Shared, last: Revision, max: usize) -> Result<Vec<WatchEvent>
         } else {
             // A delete carries the key's last value.
             let key = entry.key;
-            let (prev, _) = index
-                .range((key, i64::MIN)..(key, revision))
-                .ctx(file)?
-                .next_back()
-                .transpose()
-                .ctx(file)?
+            let prev = shared
+                .history()
+                .at(key, revision - 1)
+                .filter(|version| !version.deleted)
                 .ok_or_else(|| {
                     Error::Corrupt(format!(
                         "{}: the version deleted at {revision} of {key:?} is missing",
                         file.display()
                     ))
-                })?;
-            let prev = prev.value().1;
+                })?
+                .revision;
             let stored = revisions.get(prev).ctx(file)?.ok_or_else(|| {
                 Error::Corrupt(format!(
                     "{}: revision {prev} of {key:?} is missing",

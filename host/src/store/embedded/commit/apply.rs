@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 
 use super::compact;
 use super::duplicate;
-use super::tables::{Change, Tables};
+use super::tables::{Change, Tables, record_versions};
 use crate::store::embedded::Shared;
 use crate::store::embedded::open::Counters;
 use crate::store::embedded::schema::{Context, META, META_REVISION};
@@ -217,6 +217,15 @@ impl Applier {
             }
             tables.write_counters(next, &self.counters, file)?;
         }
+        // Before the commit, so that a read of the commit's snapshot finds
+        // every version it holds (later ones it skips).
+        let mut history = self.shared.history_mut();
+        for job in jobs {
+            if let Job::Batch { changes, .. } = job {
+                record_versions(changes, &mut history);
+            }
+        }
+        drop(history);
         let filled = Instant::now();
         txn.commit().ctx(file)?;
         Ok(filled)

@@ -2,6 +2,7 @@
 //! compaction point durable, the revisions no read can need any more are
 //! removed in chunks sized to hold the applier about [`CLEAN_TARGET`] each.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use redb::ReadableTable;
@@ -82,39 +83,44 @@ impl Applier {
         let file = &self.shared.file;
         let compacted = self.counters.compacted;
         let txn = self.shared.begin_write(false)?;
+        // Key → the revisions of its versions to remove.
+        let mut doomed: BTreeMap<String, Vec<Revision>> = BTreeMap::new();
         {
             let mut tables = Tables::open(&txn).ctx(file)?;
-            let mut doomed = Vec::new();
+            let history = self.shared.history();
             for entry in tables.revisions.range((from + 1)..=upto).ctx(file)? {
                 let (revision, stored) = entry.ctx(file)?;
                 let revision = revision.value();
                 let entry = Entry::decode(stored.value(), revision, file)?;
                 let key = entry.key;
+                let versions = doomed.entry(key.to_owned()).or_default();
                 // Versions kept by earlier cleanups that this one supersedes.
-                for older in tables
-                    .index
-                    .range((key, i64::MIN)..=(key, from))
-                    .ctx(file)?
-                {
-                    doomed.push((key.to_owned(), older.ctx(file)?.0.value().1));
-                }
-                let superseded = tables
-                    .index
-                    .range((key, revision + 1)..=(key, compacted))
-                    .ctx(file)?
+                versions.extend(history.between(key, ..=from));
+                let superseded = history
+                    .between(key, (revision + 1)..=compacted)
                     .next()
                     .is_some();
                 if superseded || entry.value.is_none() {
-                    doomed.push((key.to_owned(), revision));
+                    versions.push(revision);
                 }
             }
-            for (key, revision) in &doomed {
-                tables.index.remove((key.as_str(), *revision)).ctx(file)?;
-                tables.revisions.remove(*revision).ctx(file)?;
+            drop(history);
+            for revisions in doomed.values_mut() {
+                revisions.sort_unstable();
+                revisions.dedup();
+                for revision in revisions.iter() {
+                    tables.revisions.remove(*revision).ctx(file)?;
+                }
             }
             tables.meta.insert(META_CLEANED, upto).ctx(file)?;
         }
         txn.commit().ctx(file)?;
+        // After the commit: until then, reads of the last snapshot may still
+        // look for them (only below the compaction point, which they refuse).
+        let mut history = self.shared.history_mut();
+        for (key, revisions) in &doomed {
+            history.forget(key, revisions);
+        }
         Ok(())
     }
 }

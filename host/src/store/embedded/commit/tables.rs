@@ -11,9 +11,10 @@ use std::sync::Arc;
 use redb::{ReadOnlyTable, ReadTransaction, Table, WriteTransaction};
 
 use super::{Outcome, Request, compact};
+use crate::store::embedded::history::History;
 use crate::store::embedded::open::Counters;
 use crate::store::embedded::schema::{
-    CURRENT, Context, Entry, FORMAT_VERSION, INDEX, META, META_COMPACTED, META_FORMAT,
+    CURRENT, Context, Entry, FORMAT_VERSION, LEGACY_INDEX, META, META_COMPACTED, META_FORMAT,
     META_REVISION, REVISIONS, encode, encoded_len, tombstone,
 };
 use crate::store::embedded::wal::{Record, RecordBuilder};
@@ -274,10 +275,16 @@ impl Decider<'_> {
     }
 }
 
+/// Adds decided changes to the in-memory index of versions.
+pub(super) fn record_versions(changes: &[Change], history: &mut History) {
+    for change in changes {
+        history.record(&change.key, change.revision, change.value.is_none());
+    }
+}
+
 /// The open tables of one write transaction.
 pub(super) struct Tables<'txn> {
     pub(super) revisions: Table<'txn, i64, &'static [u8]>,
-    pub(super) index: Table<'txn, (&'static str, i64), ()>,
     pub(super) current: Table<'txn, &'static str, (i64, i64)>,
     pub(super) meta: Table<'txn, &'static str, i64>,
 }
@@ -286,7 +293,6 @@ impl<'txn> Tables<'txn> {
     pub(super) fn open(txn: &'txn WriteTransaction) -> Result<Self, redb::TableError> {
         Ok(Self {
             revisions: txn.open_table(REVISIONS)?,
-            index: txn.open_table(INDEX)?,
             current: txn.open_table(CURRENT)?,
             meta: txn.open_table(META)?,
         })
@@ -355,7 +361,6 @@ impl<'txn> Tables<'txn> {
                 self.current.remove(key).ctx(file)?;
             }
         }
-        self.index.insert((key, revision), ()).ctx(file)?;
         Ok(())
     }
 }
@@ -400,6 +405,8 @@ pub(in crate::store::embedded) fn replay(
             .ctx(file)?;
         tables.meta.insert(META_FORMAT, FORMAT_VERSION).ctx(file)?;
     }
+    // Formats 1 and 2 kept the index of versions on disk.
+    txn.delete_table(LEGACY_INDEX).ctx(file)?;
     txn.commit().ctx(file)?;
     Ok(counters)
 }
