@@ -249,6 +249,9 @@ pub struct EmbeddedStats {
     pub checkpoint_time: Duration,
     /// Time the log's thread spent writing and syncing records.
     pub log_time: Duration,
+    /// Versions of keys held in the in-memory index (every change since
+    /// the compaction point, plus each key's newest version below it).
+    pub versions: u64,
 }
 
 impl Shared {
@@ -505,6 +508,7 @@ impl EmbeddedBackend {
             checkpoints: load(&stats.checkpoints),
             checkpoint_time: Duration::from_nanos(load(&stats.checkpoint_nanos)),
             log_time: Duration::from_nanos(load(&stats.log_nanos)),
+            versions: self.shared.history().len() as u64,
         }
     }
 
