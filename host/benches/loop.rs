@@ -7,7 +7,8 @@
 //! system temp dir). The reconciler is native (a `controller::Reconciler`,
 //! not Wasm), so this measures the host's loop, not a plugin: it writes
 //! `status.observedGeneration` and `status.value` from the spec. It runs on
-//! a blocking thread per call, as Wasm plugins do, unless `inline` is given
+//! the host's reconcile threads (tokio's blocking pool when all are busy),
+//! as Wasm plugins do, unless `inline` is given
 //! (`Reconciler::runs_inline`, for trusted native reconcilers). Phases:
 //!
 //! 1. **create**: 64 writer tasks create OBJECTS objects as fast as the store
@@ -237,7 +238,7 @@ async fn resync(host: &Arc<Host>, reconciler: &Arc<StatusWriter>, objects: usize
 
 fn main() {
     // `inline`: the reconciler runs on the worker's task (a trusted native
-    // reconciler that opts in); otherwise on a blocking thread, as Wasm
+    // reconciler that opts in); otherwise on the reconcile threads, as Wasm
     // plugins always do.
     let inline = std::env::args().any(|a| a == "inline");
     let mut args = std::env::args()
@@ -298,7 +299,7 @@ fn main() {
         println!(
             "whole loop, embedded durable store in {}, {workers} workers, native status-writing reconciler ({}), {} CPUs",
             dir.path().display(),
-            if inline { "inline" } else { "on blocking threads, as Wasm plugins" },
+            if inline { "inline" } else { "on reconcile threads, as Wasm plugins" },
             std::thread::available_parallelism().map_or(0, |n| n.get())
         );
         phase("create", &host, &reconciler, &clock, objects, 1).await;

@@ -31,6 +31,7 @@ use tokio::sync::Mutex;
 
 use crate::api::{self, Api};
 use crate::cluster::{self, Cluster};
+use crate::controller::pool::CallPool;
 use crate::controller::{self, Controller, ReconcileRecord, Reconciler};
 use crate::informer::Informers;
 use crate::object::ObjectKey;
@@ -85,6 +86,7 @@ pub struct HostBuilder {
     runtime: RuntimeConfig,
     controller: controller::Config,
     per_plugin: std::collections::HashMap<String, controller::Config>,
+    reconcile_threads: Option<usize>,
     embedded_dir: Option<PathBuf>,
     etcd: Option<crate::store::EtcdConfig>,
     etcd_backend: Option<crate::store::EtcdBackend>,
@@ -176,6 +178,17 @@ impl HostBuilder {
         self
     }
 
+    /// Threads that run reconciler calls (Wasm plugins and native
+    /// reconcilers that do not run inline), shared by every controller of
+    /// the host. Default: one per core. A call that finds all of them busy
+    /// runs on tokio's blocking pool instead, so a plugin that computes
+    /// until its deadline never holds up the others; these threads only
+    /// make the common short call cheaper.
+    pub fn reconcile_threads(mut self, threads: usize) -> Self {
+        self.reconcile_threads = Some(threads);
+        self
+    }
+
     /// Open the store, start the runtime and load the plugins.
     pub async fn build(self) -> Result<Host, Error> {
         let etcd = match (self.etcd_backend, self.etcd) {
@@ -236,6 +249,10 @@ impl HostBuilder {
                 runtime,
                 controller_config: self.controller,
                 per_plugin: self.per_plugin,
+                pool: CallPool::new(
+                    self.reconcile_threads
+                        .unwrap_or_else(controller::pool::default_threads),
+                ),
                 controllers: Mutex::default(),
                 plugins: Mutex::default(),
                 sync: Mutex::default(),
@@ -282,6 +299,8 @@ struct Shared {
     runtime: Runtime,
     controller_config: controller::Config,
     per_plugin: std::collections::HashMap<String, controller::Config>,
+    /// Runs every controller's reconciler calls.
+    pool: CallPool,
     controllers: Mutex<BTreeMap<String, Controller>>,
     plugins: Mutex<BTreeMap<PathBuf, PluginEntry>>,
     /// One directory sync at a time.
@@ -361,6 +380,7 @@ impl Host {
             runtime: RuntimeConfig::default(),
             controller: controller::Config::default(),
             per_plugin: std::collections::HashMap::new(),
+            reconcile_threads: None,
             embedded_dir: None,
             etcd: None,
             etcd_backend: None,
@@ -485,7 +505,7 @@ impl Host {
     }
 
     /// Stop watching plugins, stop every controller (in-flight reconciles
-    /// finish) and informer.
+    /// finish), the reconcile threads and the informers.
     pub async fn shutdown(&self) {
         self.watcher
             .lock()
@@ -499,6 +519,7 @@ impl Host {
         for (_, controller) in controllers {
             controller.shutdown().await;
         }
+        self.shared.pool.shutdown().await;
         if let Some(cluster) = &self.shared.cluster {
             cluster.leave().await;
         }
@@ -552,7 +573,7 @@ impl Shared {
         if self.controllers.lock().await.contains_key(&name) {
             return Err(Error::Duplicate(name));
         }
-        let controller = Controller::start_in(
+        let controller = Controller::start_on(
             self.api.clone(),
             self.informers.clone(),
             reconciler,
@@ -561,6 +582,7 @@ impl Shared {
                 .unwrap_or(&self.controller_config)
                 .clone(),
             self.cluster.clone(),
+            self.pool.clone(),
         )
         .await?;
         self.controllers.lock().await.insert(name, controller);

@@ -262,17 +262,21 @@ impl Applier<'_> {
     }
 
     async fn apply_status(&self, parent: &Object, status_patch: &Value) -> Result<(), Error> {
-        let mut next = parent.clone();
-        let status = next
-            .as_object_mut()
-            .map(|m| m.entry("status").or_insert_with(|| json!({})))
-            .expect("objects are JSON objects");
-        patch::merge(status, status_patch);
-        if next.get("status") == parent.get("status")
-            || (parent.get("status").is_none() && next["status"] == json!({}))
+        // Patch a copy of the status alone first: a converged reconcile
+        // (as often as not, the echo of its own last write) changes
+        // nothing, and need not copy the whole object to find that out.
+        let mut status = parent.get("status").cloned().unwrap_or_else(|| json!({}));
+        patch::merge(&mut status, status_patch);
+        if parent
+            .get("status")
+            .map_or(status == json!({}), |s| *s == status)
         {
             return Ok(());
         }
+        let mut next = parent.clone();
+        next.as_object_mut()
+            .expect("objects are JSON objects")
+            .insert("status".into(), status);
         // The resource version the reconciler saw is the precondition: a
         // status computed from an old object must not overwrite a newer one.
         let result = if self.kind.status_subresource {

@@ -46,7 +46,11 @@ impl History {
     /// Remember a result.
     pub fn push(&self, key: &ObjectKey, record: ReconcileRecord) {
         let mut map = self.records.lock().unwrap_or_else(|p| p.into_inner());
-        let list = map.entry(key.clone()).or_default();
+        // Look up before inserting: `entry` would copy the key on every call.
+        if !map.contains_key(key) {
+            map.insert(key.clone(), Default::default());
+        }
+        let list = map.get_mut(key).expect("inserted above");
         if list.len() == KEPT_PER_OBJECT {
             list.pop_front();
         }

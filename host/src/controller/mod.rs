@@ -1,7 +1,8 @@
 //! The reconcile loop: for one reconciler, workers take keys from a
 //! workqueue, read the latest object and its owned children from the
-//! informer caches, call the reconciler on a blocking thread and apply its
-//! response. Talks to the [`Reconciler`] trait, never to wasmtime.
+//! informer caches, call the reconciler on a thread of the call pool (see
+//! `pool`; tokio's blocking pool when every pool thread is busy) and apply
+//! its response. Talks to the [`Reconciler`] trait, never to wasmtime.
 //!
 //! # Flow of one key
 //!
@@ -32,6 +33,7 @@ mod breaker;
 pub mod events;
 pub mod history;
 mod native;
+pub(crate) mod pool;
 mod reconciler;
 mod view;
 mod worker;
@@ -130,7 +132,6 @@ struct Shared {
     owned_kinds: Vec<Arc<KindInfo>>,
     informer: Informer,
     owned_informers: Vec<Informer>,
-    informers: Informers,
     queue: WorkQueue<ObjectKey>,
     history: History,
     /// Revisions each key's last reconcile wrote, per kind; see
@@ -142,6 +143,13 @@ struct Shared {
     /// With several hosts on one etcd: which keys are this host's, and the
     /// fenced API to write them through.
     cluster: Option<Cluster>,
+    /// The cache views handed to reconcilers (for calls off the async
+    /// threads, and inline ones); made once, not per call.
+    view: Arc<dyn CacheView>,
+    inline_view: Arc<dyn CacheView>,
+    /// Where non-inline reconciler calls run: the host's pool, or the
+    /// controller's own when started on its own.
+    pool: pool::CallPool,
     reconciles: AtomicU64,
     concurrent: AtomicU64,
     hot_loops: AtomicU64,
@@ -177,6 +185,20 @@ impl Controller {
         reconciler: Arc<dyn Reconciler>,
         config: Config,
         cluster: Option<Cluster>,
+    ) -> Result<Self, Error> {
+        let pool = pool::CallPool::new(pool::default_threads());
+        Self::start_on(api, informers, reconciler, config, cluster, pool).await
+    }
+
+    /// [`Controller::start_in`], calling the reconciler on `pool` (shared
+    /// by every controller of a host).
+    pub(crate) async fn start_on(
+        api: Api,
+        informers: Informers,
+        reconciler: Arc<dyn Reconciler>,
+        config: Config,
+        cluster: Option<Cluster>,
+        pool: pool::CallPool,
     ) -> Result<Self, Error> {
         let manifest = reconciler.manifest().clone();
         let resolve = |r: &crate::object::KindRef| {
@@ -240,20 +262,30 @@ impl Controller {
             i.wait_synced().await;
         }
 
+        let view = |inline| -> Arc<dyn CacheView> {
+            Arc::new(view::InformerView {
+                informers: informers.clone(),
+                api: api.clone(),
+                inline,
+            })
+        };
+        let (view, inline_view) = (view(false), view(true));
         let shared = Arc::new(Shared {
+            view,
+            inline_view,
             api,
             reconciler: std::sync::RwLock::new(reconciler),
             kind,
             owned_kinds,
             informer,
             owned_informers,
-            informers,
             queue,
             history: History::default(),
             pending_writes: Default::default(),
             breaker: breaker::Breaker::new(config.hot_loop),
             in_flight: Default::default(),
             cluster,
+            pool,
             reconciles: AtomicU64::new(0),
             concurrent: AtomicU64::new(0),
             hot_loops: AtomicU64::new(0),

@@ -123,8 +123,11 @@ pub trait Reconciler: Send + Sync + 'static {
     /// What this reconciler is and may touch.
     fn manifest(&self) -> &Manifest;
 
-    /// Reconcile one object. Called on a blocking thread (see
-    /// [`Reconciler::runs_inline`]); must not block on I/O: return
+    /// Reconcile one object. Called off the async threads, on one of the
+    /// host's reconcile threads or, when all are busy, on a tokio blocking
+    /// thread; either way inside the host's tokio runtime (see
+    /// [`Reconciler::runs_inline`] for the exception). Must not block on
+    /// I/O: return
     /// `requeue_after` instead of waiting.
     fn reconcile(
         &self,
@@ -134,14 +137,14 @@ pub trait Reconciler: Send + Sync + 'static {
 
     /// Whether [`Reconciler::reconcile`] always returns within microseconds,
     /// so that it may run on the async task that took the key instead of on
-    /// a blocking thread (which costs a hand-off there and back: two thread
-    /// wake-ups, more than a small reconcile itself). Such a reconciler's
+    /// a reconcile thread (which costs a hand-off there and back, often a
+    /// thread wake-up each way, more than a small reconcile itself). Such a reconciler's
     /// cache view answers only from informers (the kinds it reconciles and
     /// owns): a read of any other kind finds nothing, since it would have to
     /// wait for the store.
     ///
-    /// Defaults to `false`. Wasm plugins always run on blocking threads: an
-    /// untrusted plugin may compute until its deadline.
+    /// Defaults to `false`. Wasm plugins never run inline: an untrusted
+    /// plugin may compute until its deadline.
     fn runs_inline(&self) -> bool {
         false
     }

@@ -1,6 +1,6 @@
 //! One worker's turn with a key: take ownership (in a cluster), wait for
-//! the caches to show the key's last writes, call the reconciler on a
-//! blocking thread, apply its response and decide what comes next (forget,
+//! the caches to show the key's last writes, call the reconciler on the
+//! call pool (or inline), apply its response and decide what comes next (forget,
 //! requeue after, back off, report a permanent error or a hot loop).
 
 use std::sync::Arc;
@@ -10,8 +10,8 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::json;
 
 use super::{
-    CacheView, Error, EventRecord, Manifest, Outcome, ReconcileError, ReconcileRecord, Reconciler,
-    Request, Severity, Shared, apply, events, view,
+    Error, EventRecord, Manifest, Outcome, ReconcileError, ReconcileRecord, Reconciler, Request,
+    Severity, Shared, apply, events,
 };
 use crate::api::{self, Api};
 use crate::cluster::{Ownership, ShardClaim};
@@ -299,11 +299,11 @@ async fn reconcile_key(
     *called = Some(SystemTime::now());
     shared.reconciles.fetch_add(1, Ordering::Relaxed);
     let inline = reconciler.runs_inline();
-    let view: Arc<dyn CacheView> = Arc::new(view::InformerView {
-        informers: shared.informers.clone(),
-        api: shared.api.clone(),
-        inline,
-    });
+    let view = if inline {
+        shared.inline_view.clone()
+    } else {
+        shared.view.clone()
+    };
     let call = move || {
         let response = reconciler.reconcile(&request, &view);
         (request, response)
@@ -311,7 +311,9 @@ async fn reconcile_key(
     let (request, response) = if inline {
         call()
     } else {
-        tokio::task::spawn_blocking(call)
+        shared
+            .pool
+            .call(call)
             .await
             .map_err(|e| ReconcileError::Transient(format!("reconcile task failed: {e}")))?
     };

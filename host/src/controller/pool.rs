@@ -1,0 +1,306 @@
+//! The reconcile call pool: a few long-lived threads that run reconciler
+//! calls off the async workers, so a call costs a channel send and (only
+//! when the thread had gone to sleep) one wake-up, instead of a tokio
+//! blocking-pool task per call.
+//!
+//! The pool is a fast path, never a bottleneck: a call goes to a pool
+//! thread only when one is idle, and to tokio's blocking pool otherwise. A
+//! plugin that computes until its deadline on every pool thread therefore
+//! slows nobody else down; their calls overflow. Pool threads enter the
+//! tokio runtime the pool was made in, so a reconciler (or its cache view)
+//! may use `Handle::current()` there as on a blocking thread.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{Receiver, Sender};
+use tokio::sync::oneshot;
+
+/// A call; a pool thread passes its idle count, which the call increments
+/// before it answers (see `CallPool::call`), an overflow thread `None`.
+type Job = Box<dyn FnOnce(Option<&AtomicUsize>) + Send>;
+
+/// Runs reconciler calls on a fixed set of threads, overflowing to tokio's
+/// blocking pool when all of them are busy. Clones share the threads; they
+/// stop with [`CallPool::shutdown`] or when the last clone is dropped.
+#[derive(Clone)]
+pub(crate) struct CallPool {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// `None` once shut down: calls then all overflow. A lock (read per
+    /// call, uncontended) rather than a flag, so that no call can be sent
+    /// after the threads were told to stop and be left unanswered.
+    sender: RwLock<Option<Sender<Job>>>,
+    /// Threads waiting for a call. A caller takes one (decrements) before
+    /// sending, so the channel never holds more calls than threads are
+    /// free to take them: a sent call never waits behind a busy thread.
+    idle: Arc<AtomicUsize>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    overflowed: AtomicU64,
+}
+
+/// Counters of a pool, for tests and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PoolStats {
+    pub(crate) threads: usize,
+    /// Calls that found every pool thread busy and went to tokio's
+    /// blocking pool.
+    pub(crate) overflowed: u64,
+}
+
+/// Threads of a pool unless configured: four per core, at least 4 and at
+/// most 64. One per core sent 40 % of the loop benchmark's calls to the
+/// overflow (many workers hand over calls in bursts, faster than two
+/// threads take them), 4 per core about 10 % and was faster than 1, 2 or 8
+/// per core; idle threads only cost their stacks.
+pub(crate) fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(4, |n| n.get() * 4)
+        .clamp(4, 64)
+}
+
+impl CallPool {
+    /// Start `threads` threads (at least one). Inside a tokio runtime, the
+    /// threads enter it.
+    pub(crate) fn new(threads: usize) -> Self {
+        let threads = threads.max(1);
+        // Never more calls queued than threads (see `Inner::idle`), so a
+        // bounded channel of that size never makes a sender wait.
+        let (sender, receiver) = crossbeam_channel::bounded::<Job>(threads);
+        // Idle from the start: a call sent before a thread reaches `recv`
+        // waits in the channel for it.
+        let idle = Arc::new(AtomicUsize::new(threads));
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        let handles = (0..threads)
+            .map(|i| {
+                let (receiver, idle, runtime) = (receiver.clone(), idle.clone(), runtime.clone());
+                std::thread::Builder::new()
+                    .name(format!("setpoint-reconcile-{i}"))
+                    .spawn(move || run(&receiver, &idle, runtime))
+                    .expect("spawning a reconcile thread")
+            })
+            .collect();
+        Self {
+            inner: Arc::new(Inner {
+                sender: RwLock::new(Some(sender)),
+                idle,
+                threads: Mutex::new(handles),
+                overflowed: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Run `f` on an idle pool thread, or on tokio's blocking pool if none
+    /// is idle. A panic in `f` comes back as `Err` with its message.
+    pub(crate) async fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, String> {
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move |idle| {
+            let result = std::panic::catch_unwind(AssertUnwindSafe(f));
+            // Idle again before answering, not after: the caller may send
+            // its next call as soon as it has the answer, and should find
+            // this thread free rather than overflow.
+            if let Some(idle) = idle {
+                idle.fetch_add(1, Ordering::AcqRel);
+            }
+            let _ = tx.send(result);
+        });
+        if let Err(job) = self.try_send(job) {
+            self.inner.overflowed.fetch_add(1, Ordering::Relaxed);
+            // The job catches its own panic and answers through `rx`; the
+            // join handle can only add "cancelled" (runtime shutting down),
+            // which `rx` reports as a dropped sender.
+            drop(tokio::task::spawn_blocking(move || job(None)));
+        }
+        match rx.await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(panic)) => Err(format!("panicked with message {:?}", panic_message(&panic))),
+            Err(_) => Err("the call was dropped unrun (shutting down)".to_owned()),
+        }
+    }
+
+    /// Hand `job` to an idle pool thread, or give it back.
+    fn try_send(&self, job: Job) -> Result<(), Job> {
+        let sender = self
+            .inner
+            .sender
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(sender) = sender.as_ref() else {
+            return Err(job);
+        };
+        let taken = self
+            .inner
+            .idle
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        if taken.is_err() {
+            return Err(job);
+        }
+        sender.try_send(job).map_err(|e| e.into_inner())
+    }
+
+    /// Stop the threads once they have run the calls already sent to them;
+    /// later calls all go to tokio's blocking pool. Waits for the threads
+    /// to exit (off the async threads).
+    pub(crate) async fn shutdown(&self) {
+        self.inner
+            .sender
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let threads = std::mem::take(
+            &mut *self
+                .inner
+                .threads
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        if threads.is_empty() {
+            return;
+        }
+        let joined = tokio::task::spawn_blocking(move || {
+            for thread in threads {
+                let _ = thread.join();
+            }
+        });
+        let _ = joined.await;
+    }
+
+    pub(crate) fn stats(&self) -> PoolStats {
+        PoolStats {
+            threads: self
+                .inner
+                .threads
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .len(),
+            overflowed: self.inner.overflowed.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl std::fmt::Debug for CallPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallPool")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// One pool thread: take a call and run it (the call announces the thread
+/// idle again); until every sender is gone (shutdown, or the last pool
+/// clone dropped). `recv`
+/// spins briefly before it sleeps, so a thread that finishes a call while
+/// the next is being sent takes it without a futex wake.
+fn run(receiver: &Receiver<Job>, idle: &AtomicUsize, runtime: Option<tokio::runtime::Handle>) {
+    let _entered = runtime.as_ref().map(tokio::runtime::Handle::enter);
+    while let Ok(job) = receiver.recv() {
+        job(Some(idle));
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("Box<dyn Any>")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+
+    use super::*;
+
+    fn on_pool_thread() -> bool {
+        std::thread::current()
+            .name()
+            .is_some_and(|n| n.starts_with("setpoint-reconcile-"))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn runs_calls_on_its_threads_inside_the_runtime() {
+        let pool = CallPool::new(2);
+        for i in 0..100 {
+            let (value, pooled) = pool.call(move || (i * 2, on_pool_thread())).await.unwrap();
+            assert_eq!(value, i * 2);
+            assert!(pooled, "call {i} overflowed with idle threads");
+        }
+        // The view's store reads block on the runtime from the call.
+        let read = pool
+            .call(|| tokio::runtime::Handle::current().block_on(async { 7 }))
+            .await;
+        assert_eq!(read, Ok(7));
+        assert_eq!(pool.stats().overflowed, 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_that_blocks_every_thread_does_not_stop_other_calls() {
+        let pool = CallPool::new(1);
+        let (started_tx, started) = mpsc::channel();
+        let (release, release_rx) = mpsc::channel::<()>();
+        let blocked = tokio::spawn({
+            let pool = pool.clone();
+            async move {
+                pool.call(move || {
+                    started_tx.send(()).unwrap();
+                    release_rx.recv().unwrap();
+                    on_pool_thread()
+                })
+                .await
+            }
+        });
+        tokio::task::spawn_blocking(move || started.recv().unwrap())
+            .await
+            .unwrap();
+        // The one pool thread is held: this call must still finish.
+        let pooled = pool.call(on_pool_thread).await.unwrap();
+        assert!(!pooled, "ran on the blocked pool's thread");
+        assert_eq!(pool.stats().overflowed, 1);
+        release.send(()).unwrap();
+        assert_eq!(blocked.await.unwrap(), Ok(true));
+        // The thread is back: the next call is the pool's again.
+        assert_eq!(pool.call(on_pool_thread).await, Ok(true));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panic_comes_back_as_an_error_and_the_thread_survives() {
+        let pool = CallPool::new(1);
+        let err = pool
+            .call(|| -> u32 { panic!("reconciler bug {}", 42) })
+            .await
+            .unwrap_err();
+        assert!(err.contains("reconciler bug 42"), "{err}");
+        assert_eq!(pool.call(on_pool_thread).await, Ok(true));
+        assert_eq!(pool.stats().overflowed, 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn shutdown_stops_the_threads_and_later_calls_overflow() {
+        let pool = CallPool::new(3);
+        let clone = pool.clone();
+        assert_eq!(pool.call(on_pool_thread).await, Ok(true));
+        pool.shutdown().await;
+        assert_eq!(pool.stats().threads, 0, "every thread joined");
+        assert_eq!(clone.call(on_pool_thread).await, Ok(false));
+        assert_eq!(pool.stats().overflowed, 1);
+        pool.shutdown().await; // twice is harmless
+    }
+
+    #[test]
+    fn dropping_the_last_clone_stops_the_threads() {
+        let pool = CallPool::new(2);
+        let handles = std::mem::take(&mut *pool.inner.threads.lock().unwrap());
+        drop(pool);
+        for handle in handles {
+            handle.join().unwrap();
+        }
+    }
+}
