@@ -9,22 +9,22 @@
 //! an exclusive file lock while the store is open, so that a second process
 //! gets "data directory … is in use by another process") and, while the
 //! store is open or after a crash, the write-ahead log `wal-*.log` (see
-//! `wal/`; a clean close leaves none). The database has four tables:
+//! `wal/`; a clean close leaves none). The database has three tables:
 //!
 //! | table | key → value | holds |
 //! |---|---|---|
 //! | `revisions` | revision → create revision (i64 LE) ‖ key length (u32 LE) ‖ key ‖ value | every change since compaction, plus each live key's newest version at or below the compaction point; create revision 0 and no value mark a deletion |
-//! | `index` | (key, revision) → () | the revisions of each key, oldest first: reads at a past revision, the previous value of a deletion, compaction |
 //! | `current` | key → (create revision, mod revision) | live keys only: current reads and write conditions |
-//! | `meta` | name → i64 | `format` (2; 1 is read and upgraded), `revision`, `compacted` (the compaction point), `cleaned` (how far compaction has physically removed entries) |
+//! | `meta` | name → i64 | `format` (3; 1 and 2 are read and upgraded), `revision`, `compacted` (the compaction point), `cleaned` (how far compaction has physically removed entries) |
 //!
 //! Values are stored once, in `revisions`, which only ever grows at its end:
 //! whatever keys are written, a batch's values land on a few adjacent pages,
 //! watch replay is a sequential scan, and compaction deletes mostly
-//! contiguous runs. `index` and `current` hold small entries. Keys of
-//! `index` are `(str, i64)` tuples compared field by field, so any key
-//! string (even one containing NUL) sorts by its bytes and prefix scans are
-//! exact.
+//! contiguous runs. `current` holds small entries. The versions of each
+//! key (for reads at a past revision, the value a deletion removed, and
+//! compaction) are indexed in memory (`history.rs`), rebuilt from
+//! `revisions` at open; formats 1 and 2 kept that index in an `index`
+//! table, which the upgrade drops.
 //!
 //! # Writes
 //!
