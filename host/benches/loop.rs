@@ -2,14 +2,17 @@
 //! informer → queue → worker → reconciler → status write, for 10,000
 //! objects.
 //!
-//! `cargo bench -p setpoint --bench loop [-- OBJECTS [WORKERS] [inline]]`. The store
-//! lives in a fresh directory under `$SETPOINT_BENCH_DIR` (default: the
-//! system temp dir). The reconciler is native (a `controller::Reconciler`,
-//! not Wasm), so this measures the host's loop, not a plugin: it writes
-//! `status.observedGeneration` and `status.value` from the spec. It runs on
-//! the host's reconcile threads (tokio's blocking pool when all are busy),
-//! as Wasm plugins do, unless `inline` is given
-//! (`Reconciler::runs_inline`, for trusted native reconcilers). Phases:
+//! `cargo bench -p setpoint --bench loop [-- OBJECTS [WORKERS] [inline|wasm]]`.
+//! The store lives in a fresh directory under `$SETPOINT_BENCH_DIR`
+//! (default: the system temp dir). The reconciler writes
+//! `status.observedGeneration` and `status.value` from the spec. By default
+//! it is native (a `controller::Reconciler`), so this measures the host's
+//! loop: it runs on the host's reconcile threads (tokio's blocking pool
+//! when all are busy), as Wasm plugins do. `inline` runs it on the worker's
+//! task (`Reconciler::runs_inline`, for trusted native reconcilers); `wasm`
+//! computes the status in the `benchitem` Wasm plugin
+//! (`tests/guests/benchitem`, built first), a fresh instance per call, as
+//! every plugin dropped into `plugins/` runs. Phases:
 //!
 //! 1. **create**: 64 writer tasks create OBJECTS objects as fast as the store
 //!    takes them while the controller reconciles them;
@@ -25,7 +28,8 @@
 //! first sees it (p50, p99).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -35,6 +39,7 @@ use setpoint::controller::{
     self, CacheView, Manifest, ReconcileError, Reconciler, Request, Response,
 };
 use setpoint::object::{KindRef, meta};
+use setpoint::runtime::{Runtime, RuntimeConfig, WasmPlugin};
 use setpoint::store::EmbeddedBackend;
 use setpoint::{Host, queue};
 
@@ -44,6 +49,25 @@ fn bench_dir() -> PathBuf {
     std::env::var_os("SETPOINT_BENCH_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(std::env::temp_dir)
+}
+
+/// Builds the `benchitem` plugin (a Wasm component) and returns its path.
+fn built_benchitem() -> PathBuf {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let target = workspace.join("target").join("wasm");
+    let status = Command::new(env!("CARGO"))
+        .current_dir(workspace)
+        .args(["build", "--profile", "plugin", "--target", "wasm32-wasip2"])
+        .arg("--target-dir")
+        .arg(&target)
+        .args(["-p", "benchitem"])
+        .status()
+        .expect("running cargo");
+    assert!(status.success(), "building the benchitem plugin failed");
+    target
+        .join("wasm32-wasip2")
+        .join("plugin")
+        .join("benchitem.wasm")
 }
 
 fn definition() -> Value {
@@ -75,6 +99,9 @@ struct StatusWriter {
     calls: AtomicU64,
     writes: AtomicU64,
     inline: bool,
+    /// With `wasm`: the `benchitem` plugin, which computes the same status
+    /// in a fresh Wasm instance per call.
+    wasm: Option<WasmPlugin>,
 }
 
 impl Reconciler for StatusWriter {
@@ -103,6 +130,9 @@ impl Reconciler for StatusWriter {
                 .unwrap()
                 .entry((meta::name(object).to_owned(), generation))
                 .or_insert(now);
+        }
+        if let Some(wasm) = &self.wasm {
+            return wasm.reconcile(request, _cache);
         }
         Ok(Response {
             status: Some(
@@ -241,6 +271,14 @@ fn main() {
     // reconciler that opts in); otherwise on the reconcile threads, as Wasm
     // plugins always do.
     let inline = std::env::args().any(|a| a == "inline");
+    // `wasm`: the status is computed by the `benchitem` Wasm plugin.
+    let wasm = std::env::args().any(|a| a == "wasm").then(|| {
+        let bytes = std::fs::read(built_benchitem()).unwrap();
+        Runtime::new(RuntimeConfig::default())
+            .unwrap()
+            .load(&bytes, None)
+            .unwrap()
+    });
     let mut args = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with("--"))
@@ -294,12 +332,19 @@ fn main() {
             calls: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             inline,
+            wasm,
         });
         host.add_reconciler(reconciler.clone()).await.unwrap();
         println!(
-            "whole loop, embedded durable store in {}, {workers} workers, native status-writing reconciler ({}), {} CPUs",
+            "whole loop, embedded durable store in {}, {workers} workers, status-writing reconciler: {}, {} CPUs",
             dir.path().display(),
-            if inline { "inline" } else { "on reconcile threads, as Wasm plugins" },
+            if reconciler.wasm.is_some() {
+                "the benchitem Wasm plugin (a fresh instance per call, on reconcile threads)"
+            } else if inline {
+                "native, inline"
+            } else {
+                "native, on reconcile threads, as Wasm plugins"
+            },
             std::thread::available_parallelism().map_or(0, |n| n.get())
         );
         phase("create", &host, &reconciler, &clock, objects, 1).await;
