@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 use setpoint::controller::{
     self, CacheView, Manifest, ReconcileError, Reconciler, Request, Response,
 };
@@ -70,22 +70,6 @@ fn built_benchitem() -> PathBuf {
         .join("benchitem.wasm")
 }
 
-fn definition() -> Value {
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "items.bench.setpoint.dev"},
-        "spec": {"group": "bench.setpoint.dev", "scope": "Namespaced",
-            "names": {"kind": "Item", "plural": "items", "singular": "item", "listKind": "ItemList"},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "properties": {"value": {"type": "integer"}}},
-                    "status": {"type": "object", "properties": {
-                        "value": {"type": "integer"},
-                        "observedGeneration": {"type": "integer"}}}}}}}]}
-    })
-}
-
 /// Write acknowledgements and first reconcile starts, per (name, generation).
 #[derive(Default)]
 struct Clock {
@@ -116,7 +100,7 @@ impl Reconciler for StatusWriter {
     fn reconcile(
         &self,
         request: &Request,
-        _cache: &Arc<dyn CacheView>,
+        cache: &Arc<dyn CacheView>,
     ) -> Result<Response, ReconcileError> {
         let now = Instant::now();
         self.calls.fetch_add(1, Ordering::Relaxed);
@@ -132,7 +116,7 @@ impl Reconciler for StatusWriter {
                 .or_insert(now);
         }
         if let Some(wasm) = &self.wasm {
-            return wasm.reconcile(request, _cache);
+            return wasm.reconcile(request, cache);
         }
         Ok(Response {
             status: Some(
@@ -325,7 +309,7 @@ fn main() {
                 version: "1.0.0".into(),
                 reconciles: KindRef::new("bench.setpoint.dev/v1", "Item"),
                 owns: vec![],
-                definitions: vec![definition()],
+                definitions: vec![benchitem::definition()],
                 finalizer: None,
             },
             clock: clock.clone(),

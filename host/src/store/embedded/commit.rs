@@ -126,8 +126,6 @@ pub(super) struct Writer {
     /// The checkpoint in flight: the log segment it began, and where the
     /// applier answers.
     checkpointing: Option<(u64, Receiver<Result<()>>)>,
-    /// Set when a write failed half-way: every later write is refused.
-    failed: Option<String>,
 }
 
 impl Writer {
@@ -147,11 +145,7 @@ impl Writer {
                 if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| applier.run())).is_err()
                 {
                     tracing::error!(file = %on_panic.file.display(), "store applier panicked");
-                    on_panic.fail(format!(
-                        "{}: the store's applier thread panicked; the store takes no writes \
-                         until it is reopened",
-                        on_panic.file.display()
-                    ));
+                    on_panic.fail("the store's applier thread panicked");
                 }
             })
             .map_err(|e| super::open::io_context(e, "starting the store applier thread".into()))?;
@@ -164,7 +158,6 @@ impl Writer {
             unapplied: Unapplied::default(),
             applier: Some((jobs, thread)),
             checkpointing: None,
-            failed: None,
             last_batch: 0,
         })
     }
@@ -184,7 +177,7 @@ impl Writer {
                     }
                     Err(RecvTimeoutError::Disconnected) => break,
                 }
-            } else if self.syncer.has_records() && self.failed.is_none() {
+            } else if self.syncer.has_records() && !self.shared.failed() {
                 match self.requests.recv_timeout(IDLE_CHECKPOINT) {
                     Ok(queued) => queued,
                     Err(RecvTimeoutError::Timeout) => {
@@ -200,18 +193,18 @@ impl Writer {
                 }
             };
             batch.push(first);
-            self.drain(&mut batch);
+            drain(&self.requests, &mut batch);
             if self.commit_batch(&mut batch, &mut closers) {
                 break;
             }
             self.finish_checkpoint(false);
-            if self.syncer.checkpoint_due() && self.failed.is_none() {
+            if self.syncer.checkpoint_due() && !self.shared.failed() {
                 self.start_checkpoint();
             }
         }
         // A clean close leaves a durable database and no log; after a failed
         // write the log stays for the next open to recover from.
-        if self.failed.is_none()
+        if !self.shared.failed()
             && self.checkpoint()
             && let Err(err) = self.syncer.remove()
         {
@@ -230,19 +223,6 @@ impl Writer {
         }
     }
 
-    /// Moves queued requests into `batch`, up to [`MAX_BATCH`]. Returns how
-    /// many were added.
-    fn drain(&mut self, batch: &mut Vec<Queued>) -> usize {
-        let before = batch.len();
-        while batch.len() < MAX_BATCH {
-            match self.requests.try_recv() {
-                Ok(request) => batch.push(request),
-                Err(_) => break,
-            }
-        }
-        batch.len() - before
-    }
-
     /// Decides and logs one batch, then answers it and hands it to the
     /// applier. Returns whether a close was requested.
     fn commit_batch(
@@ -253,19 +233,15 @@ impl Writer {
         let mut outcomes = Vec::with_capacity(MAX_BATCH);
         let mut events = Vec::with_capacity(MAX_BATCH);
         let mut next = self.counters;
-        if self.failed.is_none()
-            && let Some(why) = self.shared.failed()
-        {
-            self.failed = Some(why);
-        }
-        let written = match &self.failed {
-            Some(why) => Err(Error::Unavailable(why.clone())),
-            None => self.write_batch(batch, &mut next, &mut outcomes, &mut events),
+        let written = if self.shared.failed() {
+            Err(self.shared.failure())
+        } else {
+            self.write_batch(batch, &mut next, &mut outcomes, &mut events)
         };
         self.last_batch = batch.len();
         let changes = match written {
             Err(err) => {
-                if self.failed.is_none() {
+                if !self.shared.failed() {
                     tracing::error!(file = %self.shared.file.display(), error = %err, "store write failed");
                 }
                 // Nothing was logged: the revision counter stays where it was.
@@ -374,7 +350,7 @@ impl Writer {
         // snapshot is taken, so that the two always overlap.
         self.unapplied
             .trim(shared.committed.load(Ordering::Acquire));
-        while self.unapplied.is_full() && !shared.failed.load(Ordering::Acquire) {
+        while self.unapplied.is_full() && !shared.failed() {
             // The applier fell behind (a slow disk, a compaction chunk):
             // wait rather than let memory grow without bound.
             std::thread::sleep(GATHER_STEP);
@@ -405,14 +381,7 @@ impl Writer {
             if self.last_batch <= 1 || decided >= target || started.elapsed() >= GATHER_MAX {
                 break;
             }
-            let before = batch.len();
-            while batch.len() < MAX_BATCH {
-                match self.requests.try_recv() {
-                    Ok(request) => batch.push(request),
-                    Err(_) => break,
-                }
-            }
-            if batch.len() == before {
+            if drain(&self.requests, batch) == 0 {
                 // Nothing queued: wait for the next request, but only
                 // briefly (requests stopped coming, most likely).
                 let wait = Instant::now();
@@ -469,13 +438,7 @@ impl Writer {
             "a store write failed after its log record may have been written; the store takes \
              no more writes until it is reopened, which recovers from the log"
         );
-        let why = format!(
-            "{}: an earlier write failed ({err}); the store takes no writes until it is \
-             reopened",
-            self.shared.file.display()
-        );
-        self.shared.fail(why.clone());
-        self.failed = Some(why);
+        self.shared.fail(err);
     }
 
     /// Makes the database durable with every logged batch and restarts the
@@ -485,14 +448,14 @@ impl Writer {
         self.finish_checkpoint(true);
         self.start_checkpoint();
         self.finish_checkpoint(true);
-        self.failed.is_none()
+        !self.shared.failed()
     }
 
     /// Starts a checkpoint unless one is in flight: later records go to a
     /// new log segment while the applier commits the database durably with
     /// every batch logged before, so writes go on meanwhile.
     fn start_checkpoint(&mut self) {
-        if self.checkpointing.is_some() || self.failed.is_some() {
+        if self.checkpointing.is_some() || self.shared.failed() {
             return;
         }
         match self.syncer.start_checkpoint() {
@@ -528,11 +491,24 @@ impl Writer {
         };
         self.checkpointing = None;
         if let Err(err) = result.and_then(|()| self.syncer.checkpointed(segment))
-            && self.failed.is_none()
+            && !self.shared.failed()
         {
             self.fail(&err);
         }
     }
+}
+
+/// Moves queued requests into `batch`, up to [`MAX_BATCH`]. Returns how
+/// many were added.
+fn drain(requests: &Receiver<Queued>, batch: &mut Vec<Queued>) -> usize {
+    let before = batch.len();
+    while batch.len() < MAX_BATCH {
+        match requests.try_recv() {
+            Ok(request) => batch.push(request),
+            Err(_) => break,
+        }
+    }
+    batch.len() - before
 }
 
 /// A copy of an error for each request of a failed batch.

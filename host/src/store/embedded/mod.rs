@@ -107,7 +107,9 @@ mod upgrade_tests;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{
+    Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -176,9 +178,7 @@ struct Shared {
     /// The same, for reads waiting for it.
     committed_tx: revision_watch::Sender<Revision>,
     /// Why the store takes no more writes, once a write failed half-way.
-    failure: Mutex<Option<String>>,
-    /// Whether `failure` is set.
-    failed: AtomicBool,
+    failure: OnceLock<String>,
     /// The compaction point, as acknowledged.
     compacted: AtomicI64,
     /// The newest events, for live watchers.
@@ -270,31 +270,26 @@ impl Shared {
 
     /// Stops writes (and reads that wait for writes) for good: the database
     /// may lag the log, which only reopening recovers.
-    fn fail(&self, why: String) {
-        self.failure
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get_or_insert(why);
-        self.failed.store(true, Ordering::Release);
+    /// The first failure's cause is the one reported.
+    fn fail(&self, cause: impl std::fmt::Display) {
+        let _ = self.failure.set(format!(
+            "{}: an earlier write failed ({cause}); the store takes no writes until it is \
+             reopened",
+            self.file.display()
+        ));
         self.committed_tx.send_modify(|_| {});
     }
 
-    /// Why writes stopped, if they did.
-    fn failed(&self) -> Option<String> {
-        if !self.failed.load(Ordering::Acquire) {
-            return None;
-        }
-        self.failure
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+    /// Whether writes stopped after a failure.
+    fn failed(&self) -> bool {
+        self.failure.get().is_some()
     }
 
     /// The error for requests refused after a failure.
     fn failure(&self) -> Error {
+        let why = self.failure.get().cloned();
         Error::Unavailable(
-            self.failed()
-                .unwrap_or_else(|| format!("{}: an earlier write failed", self.file.display())),
+            why.unwrap_or_else(|| format!("{}: an earlier write failed", self.file.display())),
         )
     }
 
@@ -311,7 +306,7 @@ impl Shared {
             if *committed.borrow_and_update() >= acknowledged {
                 return Ok(());
             }
-            if self.failed.load(Ordering::Acquire) {
+            if self.failed() {
                 return Err(self.failure());
             }
             if self.is_closed() {
@@ -431,8 +426,7 @@ impl EmbeddedBackend {
             acknowledged: AtomicI64::new(counters.revision),
             committed: AtomicI64::new(counters.revision),
             committed_tx,
-            failure: Mutex::new(None),
-            failed: AtomicBool::new(false),
+            failure: OnceLock::new(),
             compacted: AtomicI64::new(counters.compacted),
             recent: Mutex::new(Recent::new(counters.revision)),
             history: RwLock::new(opened.history),

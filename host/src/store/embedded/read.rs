@@ -152,7 +152,9 @@ fn range_past(
         });
     }
     let more = range.limit != 0 && found.len() > range.limit;
-    found.truncate(if more { range.limit } else { found.len() });
+    if more {
+        found.truncate(range.limit);
+    }
     let revisions = txn.open_table(REVISIONS).ctx(file)?;
     let kvs = found
         .iter()

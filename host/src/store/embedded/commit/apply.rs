@@ -59,9 +59,6 @@ pub(super) struct Applier {
     pub(super) clean_after: Instant,
     /// Whether a batch was applied since the last compaction chunk.
     pub(super) wrote_since_clean: bool,
-    /// Set when a commit failed: later batches are dropped (the log holds
-    /// them; reopening recovers them) and reads are refused.
-    failed: bool,
 }
 
 impl Applier {
@@ -75,12 +72,13 @@ impl Applier {
             clean_chunk: compact::CLEAN_FIRST,
             clean_after: Instant::now(),
             wrote_since_clean: false,
-            failed: false,
         }
     }
 
     fn cleanup_pending(&self) -> bool {
-        self.counters.cleaned < self.counters.compacted && !self.cleanup_failed && !self.failed
+        self.counters.cleaned < self.counters.compacted
+            && !self.cleanup_failed
+            && !self.shared.failed()
     }
 
     /// Serves jobs until the writer hangs up.
@@ -129,11 +127,8 @@ impl Applier {
                     Err(_) => break,
                 }
             }
-            let checkpoint = match jobs.last() {
-                Some(Job::Checkpoint(_)) => match jobs.pop() {
-                    Some(Job::Checkpoint(reply)) => Some(reply),
-                    _ => unreachable!("just matched"),
-                },
+            let checkpoint = match jobs.pop_if(|job| matches!(job, Job::Checkpoint(_))) {
+                Some(Job::Checkpoint(reply)) => Some(reply),
                 _ => None,
             };
             if !jobs.is_empty() {
@@ -155,7 +150,9 @@ impl Applier {
         let mut compactions = Vec::new();
         let mut next = self.counters;
         let started = Instant::now();
-        let result = if self.failed {
+        // After a failure later batches are dropped: the log holds them and
+        // reopening recovers them.
+        let result = if self.shared.failed() {
             Err(self.shared.failure())
         } else {
             self.write(jobs, &mut next)
@@ -188,7 +185,7 @@ impl Applier {
                 self.shared.set_committed(next.revision);
             }
             Err(err) => {
-                if !self.failed {
+                if !self.shared.failed() {
                     self.fail(&err);
                 }
                 for (_, waiter) in compactions {
@@ -240,17 +237,12 @@ impl Applier {
             "committing acknowledged writes to the store's database failed; they are in the \
              log, and the store takes no more writes until it is reopened, which recovers them"
         );
-        self.failed = true;
-        self.shared.fail(format!(
-            "{}: an earlier write failed ({err}); the store takes no writes until it is \
-             reopened",
-            self.shared.file.display()
-        ));
+        self.shared.fail(err);
     }
 
     /// Commits the database durably, with everything applied so far.
     fn checkpoint(&mut self) -> Result<()> {
-        if self.failed {
+        if self.shared.failed() {
             return Err(self.shared.failure());
         }
         let started = Instant::now();
