@@ -96,6 +96,7 @@ mod open;
 mod overlay;
 mod read;
 mod schema;
+mod stats;
 mod wal;
 mod watch;
 
@@ -119,6 +120,8 @@ use tokio::sync::{Semaphore, oneshot, watch as revision_watch};
 use self::commit::{Queued, Request, Writer};
 use self::history::History;
 use self::schema::Context;
+pub use self::stats::EmbeddedStats;
+use self::stats::Stats;
 use self::wal::Syncer;
 use self::watch::Recent;
 use super::{
@@ -187,71 +190,6 @@ struct Shared {
     history: RwLock<History>,
     closed: AtomicBool,
     stats: Stats,
-}
-
-/// The writer's running totals.
-#[derive(Default)]
-struct Stats {
-    commits: AtomicU64,
-    writes: AtomicU64,
-    decide_nanos: AtomicU64,
-    commit_nanos: AtomicU64,
-    applies: AtomicU64,
-    apply_nanos: AtomicU64,
-    db_commit_nanos: AtomicU64,
-    gather_nanos: AtomicU64,
-    checkpoints: AtomicU64,
-    checkpoint_nanos: AtomicU64,
-    /// Shared with the log's thread.
-    log_nanos: Arc<AtomicU64>,
-}
-
-/// Running totals of the embedded store's writer, for metrics.
-///
-/// ```
-/// use setpoint::store::{Backend, Condition, EmbeddedBackend};
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let dir = tempfile::tempdir()?;
-///
-/// let store = EmbeddedBackend::open(dir.path())?;
-/// store.put("/a", vec![], Condition::Any).await?;
-/// let stats = store.stats();
-/// assert_eq!((stats.commits, stats.writes), (1, 1));
-/// store.close().await?;
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct EmbeddedStats {
-    /// Batches committed, each made durable by one append to the
-    /// write-ahead log and one fsync.
-    pub commits: u64,
-    /// Puts and deletes committed (revisions assigned).
-    pub writes: u64,
-    /// Time the writer spent deciding batches: conditions, revisions, the
-    /// log record.
-    pub decide_time: Duration,
-    /// Time the writer spent waiting for batches' log records to be synced.
-    pub commit_time: Duration,
-    /// Database transactions the applier committed (each holds every batch
-    /// that queued up meanwhile).
-    pub applies: u64,
-    /// Time the applier spent writing batches into its transactions.
-    pub apply_time: Duration,
-    /// Time the applier spent in (non-durable) database commits.
-    pub db_commit_time: Duration,
-    /// Time spent waiting for concurrent writers to join a batch.
-    pub gather_time: Duration,
-    /// Checkpoints: durable database commits, after which the log restarts.
-    pub checkpoints: u64,
-    /// Time spent in checkpoints (flushing the database file).
-    pub checkpoint_time: Duration,
-    /// Time the log's thread spent writing and syncing records.
-    pub log_time: Duration,
-    /// Versions of keys held in the in-memory index (every change since
-    /// the compaction point, plus each key's newest version below it).
-    pub versions: u64,
 }
 
 impl Shared {

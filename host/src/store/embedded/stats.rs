@@ -1,0 +1,72 @@
+//! The embedded store's running totals: counters the writer, the applier
+//! and the log's thread add to, and the snapshot of them
+//! [`EmbeddedBackend::stats`](super::EmbeddedBackend::stats) returns.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+/// The writer's running totals.
+#[derive(Default)]
+pub(super) struct Stats {
+    pub(super) commits: AtomicU64,
+    pub(super) writes: AtomicU64,
+    pub(super) decide_nanos: AtomicU64,
+    pub(super) commit_nanos: AtomicU64,
+    pub(super) applies: AtomicU64,
+    pub(super) apply_nanos: AtomicU64,
+    pub(super) db_commit_nanos: AtomicU64,
+    pub(super) gather_nanos: AtomicU64,
+    pub(super) checkpoints: AtomicU64,
+    pub(super) checkpoint_nanos: AtomicU64,
+    /// Shared with the log's thread.
+    pub(super) log_nanos: Arc<AtomicU64>,
+}
+
+/// Running totals of the embedded store's writer, for metrics.
+///
+/// ```
+/// use setpoint::store::{Backend, Condition, EmbeddedBackend};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = tempfile::tempdir()?;
+///
+/// let store = EmbeddedBackend::open(dir.path())?;
+/// store.put("/a", vec![], Condition::Any).await?;
+/// let stats = store.stats();
+/// assert_eq!((stats.commits, stats.writes), (1, 1));
+/// store.close().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EmbeddedStats {
+    /// Batches committed, each made durable by one append to the
+    /// write-ahead log and one fsync.
+    pub commits: u64,
+    /// Puts and deletes committed (revisions assigned).
+    pub writes: u64,
+    /// Time the writer spent deciding batches: conditions, revisions, the
+    /// log record.
+    pub decide_time: Duration,
+    /// Time the writer spent waiting for batches' log records to be synced.
+    pub commit_time: Duration,
+    /// Database transactions the applier committed (each holds every batch
+    /// that queued up meanwhile).
+    pub applies: u64,
+    /// Time the applier spent writing batches into its transactions.
+    pub apply_time: Duration,
+    /// Time the applier spent in (non-durable) database commits.
+    pub db_commit_time: Duration,
+    /// Time spent waiting for concurrent writers to join a batch.
+    pub gather_time: Duration,
+    /// Checkpoints: durable database commits, after which the log restarts.
+    pub checkpoints: u64,
+    /// Time spent in checkpoints (flushing the database file).
+    pub checkpoint_time: Duration,
+    /// Time the log's thread spent writing and syncing records.
+    pub log_time: Duration,
+    /// Versions of keys held in the in-memory index (every change since
+    /// the compaction point, plus each key's newest version below it).
+    pub versions: u64,
+}
