@@ -274,7 +274,9 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let seconds: f64 = args
         .iter()
-        .find(|a| !a.starts_with('-'))
+        .enumerate()
+        .find(|(i, a)| !a.starts_with('-') && (*i == 0 || !args[i - 1].starts_with("--")))
+        .map(|(_, a)| a)
         .and_then(|a| a.parse().ok())
         .unwrap_or(3.0);
     let reload = !args.iter().any(|a| a == "--no-reload");
@@ -304,7 +306,12 @@ fn main() {
             "wasm" => &wasm,
             other => panic!("--only {other}: expected native or wasm"),
         };
-        for size in [1024, 16 * 1024] {
+        // `--size BYTES`: only that object size.
+        let sizes: Vec<usize> = match args.iter().position(|a| a == "--size") {
+            Some(i) => vec![args[i + 1].parse().expect("--size BYTES")],
+            None => vec![1024, 16 * 1024],
+        };
+        for size in sizes {
             let request = Request {
                 object: Arc::new(replicaset(size)),
                 owned: vec![],

@@ -263,6 +263,11 @@ fn engine_config(pool: Option<u32>, settings: &RuntimeConfig, cache: &Option<Cac
     // bookkeeping for concurrent guests (about 1 µs of a 1 KiB reconcile).
     config.concurrency_support(false);
     config.cache(cache.clone());
+    // For profiling plugins: wasmtime writes /tmp/perf-PID.map so that
+    // `perf report` names guest functions (build the plugin unstripped).
+    if std::env::var_os("SETPOINT_WASM_PERFMAP").is_some() {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     if let Some(n) = pool {
         let mut pooling = PoolingAllocationConfig::new();
         pooling
