@@ -15,7 +15,9 @@
 //!   and `setpoint_watches_total` for watch streams;
 //! - `setpoint_store_request_duration_seconds{operation}` and
 //!   `setpoint_store_request_errors_total{operation}`, the store backend's
-//!   operations (modelled on `etcd_request_duration_seconds`);
+//!   operations (modelled on `etcd_request_duration_seconds`), and the
+//!   store engine's own numbers (`setpoint_embedded_*`: commits, fsync
+//!   wait, applier lag, in-memory versions);
 //! - `setpoint_plugin_reconciles_total{plugin}` and
 //!   `setpoint_plugin_reconcile_errors_total{plugin}` (what `setpoint
 //!   plugins` shows), `setpoint_plugin_reconcile_duration_seconds{plugin}`
@@ -40,6 +42,7 @@ use crate::Host;
 use crate::queue::{DURATION_BUCKETS_SECONDS, HistogramSnapshot, MetricsSnapshot};
 use crate::runtime::PluginCallStats;
 use crate::store::metered::OperationSnapshot;
+use crate::store::{EngineMetric, MetricKind};
 
 /// Upper bounds (seconds) of the request duration histogram.
 const REQUEST_BUCKETS: [f64; 10] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
@@ -152,6 +155,8 @@ pub(super) struct HostNumbers {
     pub(super) queues: Vec<(String, MetricsSnapshot)>,
     /// The store's operations, when the backend is metered.
     pub(super) store: Vec<OperationSnapshot>,
+    /// The store engine's own numbers (the embedded store's commits, …).
+    pub(super) engine: Vec<EngineMetric>,
     /// (plugin, reconciles, errors), from the plugin files' counters.
     pub(super) plugins: Vec<(String, u64, u64)>,
     /// Each plugin's call durations and guest faults, from the runtime.
@@ -176,6 +181,7 @@ impl HostNumbers {
                 .metrics()
                 .map(|m| m.snapshot())
                 .unwrap_or_default(),
+            engine: host.api().backend().engine_metrics(),
             plugins: plugins
                 .into_iter()
                 .map(|(name, (reconciles, errors))| (name, reconciles, errors))
@@ -392,8 +398,20 @@ pub(super) fn render(numbers: &HostNumbers, requests: &RequestMetrics) -> String
         );
     }
     render_store(&mut out, &numbers.store);
+    render_engine(&mut out, &numbers.engine);
     render_plugins(&mut out, &numbers.plugins, &numbers.calls);
     out
+}
+
+fn render_engine(out: &mut String, engine: &[EngineMetric]) {
+    for metric in engine {
+        let kind = match metric.kind {
+            MetricKind::Counter => "counter",
+            MetricKind::Gauge => "gauge",
+        };
+        header(out, metric.name, kind, metric.help);
+        let _ = writeln!(out, "{} {}", metric.name, metric.value);
+    }
 }
 
 fn render_store(out: &mut String, store: &[OperationSnapshot]) {
@@ -503,4 +521,57 @@ pub(super) async fn metrics(host: Arc<Host>, requests: Arc<RequestMetrics>) -> R
         render(&numbers, &requests),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Condition, EmbeddedBackend};
+
+    fn series(page: &str, name: &str) -> Option<f64> {
+        page.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[tokio::test]
+    async fn the_embedded_store_engine_numbers_are_exported() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Arc::new(EmbeddedBackend::open(dir.path()).unwrap());
+        let host = Host::builder()
+            .backend(backend.clone())
+            .build()
+            .await
+            .unwrap();
+        let before = backend.stats().writes;
+        for i in 0..3 {
+            host.api()
+                .backend()
+                .put(&format!("/test/{i}"), b"{}".to_vec(), Condition::Any)
+                .await
+                .unwrap();
+        }
+        // A read waits until the applier holds every acknowledged write,
+        // so the in-memory index counts the three versions by then.
+        host.api().backend().get("/test/2").await.unwrap().unwrap();
+        let page = render(&HostNumbers::read(&host).await, &RequestMetrics::default());
+        assert!(page.contains("# TYPE setpoint_embedded_writes_total counter"));
+        assert!(page.contains("# TYPE setpoint_embedded_unapplied_revisions gauge"));
+        let writes = series(&page, "setpoint_embedded_writes_total").unwrap();
+        assert_eq!(writes, (before + 3) as f64);
+        assert!(series(&page, "setpoint_embedded_commits_total").unwrap() >= 1.0);
+        assert!(series(&page, "setpoint_embedded_versions").unwrap() >= 3.0);
+        assert!(series(&page, "setpoint_embedded_sync_wait_seconds_total").unwrap() > 0.0);
+        let unapplied = series(&page, "setpoint_embedded_unapplied_revisions").unwrap();
+        assert!(unapplied >= 0.0 && unapplied <= writes);
+        host.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_backend_without_engine_numbers_exports_none() {
+        let host = Host::builder().build().await.unwrap();
+        let page = render(&HostNumbers::read(&host).await, &RequestMetrics::default());
+        assert!(page.contains("setpoint_store_request_duration_seconds"));
+        assert!(!page.contains("setpoint_embedded_"));
+        host.shutdown().await;
+    }
 }

@@ -86,4 +86,12 @@ impl Backend for FencedBackend {
     ) -> Result<Deleted> {
         self.inner.delete_fenced(key, condition, fence).await
     }
+
+    fn metrics(&self) -> Option<&super::StoreMetrics> {
+        self.inner.metrics()
+    }
+
+    fn engine_metrics(&self) -> Vec<super::EngineMetric> {
+        self.inner.engine_metrics()
+    }
 }

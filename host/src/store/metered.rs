@@ -14,8 +14,8 @@ use std::time::Instant;
 use async_trait::async_trait;
 
 use super::{
-    Backend, Condition, Deleted, Error, Fence, KeyValue, Range, RangeResult, Result, Revision,
-    WatchStream,
+    Backend, Condition, Deleted, EngineMetric, Error, Fence, KeyValue, Range, RangeResult, Result,
+    Revision, WatchStream,
 };
 use crate::metrics::Histogram;
 use crate::queue::HistogramSnapshot;
@@ -193,6 +193,10 @@ impl Backend for Metered {
 
     fn metrics(&self) -> Option<&StoreMetrics> {
         Some(&self.metrics)
+    }
+
+    fn engine_metrics(&self) -> Vec<EngineMetric> {
+        self.inner.engine_metrics()
     }
 }
 

@@ -468,4 +468,51 @@ pub trait Backend: Send + Sync + 'static {
     fn metrics(&self) -> Option<&StoreMetrics> {
         None
     }
+
+    /// Numbers the backend keeps about its own engine (the embedded store's
+    /// commits, applier lag, in-memory versions …), for `/metrics`. Wrappers
+    /// forward their inner backend's; plain backends have none.
+    fn engine_metrics(&self) -> Vec<EngineMetric> {
+        Vec::new()
+    }
+}
+
+/// One number a backend keeps about its engine, exported on `/metrics`
+/// under `name` (see [`Backend::engine_metrics`]).
+///
+/// ```
+/// use setpoint::store::{Backend, Condition, EmbeddedBackend, MetricKind};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = tempfile::tempdir()?;
+/// let store = EmbeddedBackend::open(dir.path())?;
+/// store.put("/a", vec![], Condition::Any).await?;
+/// let metrics = store.engine_metrics();
+/// let writes = metrics
+///     .iter()
+///     .find(|m| m.name == "setpoint_embedded_writes_total")
+///     .unwrap();
+/// assert_eq!((writes.kind, writes.value), (MetricKind::Counter, 1.0));
+/// store.close().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineMetric {
+    /// The full metric name, `setpoint_<engine>_…`.
+    pub name: &'static str,
+    /// What it counts (the `# HELP` line).
+    pub help: &'static str,
+    /// Counter (only grows) or gauge.
+    pub kind: MetricKind,
+    /// The value now.
+    pub value: f64,
+}
+
+/// Whether an [`EngineMetric`] only grows or goes up and down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    /// A running total (Prometheus `counter`).
+    Counter,
+    /// A level (Prometheus `gauge`).
+    Gauge,
 }

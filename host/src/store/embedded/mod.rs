@@ -125,7 +125,8 @@ use self::stats::Stats;
 use self::wal::Syncer;
 use self::watch::Recent;
 use super::{
-    Backend, Condition, Deleted, Error, KeyValue, Range, RangeResult, Result, Revision, WatchStream,
+    Backend, Condition, Deleted, EngineMetric, Error, KeyValue, Range, RangeResult, Result,
+    Revision, WatchStream,
 };
 
 /// How many write requests may queue for the writer before callers wait.
@@ -441,6 +442,12 @@ impl EmbeddedBackend {
             checkpoint_time: Duration::from_nanos(load(&stats.checkpoint_nanos)),
             log_time: Duration::from_nanos(load(&stats.log_nanos)),
             versions: self.shared.history().len() as u64,
+            unapplied: {
+                // Committed first: it never passes acknowledged, so this
+                // order never yields a negative lag.
+                let committed = self.shared.committed.load(Ordering::Acquire);
+                (self.shared.acknowledged.load(Ordering::Acquire) - committed).max(0) as u64
+            },
         }
     }
 
@@ -571,6 +578,10 @@ impl Backend for EmbeddedBackend {
     async fn compact(&self, revision: Revision) -> Result<()> {
         self.request(|reply| Request::Compact { revision, reply })
             .await
+    }
+
+    fn engine_metrics(&self) -> Vec<EngineMetric> {
+        self.stats().metrics()
     }
 
     async fn watch(&self, after: Revision) -> Result<WatchStream> {

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
+use crate::store::{EngineMetric, MetricKind};
+
 /// The writer's running totals.
 #[derive(Default)]
 pub(super) struct Stats {
@@ -69,4 +71,96 @@ pub struct EmbeddedStats {
     /// Versions of keys held in the in-memory index (every change since
     /// the compaction point, plus each key's newest version below it).
     pub versions: u64,
+    /// Acknowledged revisions the applier has not committed to the
+    /// database yet (reads wait for them; the writer holds back past
+    /// 64k changes).
+    pub unapplied: u64,
+}
+
+impl EmbeddedStats {
+    /// These numbers as `/metrics` series (`setpoint_embedded_*`).
+    pub(super) fn metrics(&self) -> Vec<EngineMetric> {
+        use MetricKind::{Counter, Gauge};
+        let count = |name, help, value: u64| EngineMetric {
+            name,
+            help,
+            kind: Counter,
+            value: value as f64,
+        };
+        let seconds = |name, help, value: Duration| EngineMetric {
+            name,
+            help,
+            kind: Counter,
+            value: value.as_secs_f64(),
+        };
+        vec![
+            count(
+                "setpoint_embedded_commits_total",
+                "Batches of writes the embedded store made durable (one log append and fsync each).",
+                self.commits,
+            ),
+            count(
+                "setpoint_embedded_writes_total",
+                "Puts and deletes the embedded store committed.",
+                self.writes,
+            ),
+            count(
+                "setpoint_embedded_applies_total",
+                "Database transactions the embedded store's applier committed.",
+                self.applies,
+            ),
+            count(
+                "setpoint_embedded_checkpoints_total",
+                "Durable database commits after which the write-ahead log restarts.",
+                self.checkpoints,
+            ),
+            seconds(
+                "setpoint_embedded_decide_seconds_total",
+                "Time the writer spent deciding batches (conditions, revisions, log records).",
+                self.decide_time,
+            ),
+            seconds(
+                "setpoint_embedded_sync_wait_seconds_total",
+                "Time the writer waited for batches' log records to be synced.",
+                self.commit_time,
+            ),
+            seconds(
+                "setpoint_embedded_gather_seconds_total",
+                "Time spent waiting for concurrent writers to join a batch.",
+                self.gather_time,
+            ),
+            seconds(
+                "setpoint_embedded_log_seconds_total",
+                "Time the write-ahead log's thread spent writing and syncing records.",
+                self.log_time,
+            ),
+            seconds(
+                "setpoint_embedded_apply_seconds_total",
+                "Time the applier spent writing batches into database transactions.",
+                self.apply_time,
+            ),
+            seconds(
+                "setpoint_embedded_db_commit_seconds_total",
+                "Time the applier spent in (non-durable) database commits.",
+                self.db_commit_time,
+            ),
+            seconds(
+                "setpoint_embedded_checkpoint_seconds_total",
+                "Time spent in checkpoints (flushing the database file).",
+                self.checkpoint_time,
+            ),
+            EngineMetric {
+                name: "setpoint_embedded_versions",
+                help: "Key versions held in the embedded store's in-memory index.",
+                kind: Gauge,
+                value: self.versions as f64,
+            },
+            EngineMetric {
+                name: "setpoint_embedded_unapplied_revisions",
+                help: "Acknowledged revisions not yet committed to the database (reads wait for them).",
+                kind: Gauge,
+                value: self.unapplied as f64,
+            },
+        ]
+    }
 }
