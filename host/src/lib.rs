@@ -41,6 +41,8 @@
 //! - [`server`]: the Kubernetes-style HTTP API.
 //! - [`cli`]: the `setpoint` command line.
 
+#![forbid(unsafe_code)]
+
 pub mod api;
 pub mod cli;
 pub mod client;

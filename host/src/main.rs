@@ -1,6 +1,8 @@
 //! The `setpoint` binary: parse the command line, run it, map errors to an
 //! exit code.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::Parser;

@@ -139,6 +139,7 @@ mod ctx;
 mod error;
 mod export;
 mod manifest;
+mod memcmp;
 mod object;
 mod reconciler;
 mod response;
