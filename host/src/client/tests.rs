@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use tokio_stream::StreamExt;
 
 use super::*;
-use crate::api::{Propagation, kinds::CRD_GROUP};
+use crate::api::{DeleteOptions, ListOptions, Propagation, kinds::CRD_GROUP};
 use crate::store::MemoryBackend;
 
 const WIDGETS: &str = "test.setpoint.dev/v1";
