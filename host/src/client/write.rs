@@ -6,8 +6,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{Deletion, Patch, Resource, Result};
-use crate::api::DeleteOptions;
-use crate::object::meta;
+use crate::api::{self, Api, DeleteOptions};
+use crate::object::{KindInfo, Object, meta};
 
 impl<T: DeserializeOwned> Resource<T> {
     /// Delete the object `name` in the background propagation policy
@@ -187,15 +187,10 @@ impl<T: Serialize + DeserializeOwned> Resource<T> {
     /// # Ok(()) }
     /// ```
     pub async fn create(&self, object: &T) -> Result<T> {
-        let info = self.kind_info()?;
-        let object = self.prepare(&info, object)?;
-        let namespace = meta::namespace(&object).map(str::to_owned);
-        let created = self
-            .api
-            .create(&info, object)
-            .await
-            .map_err(|e| self.err(&info, namespace.as_deref(), e))?;
-        self.decode(created)
+        self.write(object, async |api, info, object| {
+            api.create(info, object).await
+        })
+        .await
     }
 
     /// Replace the object with `object` (its status stays as stored when
@@ -228,29 +223,35 @@ impl<T: Serialize + DeserializeOwned> Resource<T> {
     /// # Ok(()) }
     /// ```
     pub async fn replace(&self, object: &T) -> Result<T> {
-        let info = self.kind_info()?;
-        let object = self.prepare(&info, object)?;
-        let namespace = meta::namespace(&object).map(str::to_owned);
-        let replaced = self
-            .api
-            .update(&info, object)
-            .await
-            .map_err(|e| self.err(&info, namespace.as_deref(), e))?;
-        self.decode(replaced)
+        self.write(object, async |api, info, object| {
+            api.update(info, object).await
+        })
+        .await
     }
 
     /// Write the status of `object` (and nothing else) through the status
     /// sub-resource, with the `resourceVersion` precondition of
     /// [`Resource::replace`].
     pub async fn update_status(&self, object: &T) -> Result<T> {
+        self.write(object, async |api, info, object| {
+            api.update_status(info, object).await
+        })
+        .await
+    }
+
+    /// Prepare `object` for this handle's kind, hand it to `write` (one of
+    /// the API's whole-object writes) and decode what was stored.
+    async fn write(
+        &self,
+        object: &T,
+        write: impl AsyncFnOnce(&Api, &KindInfo, Object) -> api::Result<Object>,
+    ) -> Result<T> {
         let info = self.kind_info()?;
         let object = self.prepare(&info, object)?;
         let namespace = meta::namespace(&object).map(str::to_owned);
-        let updated = self
-            .api
-            .update_status(&info, object)
+        let stored = write(&self.api, &info, object)
             .await
             .map_err(|e| self.err(&info, namespace.as_deref(), e))?;
-        self.decode(updated)
+        self.decode(stored)
     }
 }

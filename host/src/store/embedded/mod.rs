@@ -201,6 +201,14 @@ impl Shared {
         self.revision_tx.send_replace(revision);
     }
 
+    /// Acknowledged revisions the applier has not committed yet.
+    fn unapplied(&self) -> u64 {
+        // Committed first: it never passes acknowledged, so this order
+        // never yields a negative lag.
+        let committed = self.committed.load(Ordering::Acquire);
+        (self.acknowledged.load(Ordering::Acquire) - committed).max(0) as u64
+    }
+
     /// Marks `revision` as committed to the database, visible to reads.
     fn set_committed(&self, revision: Revision) {
         self.committed.store(revision, Ordering::Release);
@@ -442,12 +450,7 @@ impl EmbeddedBackend {
             checkpoint_time: Duration::from_nanos(load(&stats.checkpoint_nanos)),
             log_time: Duration::from_nanos(load(&stats.log_nanos)),
             versions: self.shared.history().len() as u64,
-            unapplied: {
-                // Committed first: it never passes acknowledged, so this
-                // order never yields a negative lag.
-                let committed = self.shared.committed.load(Ordering::Acquire);
-                (self.shared.acknowledged.load(Ordering::Acquire) - committed).max(0) as u64
-            },
+            unapplied: self.shared.unapplied(),
         }
     }
 

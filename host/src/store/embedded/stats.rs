@@ -93,6 +93,12 @@ impl EmbeddedStats {
             kind: Counter,
             value: value.as_secs_f64(),
         };
+        let gauge = |name, help, value: u64| EngineMetric {
+            name,
+            help,
+            kind: Gauge,
+            value: value as f64,
+        };
         vec![
             count(
                 "setpoint_embedded_commits_total",
@@ -149,18 +155,16 @@ impl EmbeddedStats {
                 "Time spent in checkpoints (flushing the database file).",
                 self.checkpoint_time,
             ),
-            EngineMetric {
-                name: "setpoint_embedded_versions",
-                help: "Key versions held in the embedded store's in-memory index.",
-                kind: Gauge,
-                value: self.versions as f64,
-            },
-            EngineMetric {
-                name: "setpoint_embedded_unapplied_revisions",
-                help: "Acknowledged revisions not yet committed to the database (reads wait for them).",
-                kind: Gauge,
-                value: self.unapplied as f64,
-            },
+            gauge(
+                "setpoint_embedded_versions",
+                "Key versions held in the embedded store's in-memory index.",
+                self.versions,
+            ),
+            gauge(
+                "setpoint_embedded_unapplied_revisions",
+                "Acknowledged revisions not yet committed to the database (reads wait for them).",
+                self.unapplied,
+            ),
         ]
     }
 }
