@@ -134,6 +134,8 @@
 // paths (`::setpoint_plugin_sdk::...`) inside this crate and in plugins.
 extern crate self as setpoint_plugin_sdk;
 
+#[cfg(any(target_arch = "wasm32", test))]
+mod arena;
 mod conditions;
 mod ctx;
 mod error;
@@ -168,6 +170,12 @@ pub mod __bindings;
 #[cfg(target_arch = "wasm32")]
 #[doc(hidden)]
 pub use export::__export;
+
+/// Wasm plugins built with the SDK allocate from a bump arena: each call
+/// runs in a fresh instance whose memory is discarded afterwards (`arena`).
+#[cfg(target_arch = "wasm32")]
+#[global_allocator]
+static ALLOCATOR: arena::Arena = arena::Arena::new();
 
 /// The bindings runtime, for the generated code's `runtime_path`.
 #[cfg(target_arch = "wasm32")]
