@@ -93,17 +93,29 @@ impl Bump {
 
     /// Where a block of `size` bytes aligned to `align` (a power of two)
     /// goes.
+    #[inline(always)]
     pub(crate) fn place(&mut self, size: usize, align: usize) -> Place {
-        if size > LARGE || self.exhausted {
-            return Place::System;
-        }
-        if self.next != 0
+        // The common case, kept small enough to inline into every
+        // allocation: room in the current chunk.
+        if size <= LARGE
+            && !self.exhausted
+            && self.next != 0
             && let Some(start) = self.next.checked_add(align - 1).map(|a| a & !(align - 1))
             && let Some(end) = start.checked_add(size)
             && end <= self.end
         {
             self.next = end;
             return Place::Arena(start);
+        }
+        self.place_elsewhere(size, align)
+    }
+
+    /// [`Bump::place`] for a block that does not fit the current chunk.
+    #[cold]
+    #[inline(never)]
+    fn place_elsewhere(&mut self, size: usize, align: usize) -> Place {
+        if size > LARGE || self.exhausted {
+            return Place::System;
         }
         // A block aligned beyond a chunk's alignment may need up to
         // `align - CHUNK_ALIGN` bytes of padding at the start of a chunk.
@@ -137,16 +149,24 @@ impl Bump {
     }
 
     /// Who owns the block of `size` bytes at `ptr`.
+    #[inline(always)]
     pub(crate) fn owner(&self, ptr: usize, size: usize) -> Owner {
         if size > LARGE {
             Owner::System
         } else if !self.exhausted {
             // Until the arena is exhausted every small block is the arena's.
             Owner::Arena
-        } else if self.chunks[..self.chunk_count]
+        } else {
+            self.owner_by_address(ptr)
+        }
+    }
+
+    #[cold]
+    fn owner_by_address(&self, ptr: usize) -> Owner {
+        let in_arena = self.chunks[..self.chunk_count]
             .iter()
-            .any(|&(start, end)| (start..end).contains(&ptr))
-        {
+            .any(|&(start, end)| (start..end).contains(&ptr));
+        if in_arena {
             Owner::Arena
         } else {
             Owner::System
@@ -163,6 +183,7 @@ impl Bump {
     }
 
     /// Frees an arena block: only the most recent one is taken back.
+    #[inline(always)]
     pub(crate) fn free(&mut self, ptr: usize, size: usize) {
         if ptr + size == self.next {
             self.next = ptr;
@@ -204,20 +225,15 @@ mod glue {
             Self(UnsafeCell::new(Bump::new()))
         }
 
-        /// The bookkeeping. Single-threaded, and no caller keeps the
-        /// reference beyond one allocator call, so it is never aliased.
-        #[allow(clippy::mut_from_ref)]
-        fn bump(&self) -> &mut Bump {
-            // SAFETY: see above.
-            unsafe { &mut *self.0.get() }
-        }
-    }
-
-    // SAFETY: arena blocks are disjoint ranges of chunks that stay
-    // allocated for the life of the instance; every other block comes from
-    // and returns to `System`, as `Bump::owner` tells.
-    unsafe impl GlobalAlloc for Arena {
-        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        /// `alloc` when the current chunk has no room: a new chunk, or
+        /// the C allocator.
+        ///
+        /// # Safety
+        ///
+        /// `GlobalAlloc::alloc`'s contract.
+        #[cold]
+        #[inline(never)]
+        unsafe fn alloc_elsewhere(&self, layout: Layout) -> *mut u8 {
             let bump = self.bump();
             loop {
                 match bump.place(layout.size(), layout.align()) {
@@ -235,6 +251,29 @@ mod glue {
             }
         }
 
+        /// The bookkeeping. Single-threaded, and no caller keeps the
+        /// reference beyond one allocator call, so it is never aliased.
+        #[allow(clippy::mut_from_ref)]
+        fn bump(&self) -> &mut Bump {
+            // SAFETY: see above.
+            unsafe { &mut *self.0.get() }
+        }
+    }
+
+    // SAFETY: arena blocks are disjoint ranges of chunks that stay
+    // allocated for the life of the instance; every other block comes from
+    // and returns to `System`, as `Bump::owner` tells.
+    unsafe impl GlobalAlloc for Arena {
+        #[inline]
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            if let Place::Arena(address) = self.bump().place(layout.size(), layout.align()) {
+                return address as *mut u8;
+            }
+            // SAFETY: forwarded contract.
+            unsafe { self.alloc_elsewhere(layout) }
+        }
+
+        #[inline]
         unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
             let bump = self.bump();
             match bump.owner(ptr as usize, layout.size()) {
