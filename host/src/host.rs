@@ -466,6 +466,12 @@ impl Host {
             .collect()
     }
 
+    /// What each of the host's shared informers holds, by group and
+    /// resource (for `/metrics`).
+    pub fn informer_stats(&self) -> Vec<crate::informer::InformerStats> {
+        self.shared.informers.stats()
+    }
+
     /// Names of the running reconcilers.
     pub async fn reconcilers(&self) -> Vec<String> {
         self.shared

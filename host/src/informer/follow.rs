@@ -49,6 +49,9 @@ pub(super) async fn run(inner: Weak<Inner>, api: Api) {
                     })
                     .collect()
             });
+            inner
+                .lists
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             inner.synced.send_replace(true);
         }
         loop {

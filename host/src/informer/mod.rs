@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::watch;
 
 pub use cache::Cache;
-pub use shared::Informers;
+pub use shared::{InformerStats, Informers};
 
 use crate::api::Api;
 use crate::object::{KindInfo, Object, ObjectKey};
@@ -187,6 +187,8 @@ struct Inner {
     /// with its handler: a stopped controller's timer would otherwise sleep
     /// on until its next tick (ten minutes by default) before noticing.
     resyncs: Mutex<HashMap<HandlerId, tokio::task::AbortHandle>>,
+    /// Lists the cache was filled from: the first, then one per relist.
+    lists: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for Inner {
@@ -237,6 +239,7 @@ impl Informer {
             revision,
             task: Mutex::new(None),
             resyncs: Mutex::default(),
+            lists: std::sync::atomic::AtomicU64::new(0),
         });
         let task = tokio::spawn(follow::run(Arc::downgrade(&inner), api));
         *inner.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);

@@ -46,6 +46,24 @@ pub struct Informers {
 /// A kind's group and plural.
 type KindId = (String, String);
 
+/// What one running informer holds, for `/metrics`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InformerStats {
+    /// The kind's API group (empty for the core group).
+    pub group: String,
+    /// The kind's plural name.
+    pub resource: String,
+    /// Objects in the informer's cache.
+    pub objects: usize,
+    /// Handlers registered (one per controller that watches the kind).
+    pub handlers: usize,
+    /// Lists the cache was filled from: 1 after the first, one more per
+    /// relist (after the watch fell too far behind).
+    pub lists: u64,
+    /// The store revision the cache reflects.
+    pub revision: i64,
+}
+
 impl Informers {
     /// An empty set over `api`.
     ///
@@ -172,6 +190,61 @@ impl Informers {
             .values()
             .filter(|w| w.strong_count() > 0)
             .count()
+    }
+
+    /// What each running informer holds, by group and resource.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::informer::Informers;
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// api.create(&events, json!({"apiVersion": "v1", "kind": "Event",
+    ///     "metadata": {"name": "e"}})).await?;
+    ///
+    /// let informers = Informers::new(api.clone());
+    /// let informer = informers.for_kind(events.clone());
+    /// informer.add_handler(|_| {});
+    /// informer.wait_synced().await;
+    /// let stats = informers.stats();
+    /// assert_eq!(stats.len(), 1);
+    /// assert_eq!((stats[0].resource.as_str(), stats[0].objects), ("events", 1));
+    /// assert_eq!((stats[0].handlers, stats[0].lists), (1, 1));
+    /// # Ok(()) }
+    /// ```
+    pub fn stats(&self) -> Vec<InformerStats> {
+        let running: Vec<_> = self
+            .informers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
+        let mut stats: Vec<_> = running
+            .iter()
+            .map(|inner| {
+                let cache = inner.cache.read().unwrap_or_else(|p| p.into_inner());
+                InformerStats {
+                    group: inner.kind.group.clone(),
+                    resource: inner.kind.plural.clone(),
+                    objects: cache.len(),
+                    handlers: inner
+                        .handlers
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .len(),
+                    lists: inner.lists.load(std::sync::atomic::Ordering::Relaxed),
+                    revision: cache.revision(),
+                }
+            })
+            .collect();
+        stats.sort_by(|a, b| (&a.group, &a.resource).cmp(&(&b.group, &b.resource)));
+        stats
     }
 
     /// Forget every informer; those still held keep running until dropped.

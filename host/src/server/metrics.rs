@@ -13,6 +13,11 @@
 //!   `apiserver_request_duration_seconds{verb}` for the HTTP API, and
 //!   `apiserver_longrunning_requests`, `setpoint_watchers{group,resource}`
 //!   and `setpoint_watches_total` for watch streams;
+//! - `setpoint_informer_objects{group,resource}`,
+//!   `setpoint_informer_handlers{group,resource}` and
+//!   `setpoint_informer_lists_total{group,resource}` for the host's shared
+//!   informers (one in-process watch per kind, whatever the number of
+//!   controllers on it; a list count above 1 means it relisted);
 //! - `setpoint_store_request_duration_seconds{operation}` and
 //!   `setpoint_store_request_errors_total{operation}`, the store backend's
 //!   operations (modelled on `etcd_request_duration_seconds`), and the
@@ -39,6 +44,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
 use crate::Host;
+use crate::informer::InformerStats;
 use crate::queue::{DURATION_BUCKETS_SECONDS, HistogramSnapshot, MetricsSnapshot};
 use crate::runtime::PluginCallStats;
 use crate::store::metered::OperationSnapshot;
@@ -161,6 +167,8 @@ pub(super) struct HostNumbers {
     pub(super) plugins: Vec<(String, u64, u64)>,
     /// Each plugin's call durations and guest faults, from the runtime.
     pub(super) calls: Vec<PluginCallStats>,
+    /// The shared informers.
+    pub(super) informers: Vec<InformerStats>,
 }
 
 impl HostNumbers {
@@ -187,6 +195,7 @@ impl HostNumbers {
                 .map(|(name, (reconciles, errors))| (name, reconciles, errors))
                 .collect(),
             calls: host.runtime().plugin_call_stats(),
+            informers: host.informer_stats(),
         }
     }
 }
@@ -397,10 +406,52 @@ pub(super) fn render(numbers: &HostNumbers, requests: &RequestMetrics) -> String
             escape(resource)
         );
     }
+    render_informers(&mut out, &numbers.informers);
     render_store(&mut out, &numbers.store);
     render_engine(&mut out, &numbers.engine);
     render_plugins(&mut out, &numbers.plugins, &numbers.calls);
     out
+}
+
+fn render_informers(out: &mut String, informers: &[InformerStats]) {
+    type Series = (
+        &'static str,
+        &'static str,
+        &'static str,
+        fn(&InformerStats) -> u64,
+    );
+    let series: [Series; 3] = [
+        (
+            "setpoint_informer_objects",
+            "gauge",
+            "Objects in the shared informer's cache.",
+            |i| i.objects as u64,
+        ),
+        (
+            "setpoint_informer_handlers",
+            "gauge",
+            "Controllers following the shared informer.",
+            |i| i.handlers as u64,
+        ),
+        (
+            "setpoint_informer_lists_total",
+            "counter",
+            "Lists the informer's cache was filled from (the first, then relists).",
+            |i| i.lists,
+        ),
+    ];
+    for (name, kind, help, value) in series {
+        header(out, name, kind, help);
+        for informer in informers {
+            let _ = writeln!(
+                out,
+                "{name}{{group=\"{}\",resource=\"{}\"}} {}",
+                escape(&informer.group),
+                escape(&informer.resource),
+                value(informer)
+            );
+        }
+    }
 }
 
 fn render_engine(out: &mut String, engine: &[EngineMetric]) {
@@ -563,6 +614,56 @@ mod tests {
         assert!(series(&page, "setpoint_embedded_sync_wait_seconds_total").unwrap() > 0.0);
         let unapplied = series(&page, "setpoint_embedded_unapplied_revisions").unwrap();
         assert!(unapplied >= 0.0 && unapplied <= writes);
+        host.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_shared_informers_are_exported_per_kind() {
+        use crate::controller::Native;
+        let host = Host::builder().build().await.unwrap();
+        host.add_reconciler(Arc::new(Native::new(replicaset::ReplicaSetReconciler)))
+            .await
+            .unwrap();
+        let replica_sets = host
+            .api()
+            .kinds()
+            .require(replicaset::API_VERSION, "ReplicaSet")
+            .unwrap();
+        let spec = serde_json::json!({"apiVersion": replicaset::API_VERSION, "kind": "ReplicaSet",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"image": "nginx"}}}});
+        host.api().create(&replica_sets, spec).await.unwrap();
+        let labels =
+            |resource: &str| format!("{{group=\"demo.setpoint.dev\",resource=\"{resource}\"}}");
+        // The informers follow the store asynchronously: wait for the
+        // ReplicaSet's two pods to reach the pods informer.
+        let page = tokio::time::timeout(Duration::from_secs(20), async {
+            loop {
+                let page = render(&HostNumbers::read(&host).await, &RequestMetrics::default());
+                let pods = format!("setpoint_informer_objects{}", labels("pods"));
+                if series(&page, &pods) == Some(2.0) {
+                    return page;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("the pods informer never held both pods");
+        assert!(page.contains("# TYPE setpoint_informer_lists_total counter"));
+        let rs = labels("replicasets");
+        assert_eq!(
+            series(&page, &format!("setpoint_informer_objects{rs}")),
+            Some(1.0)
+        );
+        assert_eq!(
+            series(&page, &format!("setpoint_informer_handlers{rs}")),
+            Some(1.0)
+        );
+        assert_eq!(
+            series(&page, &format!("setpoint_informer_lists_total{rs}")),
+            Some(1.0)
+        );
         host.shutdown().await;
     }
 
