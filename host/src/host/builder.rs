@@ -1,0 +1,248 @@
+//! [`HostBuilder`]: the settings a [`Host`] starts with, and starting it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::sync::Mutex;
+
+use crate::api::{self, Api};
+use crate::cluster::{self, Cluster};
+use crate::controller;
+use crate::controller::pool::CallPool;
+use crate::informer::Informers;
+use crate::plugins::{self};
+use crate::runtime::{Runtime, RuntimeConfig};
+use crate::store::{Backend, MemoryBackend};
+
+use super::{
+    COMPACTION_INTERVAL, COMPACTION_KEEP_REVISIONS, Error, Host, Shared, run_while_leader,
+};
+
+/// Builds a [`Host`].
+///
+/// ```no_run
+/// # async fn example() -> Result<(), setpoint::host::Error> {
+/// let host = setpoint::Host::builder().plugins_dir("plugins").build().await?;
+/// host.shutdown().await;
+/// # Ok(()) }
+/// ```
+pub struct HostBuilder {
+    backend: Option<Arc<dyn Backend>>,
+    plugins_dir: Option<PathBuf>,
+    watch_plugins: bool,
+    runtime: RuntimeConfig,
+    controller: controller::Config,
+    per_plugin: std::collections::HashMap<String, controller::Config>,
+    reconcile_threads: Option<usize>,
+    embedded_dir: Option<PathBuf>,
+    etcd: Option<crate::store::EtcdConfig>,
+    etcd_backend: Option<crate::store::EtcdBackend>,
+    cluster: Option<cluster::Config>,
+}
+
+impl HostBuilder {
+    /// The defaults: an in-memory store, no plugins directory.
+    pub(super) fn new() -> Self {
+        Self {
+            backend: None,
+            plugins_dir: None,
+            watch_plugins: true,
+            runtime: RuntimeConfig::default(),
+            controller: controller::Config::default(),
+            per_plugin: std::collections::HashMap::new(),
+            reconcile_threads: None,
+            embedded_dir: None,
+            etcd: None,
+            etcd_backend: None,
+            cluster: None,
+        }
+    }
+
+    /// The store backend (default: in memory).
+    pub fn backend(mut self, backend: Arc<dyn Backend>) -> Self {
+        self.backend = Some(backend);
+        self
+    }
+
+    /// Keep everything in memory (the default): nothing survives the process.
+    pub fn in_memory(self) -> Self {
+        self.backend(Arc::new(MemoryBackend::new()))
+    }
+
+    /// The durable embedded store in `dir` (created if absent).
+    pub fn embedded(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.embedded_dir = Some(dir.into());
+        self
+    }
+
+    /// An etcd cluster.
+    pub fn etcd(mut self, config: crate::store::EtcdConfig) -> Self {
+        self.etcd = Some(config);
+        self
+    }
+
+    /// Store objects in etcd through an existing connection.
+    pub fn etcd_backend(mut self, backend: crate::store::EtcdBackend) -> Self {
+        self.etcd_backend = Some(backend);
+        self
+    }
+
+    /// Share the work with the other hosts on the same etcd (see
+    /// [`cluster`]): needs [`HostBuilder::etcd`] or
+    /// [`HostBuilder::etcd_backend`].
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), setpoint::host::Error> {
+    /// use setpoint::{cluster, store::EtcdConfig};
+    ///
+    /// let host = setpoint::Host::builder()
+    ///     .etcd(EtcdConfig { endpoints: vec!["http://127.0.0.1:2379".into()], ..Default::default() })
+    ///     .cluster(cluster::Config::default())
+    ///     .plugins_dir("plugins")
+    ///     .build()
+    ///     .await?;
+    /// println!("{:?}", host.cluster().map(|c| c.status()));
+    /// host.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn cluster(mut self, config: cluster::Config) -> Self {
+        self.cluster = Some(config);
+        self
+    }
+
+    /// Load every `*.wasm` in this directory at start (and, unless
+    /// [`HostBuilder::watch_plugins`] turns it off, follow its changes).
+    pub fn plugins_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.plugins_dir = Some(dir.into());
+        self
+    }
+
+    /// Follow changes to the plugins directory (hot reload). Default: on.
+    pub fn watch_plugins(mut self, watch: bool) -> Self {
+        self.watch_plugins = watch;
+        self
+    }
+
+    /// Runtime settings (pool size, default limits, fuel, compiled-code cache).
+    pub fn runtime(mut self, config: RuntimeConfig) -> Self {
+        self.runtime = config;
+        self
+    }
+
+    /// Controller settings (workers, queue backoff) for every reconciler.
+    pub fn controller(mut self, config: controller::Config) -> Self {
+        self.controller = config;
+        self
+    }
+
+    /// Controller settings (workers, backoff, resync, hot-loop limits) for the
+    /// reconciler named `plugin`, instead of those of [`controller`](Self::controller).
+    pub fn controller_for(mut self, plugin: impl Into<String>, config: controller::Config) -> Self {
+        self.per_plugin.insert(plugin.into(), config);
+        self
+    }
+
+    /// Threads that run reconciler calls (Wasm plugins and native
+    /// reconcilers that do not run inline), shared by every controller of
+    /// the host. Default: one per core. A call that finds all of them busy
+    /// runs on tokio's blocking pool instead, so a plugin that computes
+    /// until its deadline never holds up the others; these threads only
+    /// make the common short call cheaper.
+    pub fn reconcile_threads(mut self, threads: usize) -> Self {
+        self.reconcile_threads = Some(threads);
+        self
+    }
+
+    /// Open the store, start the runtime and load the plugins.
+    pub async fn build(self) -> Result<Host, Error> {
+        let etcd = match (self.etcd_backend, self.etcd) {
+            (Some(backend), _) => Some(backend),
+            (None, Some(config)) => Some(
+                crate::store::EtcdBackend::connect(config)
+                    .await
+                    .map_err(api::Error::Store)?,
+            ),
+            (None, None) => None,
+        };
+        let backend: Arc<dyn Backend> = if let Some(dir) = self.embedded_dir {
+            // Opening checks the whole file: keep it off the async threads.
+            let store =
+                tokio::task::spawn_blocking(move || crate::store::EmbeddedBackend::open(&dir))
+                    .await
+                    .map_err(|e| {
+                        Error::Api(api::Error::Store(crate::store::Error::Unavailable(
+                            e.to_string(),
+                        )))
+                    })?
+                    .map_err(api::Error::Store)?;
+            Arc::new(store)
+        } else if let Some(etcd) = &etcd {
+            Arc::new(etcd.clone())
+        } else {
+            self.backend
+                .unwrap_or_else(|| Arc::new(MemoryBackend::new()))
+        };
+        // Timed for /metrics (setpoint_store_request_duration_seconds).
+        let api = Api::open(Arc::new(crate::store::Metered::new(backend))).await?;
+        let runtime = Runtime::new(self.runtime)?;
+        let cluster = match (self.cluster, etcd) {
+            (Some(config), Some(etcd)) => Some(Cluster::join(etcd, api.clone(), config).await?),
+            (Some(_), None) => {
+                return Err(cluster::Error::Settings(
+                    "several hosts share work only on etcd: configure the etcd backend".into(),
+                )
+                .into());
+            }
+            (None, _) => None,
+        };
+        let mut background = vec![api.start_definition_follower()];
+        match &cluster {
+            // Cluster-wide singletons run on the leader only.
+            Some(cluster) => background.push(run_while_leader(cluster, api.clone())),
+            None => {
+                background.push(api.start_garbage_collector());
+                background
+                    .push(api.start_compactor(COMPACTION_INTERVAL, COMPACTION_KEEP_REVISIONS));
+            }
+        }
+        let host = Host {
+            shared: Arc::new(Shared {
+                informers: Informers::new(api.clone()),
+                api,
+                cluster,
+                runtime,
+                controller_config: self.controller,
+                per_plugin: self.per_plugin,
+                pool: CallPool::new(
+                    self.reconcile_threads
+                        .unwrap_or_else(controller::pool::default_threads),
+                ),
+                controllers: Mutex::default(),
+                plugins: Mutex::default(),
+                sync: Mutex::default(),
+            }),
+            background: std::sync::Mutex::new(background),
+            watcher: std::sync::Mutex::default(),
+        };
+        if let Some(dir) = self.plugins_dir {
+            if self.watch_plugins {
+                // Watch before the first scan, so no change slips between.
+                let (watcher, mut changes) = plugins::watch::watch_dir(&dir)?;
+                host.load_plugins_dir(&dir).await?;
+                let shared = host.shared.clone();
+                let task = tokio::spawn(async move {
+                    while changes.recv().await.is_some() {
+                        if let Err(err) = shared.sync_dir(&dir).await {
+                            tracing::warn!(%err, "rescanning the plugins directory failed");
+                        }
+                    }
+                });
+                host.background_tasks().push(task);
+                *host.watcher.lock().unwrap_or_else(|p| p.into_inner()) = Some(watcher);
+            } else {
+                host.load_plugins_dir(&dir).await?;
+            }
+        }
+        Ok(host)
+    }
+}

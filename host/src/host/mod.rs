@@ -1,0 +1,336 @@
+//! `Host` and `HostBuilder`: wire store → api → watch → informers →
+//! controllers → plugins, start them, and shut them down. The builder is in
+//! `builder.rs`; keeping the running controllers in step with the plugins
+//! directory (hot reload) in `reload.rs`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::sync::Mutex;
+
+use crate::api::{self, Api};
+use crate::cluster::{self, Cluster};
+use crate::controller::pool::CallPool;
+use crate::controller::{self, Controller, ReconcileRecord, Reconciler};
+use crate::informer::Informers;
+use crate::object::ObjectKey;
+use crate::plugins::{self, PluginStatus};
+use crate::runtime::{self, Runtime};
+
+mod builder;
+mod reload;
+
+pub use builder::HostBuilder;
+use reload::PluginEntry;
+
+/// Why a host could not start or a reconciler could not be added.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The object API failed.
+    #[error(transparent)]
+    Api(#[from] api::Error),
+    /// The Wasm runtime failed.
+    #[error(transparent)]
+    Runtime(#[from] runtime::Error),
+    /// A controller could not start.
+    #[error(transparent)]
+    Controller(#[from] controller::Error),
+    /// A reconciler with that name is already running.
+    #[error("a reconciler named {0:?} is already running")]
+    Duplicate(String),
+    /// Reading the plugins directory failed.
+    #[error("plugins directory {path}: {source}")]
+    PluginsDir {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The plugins directory cannot be watched.
+    #[error(transparent)]
+    Watch(#[from] plugins::watch::WatchError),
+    /// Joining the cluster failed.
+    #[error(transparent)]
+    Cluster(#[from] cluster::Error),
+}
+
+/// A running Setpoint host.
+pub struct Host {
+    shared: Arc<Shared>,
+    /// The garbage collector, the compactor and the plugins watcher task.
+    background: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    watcher: std::sync::Mutex<Option<plugins::watch::DirWatcher>>,
+}
+
+/// What the host and its plugins-directory task share.
+struct Shared {
+    api: Api,
+    cluster: Option<Cluster>,
+    informers: Informers,
+    runtime: Runtime,
+    controller_config: controller::Config,
+    per_plugin: std::collections::HashMap<String, controller::Config>,
+    /// Runs every controller's reconciler calls.
+    pool: CallPool,
+    controllers: Mutex<BTreeMap<String, Controller>>,
+    plugins: Mutex<BTreeMap<PathBuf, PluginEntry>>,
+    /// One directory sync at a time.
+    sync: Mutex<()>,
+}
+
+/// Run the garbage collector and the compactor while this host leads the
+/// cluster, and stop them when it no longer does.
+fn run_while_leader(cluster: &Cluster, api: Api) -> tokio::task::JoinHandle<()> {
+    let mut leadership = cluster.leadership();
+    tokio::spawn(async move {
+        let mut running: Vec<tokio::task::JoinHandle<()>> = Vec::new();
+        // Abort the singletons if this supervisor is aborted (shutdown).
+        struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+        impl Drop for AbortOnDrop {
+            fn drop(&mut self) {
+                self.0.iter().for_each(|t| t.abort());
+            }
+        }
+        loop {
+            let leads = *leadership.borrow_and_update();
+            if leads && running.is_empty() {
+                tracing::info!("leading the cluster: running the garbage collector and compactor");
+                running.push(api.start_garbage_collector());
+                running.push(api.start_compactor(COMPACTION_INTERVAL, COMPACTION_KEEP_REVISIONS));
+            } else if !leads && !running.is_empty() {
+                tracing::info!("no longer leading the cluster");
+                running.drain(..).for_each(|t| t.abort());
+            }
+            let guard = AbortOnDrop(std::mem::take(&mut running));
+            let changed = leadership.changed().await;
+            running = std::mem::take(&mut { guard }.0);
+            if changed.is_err() {
+                running.drain(..).for_each(|t| t.abort());
+                return;
+            }
+        }
+    })
+}
+
+/// How often old revisions are compacted (as Kubernetes does).
+pub const COMPACTION_INTERVAL: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// How many revisions of history compaction keeps.
+pub const COMPACTION_KEEP_REVISIONS: i64 = 10_000;
+
+impl Host {
+    /// Start building a host.
+    pub fn builder() -> HostBuilder {
+        HostBuilder::new()
+    }
+
+    fn background_tasks(&self) -> std::sync::MutexGuard<'_, Vec<tokio::task::JoinHandle<()>>> {
+        self.background.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The object API.
+    pub fn api(&self) -> &Api {
+        &self.shared.api
+    }
+
+    /// A typed client of this host's objects (see [`crate::client`]).
+    pub fn client(&self) -> crate::Client {
+        crate::Client::new(self.shared.api.clone())
+    }
+
+    /// This host's cluster membership, when it shares work with others.
+    pub fn cluster(&self) -> Option<&Cluster> {
+        self.shared.cluster.as_ref()
+    }
+
+    /// The Wasm runtime.
+    pub fn runtime(&self) -> &Runtime {
+        &self.shared.runtime
+    }
+
+    /// Register a reconciler's CustomResourceDefinitions (those whose kind is
+    /// not known yet) and start its controller.
+    pub async fn add_reconciler(&self, reconciler: Arc<dyn Reconciler>) -> Result<(), Error> {
+        self.shared
+            .register_definitions(reconciler.manifest())
+            .await?;
+        self.shared.start_controller(reconciler).await
+    }
+
+    /// Load every `*.wasm` of `dir` (and bring the running plugins of `dir`
+    /// in line with it: see the module documentation). A file that fails is
+    /// recorded as failed (see [`Host::plugins`]) and does not stop the
+    /// others.
+    pub async fn load_plugins_dir(&self, dir: &Path) -> Result<(), Error> {
+        self.shared.sync_dir(dir).await
+    }
+
+    /// Every plugin file the host knows and its state.
+    pub async fn plugins(&self) -> Vec<PluginStatus> {
+        self.shared
+            .plugins
+            .lock()
+            .await
+            .values()
+            .map(|entry| {
+                let mut status = entry.status.clone();
+                (status.reconciles, status.errors) = entry.counts.get();
+                status
+            })
+            .collect()
+    }
+
+    /// Counters of the reconciler named `plugin`, if it runs.
+    pub async fn controller_stats(&self, plugin: &str) -> Option<controller::Stats> {
+        self.shared
+            .controllers
+            .lock()
+            .await
+            .get(plugin)
+            .map(Controller::stats)
+    }
+
+    /// A snapshot of each running reconciler's workqueue metrics, by
+    /// reconciler name (for `/metrics`).
+    pub async fn queue_metrics(&self) -> Vec<(String, crate::queue::MetricsSnapshot)> {
+        self.shared
+            .controllers
+            .lock()
+            .await
+            .iter()
+            .map(|(name, c)| (name.clone(), c.queue().metrics()))
+            .collect()
+    }
+
+    /// What each of the host's shared informers holds, by group and
+    /// resource (for `/metrics`).
+    pub fn informer_stats(&self) -> Vec<crate::informer::InformerStats> {
+        self.shared.informers.stats()
+    }
+
+    /// Names of the running reconcilers.
+    pub async fn reconcilers(&self) -> Vec<String> {
+        self.shared
+            .controllers
+            .lock()
+            .await
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// Recent reconcile results of an object, from whichever reconciler
+    /// handles its kind.
+    pub async fn history(
+        &self,
+        api_version: &str,
+        kind: &str,
+        key: &ObjectKey,
+    ) -> Vec<ReconcileRecord> {
+        let controllers = self.shared.controllers.lock().await;
+        controllers
+            .values()
+            .filter(|c| {
+                let m = c.manifest();
+                m.reconciles.api_version == api_version && m.reconciles.kind == kind
+            })
+            .flat_map(|c| c.history(key))
+            .collect()
+    }
+
+    /// Queue every object of every reconciled kind again (a resync):
+    /// level-triggered reconcilers repair anything a missed event left behind.
+    pub async fn resync(&self) {
+        for controller in self.shared.controllers.lock().await.values() {
+            controller.requeue_all();
+        }
+    }
+
+    /// Stop watching plugins, stop every controller (in-flight reconciles
+    /// finish), the reconcile threads and the informers.
+    pub async fn shutdown(&self) {
+        self.watcher
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        for task in std::mem::take(&mut *self.background_tasks()) {
+            task.abort();
+        }
+        let _sync = self.shared.sync.lock().await;
+        let controllers = std::mem::take(&mut *self.shared.controllers.lock().await);
+        for (_, controller) in controllers {
+            controller.shutdown().await;
+        }
+        self.shared.pool.shutdown().await;
+        if let Some(cluster) = &self.shared.cluster {
+            cluster.leave().await;
+        }
+        self.shared.informers.clear();
+    }
+}
+
+impl Shared {
+    async fn register_definitions(&self, manifest: &controller::Manifest) -> Result<(), Error> {
+        let crd_kind = self
+            .api
+            .kinds()
+            .by_plural(api::kinds::CRD_GROUP, "customresourcedefinitions")
+            .expect("built-in kind");
+        for definition in &manifest.definitions {
+            let info = api::kinds::kind_from_crd(definition)?;
+            if self
+                .api
+                .kinds()
+                .by_plural(&info.group, &info.plural)
+                .is_some()
+            {
+                continue;
+            }
+            match self.api.create(&crd_kind, definition.clone()).await {
+                Ok(_) => {
+                    tracing::info!(plugin = %manifest.name, kind = %info.kind, "registered kind");
+                }
+                Err(api::Error::AlreadyExists { .. }) => {
+                    // Another host (or a user) registered it first: use the
+                    // stored definition, which is what everyone else uses.
+                    let name = crate::object::meta::name(definition).to_owned();
+                    let stored = self.api.get(&crd_kind, None, &name).await?;
+                    self.api.register_kind_of(&stored);
+                }
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Ok(())
+    }
+
+    async fn start_controller(&self, reconciler: Arc<dyn Reconciler>) -> Result<(), Error> {
+        let name = reconciler.manifest().name.clone();
+        if self.controllers.lock().await.contains_key(&name) {
+            return Err(Error::Duplicate(name));
+        }
+        let controller = Controller::start_on(
+            self.api.clone(),
+            self.informers.clone(),
+            reconciler,
+            self.per_plugin
+                .get(&name)
+                .unwrap_or(&self.controller_config)
+                .clone(),
+            self.cluster.clone(),
+            self.pool.clone(),
+        )
+        .await?;
+        self.controllers.lock().await.insert(name, controller);
+        Ok(())
+    }
+
+    async fn stop_controller(&self, name: &str) {
+        let controller = self.controllers.lock().await.remove(name);
+        if let Some(controller) = controller {
+            controller.shutdown().await;
+            tracing::info!(plugin = %name, "controller stopped");
+        }
+    }
+}

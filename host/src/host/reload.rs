@@ -1,0 +1,249 @@
+//! Keeping the running controllers in step with the plugins directory
+//! (hot reload).
+//!
+//! # What a plugin file change does
+//!
+//! The directory watcher ([`plugins::watch`]) only says "look again"; the
+//! host then compares every `*.wasm` file (and its `NAME.toml` settings) with
+//! what it runs, by size and modification time, then by content hash:
+//!
+//! 1. A new or changed file is read (a file still being written is skipped
+//!    until its write settles), compiled and asked for its manifest on a
+//!    blocking thread, while the old version keeps reconciling.
+//! 2. If that fails, the old version keeps running and the failure is
+//!    reported as the file's `last_error` (or as `Failed` when nothing of
+//!    it runs yet).
+//! 3. If it reconciles and owns the same kinds as the running version, the
+//!    new version is swapped into the running controller: reconciles in
+//!    flight finish on the old version, queued keys stay queued, and every
+//!    object of the kind is queued again so the new logic applies to all.
+//! 4. If its name or kinds changed, the old controller stops (in-flight
+//!    reconciles finish) and a new one starts.
+//! 5. A removed file's controller stops; its objects are left alone.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use crate::controller::Reconciler;
+use crate::plugins::{self, Counted, Counts, LoadedFile, PluginState, PluginStatus};
+
+use super::{Error, Shared};
+
+/// What the host knows about one plugin file.
+pub(super) struct PluginEntry {
+    pub(super) status: PluginStatus,
+    pub(super) counts: Arc<Counts>,
+    /// Size and mtime of the `.wasm` and `.toml` files last looked at.
+    stamp: Stamp,
+    /// The controller this file runs, by reconciler name.
+    controller: Option<String>,
+}
+
+type FileStamp = Option<(u64, Option<SystemTime>)>;
+type Stamp = (FileStamp, FileStamp);
+
+fn stamp_of(path: &Path) -> Stamp {
+    let one = |p: &Path| {
+        std::fs::metadata(p)
+            .ok()
+            .filter(|m| m.is_file())
+            .map(|m| (m.len(), m.modified().ok()))
+    };
+    (one(path), one(&plugins::PluginSettings::path_for(path)))
+}
+
+/// The outcome of looking at one changed plugin file.
+enum Looked {
+    Gone,
+    Loaded(LoadedFile),
+    Failed(String),
+}
+
+impl Shared {
+    /// Bring the plugins of `dir` in line with its files.
+    pub(super) async fn sync_dir(&self, dir: &Path) -> Result<(), Error> {
+        let _sync = self.sync.lock().await;
+        let files = plugins::wasm_files(dir).map_err(|source| Error::PluginsDir {
+            path: dir.to_owned(),
+            source,
+        })?;
+        let mut paths: BTreeSet<PathBuf> = files.into_iter().collect();
+        {
+            let known = self.plugins.lock().await;
+            paths.extend(known.keys().filter(|p| p.parent() == Some(dir)).cloned());
+        }
+        // Look at every changed file first (compiling off the async threads)
+        // and register every kind they bring, then start or swap controllers:
+        // a plugin may own a kind another plugin defines.
+        let mut looked = Vec::new();
+        for path in paths {
+            let stamp = stamp_of(&path);
+            let unchanged = self
+                .plugins
+                .lock()
+                .await
+                .get(&path)
+                .is_some_and(|e| e.stamp == stamp);
+            if unchanged {
+                continue;
+            }
+            let outcome = if stamp.0.is_none() {
+                Looked::Gone
+            } else {
+                match plugins::load_file(&self.runtime, &path).await {
+                    Ok(loaded) => {
+                        let same = self.plugins.lock().await.get(&path).is_some_and(|e| {
+                            e.controller.is_some()
+                                && e.status.content_hash.as_deref()
+                                    == Some(loaded.plugin.content_hash())
+                                && stamp.1 == e.stamp.1
+                        });
+                        if same {
+                            // Touched, or back to the running bytes.
+                            if let Some(e) = self.plugins.lock().await.get_mut(&path) {
+                                e.stamp = stamp;
+                                e.status.last_error = None;
+                            }
+                            continue;
+                        }
+                        match self.register_definitions(loaded.plugin.manifest()).await {
+                            Ok(()) => Looked::Loaded(loaded),
+                            Err(err) => Looked::Failed(err.to_string()),
+                        }
+                    }
+                    Err(plugins::LoadError::Unsettled(_)) => {
+                        // Its write's own events bring us back.
+                        tracing::debug!(path = %path.display(), "plugin file still being written");
+                        continue;
+                    }
+                    Err(err) => Looked::Failed(err.to_string()),
+                }
+            };
+            looked.push((path, stamp, outcome));
+        }
+        for (path, stamp, outcome) in looked {
+            self.apply(path, stamp, outcome).await;
+        }
+        Ok(())
+    }
+
+    /// Act on one looked-at file.
+    async fn apply(&self, path: PathBuf, stamp: Stamp, outcome: Looked) {
+        // The entry stays listed (as it was) until its new state is known.
+        let (running, counts) = {
+            let plugins = self.plugins.lock().await;
+            let existing = plugins.get(&path);
+            (
+                existing.and_then(|e| e.controller.clone()),
+                existing.map(|e| e.counts.clone()).unwrap_or_default(),
+            )
+        };
+        match outcome {
+            Looked::Gone => {
+                if let Some(name) = running {
+                    self.stop_controller(&name).await;
+                }
+                self.plugins.lock().await.remove(&path);
+                tracing::info!(path = %path.display(), "plugin file removed; its objects are left as they are");
+            }
+            Looked::Failed(err) => {
+                tracing::error!(path = %path.display(), %err, "plugin failed to load");
+                let mut plugins = self.plugins.lock().await;
+                match plugins.get_mut(&path) {
+                    Some(entry) if entry.controller.is_some() => {
+                        tracing::warn!(path = %path.display(), "keeping the running version");
+                        entry.status.last_error = Some(err);
+                        entry.stamp = stamp;
+                    }
+                    _ => {
+                        plugins.insert(
+                            path.clone(),
+                            PluginEntry {
+                                status: failed_status(&path, err),
+                                counts,
+                                stamp,
+                                controller: None,
+                            },
+                        );
+                    }
+                }
+            }
+            Looked::Loaded(loaded) => {
+                let plugin = loaded.plugin;
+                let manifest = plugin.manifest().clone();
+                let reconciler: Arc<dyn Reconciler> =
+                    Arc::new(Counted::new(plugin.clone(), counts.clone()));
+                let mut swapped = false;
+                if running.as_deref() == Some(manifest.name.as_str()) {
+                    let controllers = self.controllers.lock().await;
+                    if let Some(controller) = controllers.get(&manifest.name)
+                        && controller.swap_reconciler(reconciler.clone()).is_ok()
+                    {
+                        controller.requeue_all();
+                        swapped = true;
+                    }
+                }
+                let result = if swapped {
+                    tracing::info!(plugin = %manifest.name, version = %manifest.version, hash = %plugin.content_hash(), "plugin reloaded in place");
+                    Ok(())
+                } else {
+                    if let Some(name) = &running {
+                        self.stop_controller(name).await;
+                    }
+                    self.start_controller(reconciler).await.inspect(|()| {
+                        tracing::info!(plugin = %manifest.name, version = %manifest.version, hash = %plugin.content_hash(), "plugin running");
+                    })
+                };
+                let mut status = PluginStatus {
+                    path: path.clone(),
+                    name: manifest.name.clone(),
+                    kind: Some(manifest.reconciles.to_string()),
+                    version: Some(manifest.version.clone()),
+                    content_hash: Some(plugin.content_hash().to_owned()),
+                    loaded_at: SystemTime::now(),
+                    state: PluginState::Running,
+                    last_error: None,
+                    reconciles: 0,
+                    errors: 0,
+                };
+                let controller = match result {
+                    Ok(()) => Some(manifest.name.clone()),
+                    Err(err) => {
+                        tracing::error!(plugin = %manifest.name, %err, "plugin failed to start");
+                        status.state = PluginState::Failed(err.to_string());
+                        None
+                    }
+                };
+                self.plugins.lock().await.insert(
+                    path,
+                    PluginEntry {
+                        status,
+                        counts,
+                        stamp,
+                        controller,
+                    },
+                );
+            }
+        }
+    }
+}
+
+fn failed_status(path: &Path, reason: String) -> PluginStatus {
+    PluginStatus {
+        path: path.to_owned(),
+        name: path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        kind: None,
+        version: None,
+        content_hash: None,
+        loaded_at: SystemTime::now(),
+        state: PluginState::Failed(reason),
+        last_error: None,
+        reconciles: 0,
+        errors: 0,
+    }
+}
