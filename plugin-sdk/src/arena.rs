@@ -6,7 +6,8 @@
 //! within the call. `malloc`/`free` in wasi-libc's dlmalloc cost tens of
 //! nanoseconds each in Wasm (every loop back-edge also pays an epoch check);
 //! a bump is a handful of instructions. On the `plugin_call` benchmark this
-//! took about 1 µs off a 1 KiB and 2.5 µs off a 16 KiB reconcile.
+//! took about 0.6 µs off a 1 KiB and 2 µs off a 16 KiB reconcile
+//! (BENCHMARKS.md).
 //!
 //! What keeps it from changing which plugins fit their memory cap:
 //!
