@@ -95,6 +95,7 @@ async fn every_fault_in_the_zoo_ends_as_an_error_on_its_object_while_a_replicase
     let faults = [
         ("spin", "exceeded its deadline of 300ms"),
         ("membomb", "exceeded its memory limit of 16777216 bytes"),
+        ("smallbomb", "exceeded its memory limit of 16777216 bytes"),
         ("panic", "zoo panicked on purpose in panic"),
         ("badstatus", "status patch is not a JSON object"),
         ("oversized", "over the limit of 524288 bytes"),
@@ -105,6 +106,7 @@ async fn every_fault_in_the_zoo_ends_as_an_error_on_its_object_while_a_replicase
     for (fault, _) in faults {
         create(&host, "Zoo", fault, json!({"fault": fault})).await;
     }
+    create(&host, "Zoo", "churn", json!({"fault": "churn"})).await;
     create(&host, "RawJson", "raw", json!({})).await;
     // The well-behaved plugins keep converging their own objects meanwhile.
     host.host
@@ -139,6 +141,28 @@ async fn every_fault_in_the_zoo_ends_as_an_error_on_its_object_while_a_replicase
         !escape.contains("read ") && !escape.contains("connected"),
         "{escape}"
     );
+
+    // Allocating four times the memory cap in small blocks, freed out of
+    // order, is not a fault: the guest allocator reuses freed memory.
+    let zoo = host
+        .host
+        .api()
+        .kinds()
+        .require("test.setpoint.dev/v1", "Zoo")
+        .unwrap();
+    eventually("the churning object's status", WAIT, || async {
+        let churn = host
+            .host
+            .api()
+            .get(&zoo, Some("default"), "churn")
+            .await
+            .map_err(|e| e.to_string())?;
+        match churn["status"]["churnedBytes"].as_u64() {
+            Some(bytes) if bytes == 64 << 20 => Ok(()),
+            _ => Err(format!("{churn}")),
+        }
+    })
+    .await;
 
     replicaset_ready(&host, "web", 3).await;
     // And the host still takes new work.

@@ -1,6 +1,8 @@
 //! `zoo`: a test plugin that misbehaves on purpose, one way per object.
 //! `spec.fault` picks how: `spin` loops forever, `membomb` allocates without
-//! end, `panic` panics, `badstatus` returns a status that is not an object,
+//! end (`smallbomb` likewise, in small blocks), `churn` allocates four times
+//! its memory cap in small blocks it frees again (not a fault: it succeeds),
+//! `panic` panics, `badstatus` returns a status that is not an object,
 //! `oversized` returns a status over the host's response cap, `undeclared`
 //! writes a child of a kind it did not declare, `crossns` writes a child in
 //! another namespace, `escape` tries to read a file and open a socket, `clock`
@@ -85,6 +87,31 @@ impl Reconciler for Zoo {
                     hoard.push(vec![1u8; 1 << 20]);
                     std::hint::black_box(&hoard);
                 }
+            }
+            // Small blocks kept forever: the SDK's arena hands over to
+            // `malloc` at its budget, and `malloc` then meets the cap.
+            "smallbomb" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 1 << 10]);
+                    std::hint::black_box(&hoard);
+                }
+            }
+            // Four times the 16 MiB cap in small blocks, freed oldest first
+            // (never the most recent block): fits only because the arena
+            // stops at its budget and `malloc` reuses what was freed.
+            "churn" => {
+                let mut window: std::collections::VecDeque<Vec<u8>> =
+                    std::collections::VecDeque::new();
+                let mut churned: u64 = 0;
+                while churned < 64 << 20 {
+                    window.push_back(vec![1u8; 1 << 10]);
+                    if window.len() > 1024 {
+                        std::hint::black_box(window.pop_front());
+                    }
+                    churned += 1 << 10;
+                }
+                Ok(Response::new().status(json!({"churnedBytes": churned})))
             }
             "panic" => panic!("zoo panicked on purpose in {}", object.name()),
             "badstatus" => Ok(Response::new().status(json!("not an object"))),
