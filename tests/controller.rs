@@ -810,3 +810,105 @@ async fn an_inline_reconciler_converges_and_reads_only_from_informers() {
         host.shutdown().await;
     }
 }
+
+/// A native reconciler whose first call holds until the test has changed
+/// the object under it, so that the status it returns was computed from an
+/// old version.
+struct Racer {
+    manifest: Manifest,
+    /// (tells the test the first call started, lets the first call go on)
+    first_call: Mutex<Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
+    calls: AtomicU64,
+}
+
+impl Reconciler for Racer {
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    fn reconcile(
+        &self,
+        request: &Request,
+        _cache: &Arc<dyn CacheView>,
+    ) -> Result<Response, ReconcileError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if let Some((started, go_on)) = self.first_call.lock().unwrap().take() {
+            started.send(()).unwrap();
+            go_on.recv().unwrap();
+        }
+        Ok(Response {
+            status: Some(json!({"seen": request.object["spec"]["value"]})),
+            ..Default::default()
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_computed_from_an_old_version_conflicts_and_is_retried_quietly_on_the_new_one() {
+    crate::support::logs::capture();
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let (go_on_tx, go_on_rx) = std::sync::mpsc::channel();
+    let racer = Arc::new(Racer {
+        manifest: Manifest {
+            name: "racer".to_owned(),
+            version: "1.0.0".to_owned(),
+            reconciles: KindRef::new("test.setpoint.dev/v1", "Probe"),
+            owns: vec![],
+            definitions: vec![probe_definition()],
+            finalizer: None,
+        },
+        first_call: Mutex::new(Some((started_tx, go_on_rx))),
+        calls: AtomicU64::new(0),
+    });
+    let host = Host::builder().build().await.unwrap();
+    host.add_reconciler(racer.clone()).await.unwrap();
+    let api = host.api();
+    let kind = api
+        .kinds()
+        .require("test.setpoint.dev/v1", "Probe")
+        .unwrap();
+    api.create(&kind, probe_object("raced", 1)).await.unwrap();
+
+    // While the first reconcile (of value 1) is held, the spec moves on.
+    tokio::task::spawn_blocking(move || started_rx.recv().unwrap())
+        .await
+        .unwrap();
+    set_value(&host, &kind, "raced", 2).await;
+    go_on_tx.send(()).unwrap();
+
+    eventually("the status of the new version", CONVERGE, || async {
+        let object = api
+            .get(&kind, Some("default"), "raced")
+            .await
+            .map_err(|e| e.to_string())?;
+        if object["status"]["seen"] == 2 {
+            Ok(())
+        } else {
+            Err(object.to_string())
+        }
+    })
+    .await;
+    // The stale status was never written, and the conflict is history and
+    // a debug line, not a warning.
+    assert!(racer.calls.load(Ordering::SeqCst) >= 2);
+    let history = host
+        .history(
+            "test.setpoint.dev/v1",
+            "Probe",
+            &setpoint::object::ObjectKey::new(Some("default"), "raced"),
+        )
+        .await;
+    assert!(
+        history.iter().any(|r| matches!(&r.outcome,
+            controller::Outcome::TransientError(m) if m.contains("onflict"))),
+        "{history:?}"
+    );
+    let logs = crate::support::logs::lines_with;
+    assert!(!logs(&["changed while it was reconciled", "default/raced"]).is_empty());
+    assert!(
+        logs(&["reconcile failed", "default/raced"]).is_empty(),
+        "{:?}",
+        logs(&["reconcile failed", "default/raced"])
+    );
+    host.shutdown().await;
+}

@@ -26,6 +26,11 @@ enum Step {
     /// This host's cluster lease is too close to expiry to call the
     /// reconciler; try again shortly.
     Postponed,
+    /// A write of the response found the object (or a child) changed since
+    /// the reconciler saw it: optimistic concurrency at work, not a
+    /// failure of the plugin. The key is retried like a transient error,
+    /// and the change that won is usually queued already.
+    Conflicted(String),
     /// The response was applied.
     Applied {
         requeue_after: Option<Duration>,
@@ -148,6 +153,11 @@ pub(super) async fn worker(shared: Arc<Shared>) {
                 shared.queue.done(&key);
                 continue;
             }
+            Ok(Step::Conflicted(msg)) => {
+                let delay = shared.queue.add_rate_limited(key.clone());
+                tracing::debug!(plugin = %reconciler.manifest().name, object = %key, error = %msg, retry_in = ?delay, "object changed while it was reconciled; will retry");
+                (Some(Outcome::TransientError(msg)), Some(delay))
+            }
             Err(ReconcileError::Transient(msg)) => {
                 let delay = shared.queue.add_rate_limited(key.clone());
                 tracing::warn!(plugin = %reconciler.manifest().name, object = %key, error = %msg, retry_in = ?delay, "reconcile failed; will retry");
@@ -210,6 +220,7 @@ fn record_reconcile(
     };
     let host = shared.cluster.as_ref().map_or("local", |c| c.host_id());
     let outcome = match outcome {
+        Ok(Step::Conflicted(_)) => "transient",
         Ok(_) => "ok",
         Err(ReconcileError::Transient(_)) => "transient",
         Err(ReconcileError::Permanent(_)) => "permanent",
@@ -331,6 +342,9 @@ async fn reconcile_key(
             };
             let _ = events::record(api, &manifest.name, &object, &event).await;
             return Err(ReconcileError::Permanent(msg));
+        }
+        Err(err @ Error::Api(api::Error::Conflict { .. })) => {
+            return Ok(Step::Conflicted(err.to_string()));
         }
         Err(err) => return Err(transient(err)),
     }
