@@ -12,7 +12,8 @@
 //! task (`Reconciler::runs_inline`, for trusted native reconcilers); `wasm`
 //! computes the status in the `benchitem` Wasm plugin
 //! (`tests/guests/benchitem`, built first), a fresh instance per call, as
-//! every plugin dropped into `plugins/` runs. Phases:
+//! every plugin dropped into `plugins/` runs (`LOOP_WASM=path` runs another
+//! build of it instead, for A/B comparisons of the SDK). Phases:
 //!
 //! 1. **create**: 64 writer tasks create OBJECTS objects as fast as the store
 //!    takes them while the controller reconciles them;
@@ -52,8 +53,12 @@ fn bench_dir() -> PathBuf {
         .unwrap_or_else(std::env::temp_dir)
 }
 
-/// Builds the `benchitem` plugin (a Wasm component) and returns its path.
+/// Builds the `benchitem` plugin (a Wasm component) and returns its path,
+/// or the path in `LOOP_WASM`.
 fn built_benchitem() -> PathBuf {
+    if let Some(path) = std::env::var_os("LOOP_WASM") {
+        return PathBuf::from(path);
+    }
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let target = workspace.join("target").join("wasm");
     let status = Command::new(env!("CARGO"))
