@@ -912,3 +912,126 @@ async fn a_status_computed_from_an_old_version_conflicts_and_is_retried_quietly_
     );
     host.shutdown().await;
 }
+
+/// A native reconciler with a finalizer that, when deletion starts, lets
+/// the object go itself (as another actor might) before answering "done".
+struct LetsGo {
+    manifest: Manifest,
+    api: std::sync::OnceLock<setpoint::api::Api>,
+    runtime: tokio::runtime::Handle,
+    finalize_calls: AtomicU64,
+}
+
+impl Reconciler for LetsGo {
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    fn reconcile(
+        &self,
+        request: &Request,
+        _cache: &Arc<dyn CacheView>,
+    ) -> Result<Response, ReconcileError> {
+        if request.object["metadata"]["deletionTimestamp"].is_null() {
+            return Ok(Response::default());
+        }
+        self.finalize_calls.fetch_add(1, Ordering::SeqCst);
+        let api = self
+            .api
+            .get()
+            .expect("set before any object exists")
+            .clone();
+        // Reconcilers run on the host's reconcile threads, outside the
+        // async runtime, so blocking on it here is allowed.
+        self.runtime.block_on(async {
+            let kind = api
+                .kinds()
+                .require("test.setpoint.dev/v1", "Probe")
+                .unwrap();
+            let mut latest = api.get(&kind, Some("default"), "released").await.unwrap();
+            latest["metadata"]["finalizers"] = json!([]);
+            api.update(&kind, latest).await.unwrap();
+        });
+        Ok(Response {
+            remove_finalizer: true,
+            ..Default::default()
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finalizer_someone_else_removed_first_ends_the_deletion_without_an_error() {
+    crate::support::logs::capture();
+    let plugin = Arc::new(LetsGo {
+        manifest: Manifest {
+            name: "letsgo".to_owned(),
+            version: "1.0.0".to_owned(),
+            reconciles: KindRef::new("test.setpoint.dev/v1", "Probe"),
+            owns: vec![],
+            definitions: vec![probe_definition()],
+            finalizer: Some("test.setpoint.dev/letsgo".to_owned()),
+        },
+        api: std::sync::OnceLock::new(),
+        runtime: tokio::runtime::Handle::current(),
+        finalize_calls: AtomicU64::new(0),
+    });
+    let host = Host::builder().build().await.unwrap();
+    plugin.api.set(host.api().clone()).ok();
+    host.add_reconciler(plugin.clone()).await.unwrap();
+    let api = host.api();
+    let kind = api
+        .kinds()
+        .require("test.setpoint.dev/v1", "Probe")
+        .unwrap();
+    api.create(&kind, probe_object("released", 1))
+        .await
+        .unwrap();
+    eventually("the finalizer on the object", CONVERGE, || async {
+        let object = api
+            .get(&kind, Some("default"), "released")
+            .await
+            .map_err(|e| e.to_string())?;
+        if object["metadata"]["finalizers"] == json!(["test.setpoint.dev/letsgo"]) {
+            Ok(())
+        } else {
+            Err(object.to_string())
+        }
+    })
+    .await;
+
+    api.delete(&kind, Some("default"), "released", &Default::default())
+        .await
+        .unwrap();
+    eventually("the object gone", CONVERGE, || async {
+        match api.get(&kind, Some("default"), "released").await {
+            Err(setpoint::api::Error::NotFound { .. }) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    // Once the finalizing reconcile has ended and the queue is idle, a
+    // failure would have left a retry behind.
+    let queue = eventually(
+        "the finalizing reconcile done and the queue idle",
+        CONVERGE,
+        || async {
+            let metrics = host.queue_metrics().await;
+            let (_, queue) = metrics
+                .into_iter()
+                .find(|(name, _)| name == "letsgo")
+                .ok_or("no queue")?;
+            let idle = queue.depth == 0 && queue.delayed == 0 && queue.in_flight == 0;
+            if idle && plugin.finalize_calls.load(Ordering::SeqCst) > 0 {
+                Ok(queue)
+            } else {
+                Err(format!("{queue:?}"))
+            }
+        },
+    )
+    .await;
+    assert_eq!(queue.retries_total, 0, "{queue:?}");
+    assert_eq!(plugin.finalize_calls.load(Ordering::SeqCst), 1);
+    let failed = crate::support::logs::lines_with(&["reconcile failed", "default/released"]);
+    assert!(failed.is_empty(), "{failed:?}");
+    host.shutdown().await;
+}

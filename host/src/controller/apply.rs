@@ -315,7 +315,11 @@ impl Applier<'_> {
             list.retain(|f| f.as_str() != Some(finalizer));
         }
         match self.api.update(self.kind, next).await {
-            Ok(_) | Err(api::Error::NotFound { .. }) => Ok(()),
+            Ok(updated) => {
+                self.wrote(self.kind, &updated);
+                Ok(())
+            }
+            Err(api::Error::NotFound { .. }) => Ok(()),
             Err(err) => Err(err.into()),
         }
     }

@@ -352,14 +352,22 @@ async fn reconcile_key(
         && response.remove_finalizer
         && let Some(finalizer) = &manifest.finalizer
     {
-        let latest = api
+        let latest = match api
             .get(&shared.kind, key.namespace.as_deref(), &key.name)
             .await
-            .map_err(|e| transient(e.into()))?;
+        {
+            Ok(latest) => latest,
+            // Someone else let it go meanwhile: nothing left to finalize.
+            Err(api::Error::NotFound { .. }) => return Ok(Step::Gone),
+            Err(err) => return Err(transient(err.into())),
+        };
         applier
             .remove_finalizer(&latest, finalizer)
             .await
             .map_err(transient)?;
+        // The next reconcile of the key (queued by the status write, say)
+        // must see the finalizer gone, not call the plugin to finalize again.
+        remember_writes(shared, key, &applier);
     }
     Ok(Step::Applied {
         requeue_after: response.requeue_after,
@@ -382,7 +390,9 @@ fn remember_writes(shared: &Shared, key: &ObjectKey, applier: &apply::Applier<'_
         .pending_writes
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .insert(key.clone(), written);
+        .entry(key.clone())
+        .or_default()
+        .extend(written);
     true
 }
 
