@@ -424,6 +424,18 @@ fn probe_definition() -> Value {
     })
 }
 
+/// The manifest of a native test reconciler of `Probe`s.
+fn probe_manifest(name: &str, finalizer: Option<&str>) -> Manifest {
+    Manifest {
+        name: name.to_owned(),
+        version: "1.0.0".to_owned(),
+        reconciles: KindRef::new("test.setpoint.dev/v1", "Probe"),
+        owns: vec![],
+        definitions: vec![probe_definition()],
+        finalizer: finalizer.map(str::to_owned),
+    }
+}
+
 /// A native reconciler that records, per key, how many reconciles run at
 /// once, and writes `status.seen = spec.value` (or, as a hot loop, a counter
 /// that never settles).
@@ -441,14 +453,7 @@ struct Probe {
 impl Probe {
     fn new(name: &str, hot_loop: bool, work: Duration) -> Arc<Self> {
         Arc::new(Self {
-            manifest: Manifest {
-                name: name.to_owned(),
-                version: "1.0.0".to_owned(),
-                reconciles: KindRef::new("test.setpoint.dev/v1", "Probe"),
-                owns: vec![],
-                definitions: vec![probe_definition()],
-                finalizer: None,
-            },
+            manifest: probe_manifest(name, None),
             hot_loop,
             work,
             in_flight: Mutex::default(),
@@ -748,14 +753,7 @@ impl Reconciler for ViewReader {
 async fn an_inline_reconciler_converges_and_reads_only_from_informers() {
     for inline in [true, false] {
         let reader = Arc::new(ViewReader {
-            manifest: Manifest {
-                name: format!("reader-{inline}"),
-                version: "1.0.0".to_owned(),
-                reconciles: KindRef::new("test.setpoint.dev/v1", "Probe"),
-                owns: vec![],
-                definitions: vec![probe_definition()],
-                finalizer: None,
-            },
+            manifest: probe_manifest(&format!("reader-{inline}"), None),
             inline,
             threads: Mutex::default(),
         });
@@ -849,14 +847,7 @@ async fn a_status_computed_from_an_old_version_conflicts_and_is_retried_quietly_
     let (started_tx, started_rx) = std::sync::mpsc::channel();
     let (go_on_tx, go_on_rx) = std::sync::mpsc::channel();
     let racer = Arc::new(Racer {
-        manifest: Manifest {
-            name: "racer".to_owned(),
-            version: "1.0.0".to_owned(),
-            reconciles: KindRef::new("test.setpoint.dev/v1", "Probe"),
-            owns: vec![],
-            definitions: vec![probe_definition()],
-            finalizer: None,
-        },
+        manifest: probe_manifest("racer", None),
         first_call: Mutex::new(Some((started_tx, go_on_rx))),
         calls: AtomicU64::new(0),
     });
@@ -963,14 +954,7 @@ impl Reconciler for LetsGo {
 async fn a_finalizer_someone_else_removed_first_ends_the_deletion_without_an_error() {
     crate::support::logs::capture();
     let plugin = Arc::new(LetsGo {
-        manifest: Manifest {
-            name: "letsgo".to_owned(),
-            version: "1.0.0".to_owned(),
-            reconciles: KindRef::new("test.setpoint.dev/v1", "Probe"),
-            owns: vec![],
-            definitions: vec![probe_definition()],
-            finalizer: Some("test.setpoint.dev/letsgo".to_owned()),
-        },
+        manifest: probe_manifest("letsgo", Some("test.setpoint.dev/letsgo")),
         api: std::sync::OnceLock::new(),
         runtime: tokio::runtime::Handle::current(),
         finalize_calls: AtomicU64::new(0),
