@@ -53,6 +53,8 @@ pub(crate) enum Owner {
 /// The arena's bookkeeping, in addresses.
 #[derive(Debug)]
 pub(crate) struct Bump {
+    /// The start of the current chunk.
+    start: usize,
     /// The next free address in the current chunk (0: no chunk yet).
     next: usize,
     /// The end of the current chunk.
@@ -82,6 +84,7 @@ pub(crate) enum Place {
 impl Bump {
     pub(crate) const fn new() -> Self {
         Self {
+            start: 0,
             next: 0,
             end: 0,
             next_chunk: FIRST_CHUNK,
@@ -115,7 +118,7 @@ impl Bump {
     #[cold]
     #[inline(never)]
     fn place_elsewhere(&mut self, size: usize, align: usize) -> Place {
-        if size > LARGE || self.exhausted {
+        if self.owner_of_new(size) == Owner::System {
             return Place::System;
         }
         // A block aligned beyond a chunk's alignment may need up to
@@ -141,6 +144,7 @@ impl Bump {
         };
         // What is left of the previous chunk is abandoned: less than the
         // block that did not fit, at most `LARGE` bytes.
+        self.start = base;
         self.next = base;
         self.end = base + size;
         self.taken += size;
@@ -183,10 +187,18 @@ impl Bump {
         }
     }
 
+    /// Whether the arena block of `size` bytes at `ptr` is the most recent
+    /// one. It must lie in the current chunk: a block of an older chunk may
+    /// end where the current one begins.
+    #[inline(always)]
+    fn is_latest(&self, ptr: usize, size: usize) -> bool {
+        ptr >= self.start && ptr + size == self.next
+    }
+
     /// Frees an arena block: only the most recent one is taken back.
     #[inline(always)]
     pub(crate) fn free(&mut self, ptr: usize, size: usize) {
-        if ptr + size == self.next {
+        if self.is_latest(ptr, size) {
             self.next = ptr;
         }
     }
@@ -197,7 +209,7 @@ impl Bump {
         if new > LARGE {
             return false;
         }
-        if ptr + old == self.next && ptr + new <= self.end {
+        if self.is_latest(ptr, old) && ptr + new <= self.end {
             self.next = ptr + new;
             return true;
         }
@@ -411,6 +423,26 @@ mod tests {
         bump.add_chunk(None, FIRST_CHUNK);
         assert_eq!(bump.place(8, 8), Place::System);
         assert_eq!(bump.owner(4096, 8), Owner::System);
+    }
+
+    #[test]
+    fn a_block_of_an_older_chunk_ending_where_the_current_begins_is_not_latest() {
+        let mut bump = Bump::new();
+        let base = 1 << 20;
+        bump.add_chunk(Some(base), FIRST_CHUNK);
+        let last_of_first = base + FIRST_CHUNK - 64;
+        assert_eq!(bump.place(LARGE, 16), Place::Arena(base));
+        assert_eq!(
+            bump.place(FIRST_CHUNK - LARGE - 64, 16),
+            Place::Arena(base + LARGE)
+        );
+        assert_eq!(bump.place(64, 16), Place::Arena(last_of_first));
+        // The next chunk starts right where the first ends.
+        assert_eq!(bump.place(64, 16), Place::NeedChunk(2 * FIRST_CHUNK));
+        bump.add_chunk(Some(base + FIRST_CHUNK), 2 * FIRST_CHUNK);
+        bump.free(last_of_first, 64);
+        assert!(!bump.resize_in_place(last_of_first, 64, 128));
+        assert_eq!(bump.place(8, 8), Place::Arena(base + FIRST_CHUNK));
     }
 
     #[test]
