@@ -270,19 +270,21 @@ async fn reconcile_key(
                 return Ok(Step::Gone);
             }
             finalizing = true;
-        } else if applier
-            .ensure_finalizer(&object, finalizer)
-            .await
-            .map_err(transient)?
-        {
-            // The write requeues the key through the informer.
-            remember_writes(shared, key, &applier);
-            return Ok(Step::Applied {
-                requeue_after: None,
-                generation,
-                children: 0,
-                wrote: true,
-            });
+        } else {
+            let added = match applier.ensure_finalizer(&object, finalizer).await {
+                Ok(added) => added,
+                Err(err) => return write_failed(err),
+            };
+            if added {
+                // The write requeues the key through the informer.
+                remember_writes(shared, key, &applier);
+                return Ok(Step::Applied {
+                    requeue_after: None,
+                    generation,
+                    children: 0,
+                    wrote: true,
+                });
+            }
         }
     } else if meta::deletion_timestamp(&object).is_some() {
         return Ok(Step::Gone);
@@ -343,10 +345,7 @@ async fn reconcile_key(
             let _ = events::record(api, &manifest.name, &object, &event).await;
             return Err(ReconcileError::Permanent(msg));
         }
-        Err(err @ Error::Api(api::Error::Conflict { .. })) => {
-            return Ok(Step::Conflicted(err.to_string()));
-        }
-        Err(err) => return Err(transient(err)),
+        Err(err) => return write_failed(err),
     }
     if finalizing
         && response.remove_finalizer
@@ -361,10 +360,9 @@ async fn reconcile_key(
             Err(api::Error::NotFound { .. }) => return Ok(Step::Gone),
             Err(err) => return Err(transient(err.into())),
         };
-        applier
-            .remove_finalizer(&latest, finalizer)
-            .await
-            .map_err(transient)?;
+        if let Err(err) = applier.remove_finalizer(&latest, finalizer).await {
+            return write_failed(err);
+        }
         // The next reconcile of the key (queued by the status write, say)
         // must see the finalizer gone, not call the plugin to finalize again.
         remember_writes(shared, key, &applier);
@@ -417,6 +415,15 @@ async fn wait_for_own_writes(shared: &Shared, key: &ObjectKey) {
         {
             tracing::warn!(object = %key, kind = %kind.kind, revision, "cache did not catch up with our own write in time");
         }
+    }
+}
+
+/// A write of the reconcile failed: a conflict is optimistic concurrency
+/// at work ([`Step::Conflicted`]), anything else a transient error.
+fn write_failed(err: Error) -> Result<Step, ReconcileError> {
+    match err {
+        Error::Api(api::Error::Conflict { .. }) => Ok(Step::Conflicted(err.to_string())),
+        err => Err(transient(err)),
     }
 }
 

@@ -60,8 +60,6 @@ pub struct InformerStats {
     /// Lists the cache was filled from: 1 after the first, one more per
     /// relist (after the watch fell too far behind).
     pub lists: u64,
-    /// The store revision the cache reflects.
-    pub revision: i64,
 }
 
 impl Informers {
@@ -227,20 +225,16 @@ impl Informers {
             .collect();
         let mut stats: Vec<_> = running
             .iter()
-            .map(|inner| {
-                let cache = inner.cache.read().unwrap_or_else(|p| p.into_inner());
-                InformerStats {
-                    group: inner.kind.group.clone(),
-                    resource: inner.kind.plural.clone(),
-                    objects: cache.len(),
-                    handlers: inner
-                        .handlers
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .len(),
-                    lists: inner.lists.load(std::sync::atomic::Ordering::Relaxed),
-                    revision: cache.revision(),
-                }
+            .map(|inner| InformerStats {
+                group: inner.kind.group.clone(),
+                resource: inner.kind.plural.clone(),
+                objects: inner.cache.read().unwrap_or_else(|p| p.into_inner()).len(),
+                handlers: inner
+                    .handlers
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .len(),
+                lists: inner.lists.load(std::sync::atomic::Ordering::Relaxed),
             })
             .collect();
         stats.sort_by(|a, b| (&a.group, &a.resource).cmp(&(&b.group, &b.resource)));
