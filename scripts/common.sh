@@ -4,17 +4,29 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # rustup installs the toolchain pinned in rust-toolchain.toml on first use;
-# make sure its wasm32-wasip2 target is there too.
+# make sure its Wasm targets are there too (wasm32-unknown-unknown for the
+# plugins, wasm32-wasip2 for the test guests that use WASI).
 rustup show active-toolchain >/dev/null
-if ! rustup target list --installed | grep -qx wasm32-wasip2; then
-  rustup target add wasm32-wasip2
-fi
+for target in wasm32-unknown-unknown wasm32-wasip2; do
+  if ! rustup target list --installed | grep -qx "$target"; then
+    rustup target add "$target"
+  fi
+done
 
 WASM_TARGET_DIR=target/wasm
-WASM_OUT="$WASM_TARGET_DIR/wasm32-wasip2/plugin"
+WASM_OUT="$WASM_TARGET_DIR/wasm32-unknown-unknown/plugin"
 
-# build_plugins NAME... : compile plugin crates to Wasm components.
+# build_plugins NAME... : compile plugin crates to Wasm without WASI (core
+# modules carrying their world's types; the host makes them components).
 build_plugins() {
+  local args=()
+  for p in "$@"; do args+=(-p "$p"); done
+  cargo build --profile plugin --target wasm32-unknown-unknown --target-dir "$WASM_TARGET_DIR" "${args[@]}"
+}
+
+# build_wasi_plugins NAME... : compile plugin crates to Wasm components that
+# import WASI (wasm32-wasip2).
+build_wasi_plugins() {
   local args=()
   for p in "$@"; do args+=(-p "$p"); done
   cargo build --profile plugin --target wasm32-wasip2 --target-dir "$WASM_TARGET_DIR" "${args[@]}"

@@ -51,12 +51,12 @@ async fn a_generated_plugin_builds_passes_its_own_tests_and_reconciles_on_a_host
         "--offline",
         "--release",
         "--target",
-        "wasm32-wasip2",
+        "wasm32-unknown-unknown",
     ]);
 
     let plugins = tempfile::tempdir().unwrap();
     std::fs::copy(
-        target.join("wasm32-wasip2/release/hello_world.wasm"),
+        target.join("wasm32-unknown-unknown/release/hello_world.wasm"),
         plugins.path().join("hello-world.wasm"),
     )
     .unwrap();

@@ -177,6 +177,76 @@ async fn every_fault_in_the_zoo_ends_as_an_error_on_its_object_while_a_replicase
     host.stop().await;
 }
 
+/// The zoo above imports WASI (`wasm32-wasip2`); plugins built with the SDK
+/// for `wasm32-unknown-unknown` are core modules without WASI, with the
+/// SDK's arena on their spare initial memory and its panic hook instead of
+/// stderr. The same faults must end the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_zoo_built_without_wasi_faults_alike_and_keeps_its_panic_message() {
+    logs::capture();
+    let dir = tempfile::tempdir().unwrap();
+    let lean = crate::support::built_plugins().join("zoo.wasm");
+    let bytes = std::fs::read(&lean).unwrap();
+    assert!(bytes.starts_with(b"\0asm\x01\0\0\0"), "not a core module");
+    std::fs::write(dir.path().join("zoo.wasm"), bytes).unwrap();
+    std::fs::write(
+        dir.path().join("zoo.toml"),
+        "deadline_ms = 300\nmemory_mib = 16\nresponse_kib = 512\n",
+    )
+    .unwrap();
+    let host = TestHost::start_in(dir, RuntimeConfig::default()).await;
+    assert_eq!(
+        host.plugin("zoo").await.unwrap().state,
+        PluginState::Running
+    );
+
+    let faults = [
+        ("spin", "exceeded its deadline of 300ms"),
+        ("membomb", "exceeded its memory limit of 16777216 bytes"),
+        ("smallbomb", "exceeded its memory limit of 16777216 bytes"),
+        (
+            "panic",
+            "guest's last error log: panicked at tests/guests/zoo/src/lib.rs",
+        ),
+        ("oversized", "over the limit of 524288 bytes"),
+        // Without WASI, `std::env::vars` panics: there is no environment.
+        ("escape", "not supported on this platform"),
+    ];
+    for (fault, _) in faults {
+        create(&host, "Zoo", fault, json!({"fault": fault})).await;
+    }
+    create(&host, "Zoo", "churn", json!({"fault": "churn"})).await;
+    for (fault, expected) in faults {
+        let message = failure_message(&host, "Zoo", fault).await;
+        assert!(message.contains(expected), "{fault}: {message}");
+    }
+    let panic = failure_message(&host, "Zoo", "panic").await;
+    assert!(
+        panic.contains("zoo panicked on purpose in panic"),
+        "{panic}"
+    );
+    let zoo = host
+        .host
+        .api()
+        .kinds()
+        .require("test.setpoint.dev/v1", "Zoo")
+        .unwrap();
+    eventually("the churning object's status", WAIT, || async {
+        let churn = host
+            .host
+            .api()
+            .get(&zoo, Some("default"), "churn")
+            .await
+            .map_err(|e| e.to_string())?;
+        match churn["status"]["churnedBytes"].as_u64() {
+            Some(bytes) if bytes == 64 << 20 => Ok(()),
+            _ => Err(format!("{churn}")),
+        }
+    })
+    .await;
+    host.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guest_logs_and_stdout_become_tracing_events_tagged_with_plugin_and_object() {
     logs::capture();

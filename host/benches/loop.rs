@@ -53,17 +53,20 @@ fn bench_dir() -> PathBuf {
         .unwrap_or_else(std::env::temp_dir)
 }
 
-/// Builds the `benchitem` plugin (a Wasm component) and returns its path,
-/// or the path in `LOOP_WASM`.
+/// Builds the `benchitem` plugin for `LOOP_TARGET` (by default the SDK's
+/// lean `wasm32-unknown-unknown`) and returns its path, or the path in
+/// `LOOP_WASM`.
 fn built_benchitem() -> PathBuf {
     if let Some(path) = std::env::var_os("LOOP_WASM") {
         return PathBuf::from(path);
     }
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let target = workspace.join("target").join("wasm");
+    let plugin_target =
+        std::env::var("LOOP_TARGET").unwrap_or_else(|_| "wasm32-unknown-unknown".into());
     let status = Command::new(env!("CARGO"))
         .current_dir(workspace)
-        .args(["build", "--profile", "plugin", "--target", "wasm32-wasip2"])
+        .args(["build", "--profile", "plugin", "--target", &plugin_target])
         .arg("--target-dir")
         .arg(&target)
         .args(["-p", "benchitem"])
@@ -71,7 +74,7 @@ fn built_benchitem() -> PathBuf {
         .expect("running cargo");
     assert!(status.success(), "building the benchitem plugin failed");
     target
-        .join("wasm32-wasip2")
+        .join(plugin_target)
         .join("plugin")
         .join("benchitem.wasm")
 }

@@ -21,7 +21,9 @@
 //!   round alike.
 //! - Per-call overhead: the Wasm time per call minus the native time.
 //! - `--only native|wasm` runs one side alone (for `perf record`);
-//!   `PLUGIN_CALL_WASM=path` measures another build of the replicaset plugin.
+//!   `PLUGIN_CALL_WASM=path` measures another build of the replicaset plugin;
+//!   `PLUGIN_CALL_TARGET=wasm32-wasip2` builds the plugins with WASI instead
+//!   of for the SDK's default `wasm32-unknown-unknown`.
 //! - Reload latency: a host watches a plugins directory; each round writes a
 //!   new build of the `versioned` test plugin (a distinct custom section, so
 //!   it is compiled afresh) and measures until an object's status shows the
@@ -44,24 +46,26 @@ fn workspace() -> PathBuf {
         .to_owned()
 }
 
+/// The target the plugins are built for: `PLUGIN_CALL_TARGET`, by default
+/// the SDK's lean `wasm32-unknown-unknown` (`wasm32-wasip2` measures a
+/// plugin that imports WASI).
+fn plugin_target() -> String {
+    std::env::var("PLUGIN_CALL_TARGET").unwrap_or_else(|_| "wasm32-unknown-unknown".into())
+}
+
 fn built_plugins() -> PathBuf {
     let target = workspace().join("target").join("wasm");
+    let plugin_target = plugin_target();
     let status = Command::new(env!("CARGO"))
         .current_dir(workspace())
-        .args([
-            "build",
-            "--profile",
-            "plugin",
-            "--target",
-            "wasm32-wasip2",
-            "--target-dir",
-        ])
+        .args(["build", "--profile", "plugin", "--target", &plugin_target])
+        .arg("--target-dir")
         .arg(&target)
         .args(["-p", "replicaset", "-p", "versioned", "-p", "versioned2"])
         .status()
         .expect("running cargo");
     assert!(status.success(), "building the plugins failed");
-    target.join("wasm32-wasip2").join("plugin")
+    target.join(plugin_target).join("plugin")
 }
 
 /// A ReplicaSet padded with annotations to about `size` bytes of JSON.

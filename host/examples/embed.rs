@@ -5,8 +5,8 @@
 //! stream until they run, and shuts the host down.
 //!
 //! ```sh
-//! cargo build --profile plugin --target wasm32-wasip2 --target-dir target/wasm -p podsim
-//! cargo run -p setpoint --example embed -- target/wasm/wasm32-wasip2/plugin/podsim.wasm
+//! cargo build --profile plugin --target wasm32-unknown-unknown --target-dir target/wasm -p podsim
+//! cargo run -p setpoint --example embed -- target/wasm/wasm32-unknown-unknown/plugin/podsim.wasm
 //! ```
 
 use std::collections::BTreeSet;
@@ -27,7 +27,7 @@ type ReplicaSet = setpoint_plugin_sdk::Object<ReplicaSetSpec, ReplicaSetStatus>;
 async fn main() -> anyhow::Result<()> {
     let podsim = std::env::args()
         .nth(1)
-        .unwrap_or_else(|| "target/wasm/wasm32-wasip2/plugin/podsim.wasm".into());
+        .unwrap_or_else(|| "target/wasm/wasm32-unknown-unknown/plugin/podsim.wasm".into());
     let data = tempfile::tempdir()?;
     let plugins = data.path().join("plugins");
     std::fs::create_dir_all(&plugins)?;

@@ -21,11 +21,16 @@
 //!   goes to `malloc`, so a plugin needs at most `BUDGET` more memory than it
 //!   would with `malloc` alone.
 //!
-//! Chunks come from `malloc` rather than `memory.grow`: wasi-libc's
-//! allocator owns the heap after the data segment (the plugin's spare
-//! initial memory), and sharing it keeps a reconcile that fits in the
+//! Chunks come from `malloc` rather than `memory.grow`: on `wasm32-wasip2`
+//! wasi-libc's allocator owns the heap after the data segment (the plugin's
+//! spare initial memory), and sharing it keeps a reconcile that fits in the
 //! initial memory from growing it (each growth is an `mprotect`, undone when
-//! the pool resets the slot).
+//! the pool resets the slot). On `wasm32-unknown-unknown` the C allocator is
+//! Rust's `dlmalloc`, which knows nothing of the initial memory and grows
+//! memory for its first block; there the spare initial memory is given to
+//! the arena as its first chunk, a *region* that takes blocks of any size
+//! and does not count against the budget (it is memory the plugin has
+//! anyway).
 //!
 //! The bookkeeping ([`Bump`]) is safe code over addresses, tested natively;
 //! only the `GlobalAlloc` glue (Wasm builds only) touches memory.
@@ -68,6 +73,10 @@ pub(crate) struct Bump {
     exhausted: bool,
     chunks: [(usize, usize); MAX_CHUNKS],
     chunk_count: usize,
+    /// The region (spare initial memory), if one was given: `start..end`.
+    region: (usize, usize),
+    /// Whether a region was offered (given or not); it is offered once.
+    region_offered: bool,
 }
 
 /// Where an allocation is to be served.
@@ -92,7 +101,43 @@ impl Bump {
             exhausted: false,
             chunks: [(0, 0); MAX_CHUNKS],
             chunk_count: 0,
+            region: (0, 0),
+            region_offered: false,
         }
+    }
+
+    /// Whether [`Bump::add_region`] was called.
+    #[cfg_attr(not(target_os = "unknown"), allow(dead_code))]
+    pub(crate) fn region_offered(&self) -> bool {
+        self.region_offered
+    }
+
+    /// Gives the arena the free memory `start..end` (aligned to
+    /// [`CHUNK_ALIGN`]) as its current chunk. Unlike a chunk it takes blocks
+    /// of any size and does not count against the budget. Offered once,
+    /// before the first chunk; an empty range gives nothing.
+    #[cfg_attr(not(target_os = "unknown"), allow(dead_code))]
+    pub(crate) fn add_region(&mut self, start: usize, end: usize) {
+        self.region_offered = true;
+        if end <= start || self.next != 0 {
+            return;
+        }
+        self.region = (start, end);
+        self.start = start;
+        self.next = start;
+        self.end = end;
+    }
+
+    /// Whether the current chunk is the region.
+    #[inline(always)]
+    fn in_region(&self) -> bool {
+        self.region.1 != 0 && self.start == self.region.0
+    }
+
+    /// Whether `ptr` lies in the region.
+    #[inline(always)]
+    fn region_contains(&self, ptr: usize) -> bool {
+        (self.region.0..self.region.1).contains(&ptr)
     }
 
     /// Where a block of `size` bytes aligned to `align` (a power of two)
@@ -101,7 +146,7 @@ impl Bump {
     pub(crate) fn place(&mut self, size: usize, align: usize) -> Place {
         // The common case, kept small enough to inline into every
         // allocation: room in the current chunk.
-        if size <= LARGE
+        if (size <= LARGE || self.in_region())
             && !self.exhausted
             && self.next != 0
             && let Some(start) = self.next.checked_add(align - 1).map(|a| a & !(align - 1))
@@ -118,7 +163,9 @@ impl Bump {
     #[cold]
     #[inline(never)]
     fn place_elsewhere(&mut self, size: usize, align: usize) -> Place {
-        if self.owner_of_new(size) == Owner::System {
+        // A large block that did not fit the region goes to the C allocator
+        // too: chunks are for small blocks.
+        if size > LARGE || self.exhausted {
             return Place::System;
         }
         // A block aligned beyond a chunk's alignment may need up to
@@ -157,7 +204,11 @@ impl Bump {
     #[inline(always)]
     pub(crate) fn owner(&self, ptr: usize, size: usize) -> Owner {
         if size > LARGE {
-            Owner::System
+            if self.region_contains(ptr) {
+                Owner::Arena
+            } else {
+                Owner::System
+            }
         } else if !self.exhausted {
             // Until the arena is exhausted every small block is the arena's.
             Owner::Arena
@@ -168,9 +219,10 @@ impl Bump {
 
     #[cold]
     fn owner_by_address(&self, ptr: usize) -> Owner {
-        let in_arena = self.chunks[..self.chunk_count]
-            .iter()
-            .any(|&(start, end)| (start..end).contains(&ptr));
+        let in_arena = self.region_contains(ptr)
+            || self.chunks[..self.chunk_count]
+                .iter()
+                .any(|&(start, end)| (start..end).contains(&ptr));
         if in_arena {
             Owner::Arena
         } else {
@@ -180,7 +232,7 @@ impl Bump {
 
     /// Who would own a new block of `size` bytes.
     pub(crate) fn owner_of_new(&self, size: usize) -> Owner {
-        if size > LARGE || self.exhausted {
+        if (size > LARGE && !self.in_region()) || self.exhausted {
             Owner::System
         } else {
             Owner::Arena
@@ -204,9 +256,10 @@ impl Bump {
     }
 
     /// Resizes an arena block in place if it can: it is the most recent one
-    /// and the new size fits the chunk, or it shrinks.
+    /// and the new size fits the chunk, or it shrinks. A block never grows
+    /// past [`LARGE`] outside the region (its owner is told by its size).
     pub(crate) fn resize_in_place(&mut self, ptr: usize, old: usize, new: usize) -> bool {
-        if new > LARGE {
+        if new > LARGE && !self.region_contains(ptr) {
             return false;
         }
         if self.is_latest(ptr, old) && ptr + new <= self.end {
@@ -230,7 +283,7 @@ mod glue {
     /// The `#[global_allocator]` of SDK plugins built for Wasm.
     pub(crate) struct Arena(UnsafeCell<Bump>);
 
-    // SAFETY: wasm32-wasip2 plugins are single-threaded.
+    // SAFETY: Wasm plugins are single-threaded.
     unsafe impl Sync for Arena {}
 
     impl Arena {
@@ -248,6 +301,11 @@ mod glue {
         #[inline(never)]
         unsafe fn alloc_elsewhere(&self, layout: Layout) -> *mut u8 {
             let bump = self.bump();
+            #[cfg(target_os = "unknown")]
+            if !bump.region_offered() {
+                let (start, end) = spare_initial_memory();
+                bump.add_region(start, end);
+            }
             loop {
                 match bump.place(layout.size(), layout.align()) {
                     Place::Arena(address) => return address as *mut u8,
@@ -273,8 +331,22 @@ mod glue {
         }
     }
 
-    // SAFETY: arena blocks are disjoint ranges of chunks that stay
-    // allocated for the life of the instance; every other block comes from
+    /// The memory between the end of the data segment and the end of the
+    /// linear memory, which nothing else uses on `wasm32-unknown-unknown`
+    /// (Rust's `dlmalloc` takes its memory from `memory.grow`).
+    #[cfg(target_os = "unknown")]
+    fn spare_initial_memory() -> (usize, usize) {
+        unsafe extern "C" {
+            /// Where the linker put the end of the data (and stack).
+            static __heap_base: u8;
+        }
+        let start = (&raw const __heap_base as usize).next_multiple_of(CHUNK_ALIGN);
+        let end = core::arch::wasm32::memory_size(0) * 65536;
+        (start, end)
+    }
+
+    // SAFETY: arena blocks are disjoint ranges of chunks (and of the
+    // region) that stay allocated for the life of the instance; every other block comes from
     // and returns to `System`, as `Bump::owner` tells.
     unsafe impl GlobalAlloc for Arena {
         #[inline]
@@ -454,5 +526,68 @@ mod tests {
         };
         assert_eq!(address % 4096, 0);
         assert!(address + 64 <= bump.end);
+    }
+
+    #[test]
+    fn the_region_takes_blocks_of_any_size_outside_the_budget() {
+        let mut bump = Bump::new();
+        let (start, end) = (1 << 16, 1 << 19);
+        bump.add_region(start, end);
+        assert!(bump.region_offered());
+        // A large block is bumped in the region and owned by the arena.
+        assert_eq!(bump.place(LARGE * 4, 16), Place::Arena(start));
+        assert_eq!(bump.owner(start, LARGE * 4), Owner::Arena);
+        assert_eq!(bump.owner_of_new(LARGE * 2), Owner::Arena);
+        // The latest grows in place past `LARGE`, and frees rewind.
+        assert!(bump.resize_in_place(start, LARGE * 4, LARGE * 8));
+        bump.free(start, LARGE * 8);
+        assert_eq!(bump.place(8, 8), Place::Arena(start));
+        // A large block that does not fit goes to the system, and does not
+        // end the arena.
+        assert_eq!(bump.place(end - start, 8), Place::System);
+        assert!(!bump.exhausted);
+        assert_eq!(bump.taken, 0, "the region is not budget");
+        // A small block that does not fit asks for the first chunk.
+        assert_eq!(bump.place(24, 8), Place::Arena(start + 8));
+        let left = end - start - 32 + 1;
+        assert_eq!(bump.place(left, 8), Place::System);
+        let mut blocks = Vec::new();
+        loop {
+            match bump.place(LARGE, 8) {
+                Place::Arena(address) => blocks.push(address),
+                Place::NeedChunk(size) => {
+                    assert_eq!(size, FIRST_CHUNK);
+                    break;
+                }
+                Place::System => panic!("a small block left the arena"),
+            }
+        }
+        let last = *blocks.last().unwrap();
+        bump.add_chunk(Some(1 << 20), FIRST_CHUNK);
+        assert_eq!(bump.place(LARGE, 8), Place::Arena(1 << 20));
+        // Outside the region large blocks are the system's again, but the
+        // region's blocks stay the arena's, by address.
+        assert_eq!(bump.owner_of_new(LARGE + 1), Owner::System);
+        assert_eq!(bump.place(LARGE + 1, 8), Place::System);
+        assert_eq!(bump.owner(start, LARGE * 4), Owner::Arena);
+        assert_eq!(bump.owner(1 << 24, LARGE * 4), Owner::System);
+        assert!(!bump.resize_in_place(1 << 20, LARGE, LARGE + 1));
+        bump.exhausted = true;
+        assert_eq!(bump.owner(last, LARGE), Owner::Arena);
+        assert_eq!(bump.owner(1 << 24, 8), Owner::System);
+    }
+
+    #[test]
+    fn a_region_is_offered_once_and_an_empty_one_gives_nothing() {
+        let mut bump = Bump::new();
+        bump.add_region(4096, 4096);
+        assert!(bump.region_offered());
+        assert_eq!(bump.place(8, 8), Place::NeedChunk(FIRST_CHUNK));
+        // Too late once chunks are in use.
+        let mut bump = Bump::new();
+        bump.add_chunk(Some(1 << 20), FIRST_CHUNK);
+        bump.add_region(4096, 1 << 16);
+        assert_eq!(bump.place(8, 8), Place::Arena(1 << 20));
+        assert_eq!(bump.owner(4096, LARGE + 1), Owner::System);
     }
 }

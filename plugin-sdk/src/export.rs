@@ -80,8 +80,24 @@ pub mod __export {
         }
     }
 
+    /// Without WASI (`wasm32-unknown-unknown`) a panic's message would go
+    /// nowhere: std has no stderr there. Send it to the host's log instead,
+    /// which keeps a call's last error line with the trap it ends in.
+    #[cfg(target_os = "unknown")]
+    fn report_panics_to_the_host() {
+        std::panic::set_hook(Box::new(|info| {
+            wit_host::log(wit_host::Level::Error, &info.to_string());
+        }));
+    }
+
+    /// With WASI, std prints a panic's message to stderr, which the host
+    /// keeps.
+    #[cfg(not(target_os = "unknown"))]
+    fn report_panics_to_the_host() {}
+
     /// The `manifest` export.
     pub fn manifest<R: Reconciler + Default>() -> WitManifest {
+        report_panics_to_the_host();
         let manifest = R::default().manifest();
         WitManifest {
             name: manifest.name,
@@ -97,6 +113,7 @@ pub mod __export {
     pub fn reconcile<R: Reconciler + Default>(
         request: WitRequest,
     ) -> Result<WitResponse, WitError> {
+        report_panics_to_the_host();
         let request = RawRequest {
             object: request.object,
             owned: request.owned,

@@ -5,7 +5,7 @@
 //! children that should exist, the status to record, events, and when to look
 //! again. The host does the writing. This crate hides the WebAssembly
 //! plumbing: you implement [`Reconciler`], call [`export_reconciler!`] once,
-//! and build for `wasm32-wasip2`.
+//! and build for `wasm32-unknown-unknown` (or `wasm32-wasip2`, below).
 //!
 //! [Setpoint]: https://example.invalid/setpoint
 //!
@@ -88,9 +88,25 @@
 //! serde = { version = "1", features = ["derive"] }
 //! ```
 //!
-//! `cargo build --release --target wasm32-wasip2` then writes the component
-//! to `target/wasm32-wasip2/release/<crate>.wasm`; drop it into the host's
-//! `plugins/` directory.
+//! `cargo build --release --target wasm32-unknown-unknown` then writes the
+//! plugin to `target/wasm32-unknown-unknown/release/<crate>.wasm`; drop it
+//! into the host's `plugins/` directory. It is a core module carrying the
+//! plugin world's types, which the host wraps into a component when it loads
+//! the file.
+//!
+//! ## Which target
+//!
+//! - `wasm32-unknown-unknown` (the default of Setpoint's plugins and of
+//!   `setpoint new-plugin`): no WASI, so each call instantiates one core
+//!   module with only the plugin world's imports, about 2 µs less per call
+//!   than with WASI. There is no stdout or stderr: log with [`Ctx::log`]
+//!   (a panic's message reaches the host through the log, and ends up in the
+//!   error on the object). `std::time` and randomness are not there either:
+//!   [`Ctx::now`] is the clock, and crates that need an entropy source (say
+//!   `uuid` with `v4`) do not build.
+//! - `wasm32-wasip2`: a component that imports WASI; `println!` and
+//!   `eprintln!` become log lines, and crates that need WASI build. The host
+//!   grants no files, network or environment either way.
 //!
 //! # Testing
 //!

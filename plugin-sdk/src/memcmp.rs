@@ -2,7 +2,8 @@
 //! time.
 //!
 //! Why: the C library a `wasm32-wasip2` guest links (wasi-libc) compares
-//! one byte per loop iteration, and in a guest every loop iteration also
+//! one byte per loop iteration (as does the `compiler-builtins` one a
+//! `wasm32-unknown-unknown` guest gets), and in a guest every loop iteration also
 //! checks the host's epoch deadline. Every `String` ordering goes through
 //! `memcmp`, so building the `BTreeMap`s of an object's labels and
 //! annotations (keys that share long prefixes, like `example.com/…`) spent

@@ -36,38 +36,64 @@ const PLUGINS: &[&str] = &[
     "versioned3",
 ];
 
-/// Build the plugins for wasm32-wasip2 once per test run; returns the
-/// directory holding `<name>.wasm`. Uses its own target directory so that it
-/// never waits on the lock of the cargo that runs the tests.
+/// The plugins [`plugins_dir`] takes from the WASI build: the zoo's escape
+/// attempts and clock report go through WASI's file system, sockets and
+/// clocks, which a plugin built without WASI cannot even ask for, and
+/// `noworld` is a WASI command (a component with no plugin world).
+const WASI_PLUGINS: &[&str] = &["zoo", "noworld"];
+
+/// Build the plugins for `wasm32-unknown-unknown` (the SDK's lean target,
+/// core modules the host wraps into components) once per test run; returns
+/// the directory holding `<name>.wasm`.
 pub fn built_plugins() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let target = workspace().join("target").join("wasm");
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.current_dir(workspace())
-            .args([
-                "build",
-                "--profile",
-                "plugin",
-                "--target",
-                "wasm32-wasip2",
-                "--target-dir",
-            ])
-            .arg(&target);
-        for p in PLUGINS {
-            cmd.args(["-p", p]);
-        }
-        let status = cmd.status().expect("running cargo to build the plugins");
-        assert!(status.success(), "building the Wasm plugins failed");
-        target.join("wasm32-wasip2").join("plugin")
-    })
+    DIR.get_or_init(|| build_plugins("wasm32-unknown-unknown", PLUGINS))
 }
 
-/// A directory holding copies of the named plugins.
+/// Build [`WASI_PLUGINS`] for `wasm32-wasip2` (components that import WASI)
+/// once per test run; returns the directory holding `<name>.wasm`.
+pub fn built_wasi_plugins() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| build_plugins("wasm32-wasip2", WASI_PLUGINS))
+}
+
+/// Uses its own target directory so that it never waits on the lock of the
+/// cargo that runs the tests.
+fn build_plugins(target: &str, plugins: &[&str]) -> PathBuf {
+    let target_dir = workspace().join("target").join("wasm");
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.current_dir(workspace())
+        .args([
+            "build",
+            "--profile",
+            "plugin",
+            "--target",
+            target,
+            "--target-dir",
+        ])
+        .arg(&target_dir);
+    for p in plugins {
+        cmd.args(["-p", p]);
+    }
+    let status = cmd.status().expect("running cargo to build the plugins");
+    assert!(
+        status.success(),
+        "building the Wasm plugins for {target} failed"
+    );
+    target_dir.join(target).join("plugin")
+}
+
+/// A directory holding copies of the named plugins: the zoo built with WASI,
+/// the others without.
 pub fn plugins_dir(names: &[&str]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     for name in names {
-        let from = built_plugins().join(format!("{name}.wasm"));
+        let built = if WASI_PLUGINS.contains(name) {
+            built_wasi_plugins()
+        } else {
+            built_plugins()
+        };
+        let from = built.join(format!("{name}.wasm"));
         std::fs::copy(&from, dir.path().join(format!("{name}.wasm")))
             .unwrap_or_else(|e| panic!("copying {}: {e}", from.display()));
     }

@@ -310,12 +310,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let root = new_plugin::generate(&name, &dir, &sdk)?;
             println!("created {}", root.display());
             println!(
-                "  build:  cd {} && cargo build --release --target wasm32-wasip2",
+                "  build:  cd {} && cargo build --release --target wasm32-unknown-unknown",
                 root.display()
             );
             println!("  test:   cargo test");
             println!(
-                "  deploy: cp target/wasm32-wasip2/release/{}.wasm <plugins dir>/",
+                "  deploy: cp target/wasm32-unknown-unknown/release/{}.wasm <plugins dir>/",
                 name.replace('-', "_")
             );
             Ok(ExitCode::SUCCESS)

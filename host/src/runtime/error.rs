@@ -78,6 +78,9 @@ pub(super) struct CallFacts<'a> {
     pub fuel: Option<u64>,
     /// The last lines the guest wrote to stderr (a Rust panic's message).
     pub stderr_tail: &'a str,
+    /// The last message the guest logged at error level (where a guest
+    /// without WASI reports its panic).
+    pub last_error_log: Option<&'a str>,
     /// Whether the guest was already instantiated when the error happened.
     pub instantiated: bool,
 }
@@ -103,6 +106,11 @@ pub(super) fn classify(err: wasmtime::Error, facts: CallFacts<'_>) -> Error {
     if !facts.stderr_tail.is_empty() {
         // A Rust guest's panic message goes to stderr just before the trap.
         message = format!("{message}; guest stderr: {}", facts.stderr_tail);
+    }
+    if let Some(logged) = facts.last_error_log {
+        // The SDK's panic hook for guests without WASI logs it instead.
+        let logged = logged.trim().replace('\n', " | ");
+        message = format!("{message}; guest's last error log: {logged}");
     }
     Error::Trap(message)
 }

@@ -1,34 +1,110 @@
 //! The per-call store data and the `host` imports a guest may call: `log`
 //! into `tracing` with the plugin's name and object key, and read-only
-//! `get`/`list` against the host's caches.
+//! `get`/`list` against the host's caches. The guest's WASI context is built
+//! on its first WASI call, not per call: plugins built without WASI never
+//! make one, and SDK plugins built with it rarely do.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::setpoint::plugin::{host, types};
-use super::limits::Limiter;
+use super::limits::{FixedWallClock, FrozenMonotonicClock, Limiter};
 use super::plugin::json_text;
 use crate::controller::CacheView;
 
 /// What one store (one call) carries.
 pub(super) struct HostState {
-    pub wasi: WasiCtx,
+    /// Built by [`WasiView::ctx`] when the guest first calls WASI.
+    wasi: Option<WasiCtx>,
+    pub wasi_setup: WasiSetup,
     pub table: ResourceTable,
     pub limiter: Limiter,
     pub plugin: Arc<str>,
     pub object: String,
     pub cache: Option<Arc<dyn CacheView>>,
+    /// The guest's stdout and stderr, once it has a WASI context.
+    pub output: Option<Output>,
+    /// The last message the guest logged at error level: a guest built
+    /// without WASI reports its panic there (the SDK's panic hook).
+    pub last_error_log: Option<String>,
+}
+
+/// What a call's WASI context is built from.
+pub(super) struct WasiSetup {
+    /// The most each of stdout and stderr keeps.
+    pub output_bytes: usize,
+    /// Whether the guest sees the host's clocks.
+    pub host_clock: bool,
+    /// What the wall clock reads otherwise.
+    pub now_unix_ms: u64,
+}
+
+/// A guest's captured stdout and stderr.
+pub(super) struct Output {
     pub stdout: MemoryOutputPipe,
     pub stderr: MemoryOutputPipe,
 }
 
+impl HostState {
+    pub fn new(
+        wasi_setup: WasiSetup,
+        limiter: Limiter,
+        plugin: Arc<str>,
+        object: String,
+        cache: Option<Arc<dyn CacheView>>,
+    ) -> Self {
+        Self {
+            wasi: None,
+            wasi_setup,
+            table: ResourceTable::new(),
+            limiter,
+            plugin,
+            object,
+            cache,
+            output: None,
+            last_error_log: None,
+        }
+    }
+}
+
+impl WasiSetup {
+    /// No preopens, environment, arguments or network; captured output;
+    /// the request's time on a clock that stands still unless granted.
+    fn build(&self) -> (WasiCtx, Output) {
+        let output = Output {
+            stdout: MemoryOutputPipe::new(self.output_bytes),
+            stderr: MemoryOutputPipe::new(self.output_bytes),
+        };
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdout(output.stdout.clone())
+            .stderr(output.stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false);
+        if !self.host_clock {
+            wasi.wall_clock(FixedWallClock(Duration::from_millis(self.now_unix_ms)))
+                .monotonic_clock(FrozenMonotonicClock);
+        }
+        (wasi.build(), output)
+    }
+}
+
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
+        let wasi = match &mut self.wasi {
+            Some(wasi) => wasi,
+            none => {
+                let (wasi, output) = self.wasi_setup.build();
+                self.output = Some(output);
+                none.insert(wasi)
+            }
+        };
         WasiCtxView {
-            ctx: &mut self.wasi,
+            ctx: wasi,
             table: &mut self.table,
         }
     }
@@ -44,7 +120,10 @@ impl host::Host for HostState {
             host::Level::Debug => tracing::debug!(plugin, object, "{message}"),
             host::Level::Info => tracing::info!(plugin, object, "{message}"),
             host::Level::Warn => tracing::warn!(plugin, object, "{message}"),
-            host::Level::Error => tracing::error!(plugin, object, "{message}"),
+            host::Level::Error => {
+                tracing::error!(plugin, object, "{message}");
+                self.last_error_log = Some(message);
+            }
         }
         Ok(())
     }

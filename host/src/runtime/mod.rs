@@ -6,6 +6,9 @@
 //!   interruption (a ticker thread advances the epoch every
 //!   [`EPOCH_TICK`]) and the pooling instance allocator (falling back to
 //!   on-demand allocation where the machine cannot reserve the pool).
+//! - A plugin file is a component, or a core module built without WASI
+//!   that carries its world's types (wrapped into a component on load,
+//!   `componentize`).
 //! - A component is compiled once; every reconcile gets a fresh store and
 //!   instance from a pre-instantiated template, so no state survives a call.
 //! - Each call has a deadline and a memory cap ([`Limits`]); hitting either
@@ -29,6 +32,7 @@
 //! then rename); a restart loads them instead of compiling again.
 
 mod bindings;
+mod componentize;
 mod error;
 mod host_api;
 mod limits;
@@ -208,8 +212,9 @@ impl Runtime {
             None => {
                 let before = self.cache_stats();
                 let started = std::time::Instant::now();
+                let bytes = componentize::to_component(bytes)?;
                 let component =
-                    Component::new(&self.inner.engine, bytes).map_err(error::compile)?;
+                    Component::new(&self.inner.engine, &bytes).map_err(error::compile)?;
                 // Only a guess while other loads run at the same time, hence
                 // "unknown" when both counters moved.
                 let after = self.cache_stats();

@@ -7,15 +7,12 @@ use std::time::Duration;
 
 use serde_json::Value;
 use wasmtime::Store;
-use wasmtime::component::ResourceTable;
-use wasmtime_wasi::WasiCtxBuilder;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
 use super::bindings::setpoint::plugin::types as wit;
 use super::bindings::{Reconciler as Bindings, ReconcilerPre};
 use super::error::{CallFacts, Error, classify};
-use super::host_api::HostState;
-use super::limits::{FixedWallClock, FrozenMonotonicClock, Limiter, Limits};
+use super::host_api::{HostState, WasiSetup};
+use super::limits::{Limiter, Limits};
 use super::{EPOCH_TICK, Runtime};
 use crate::controller::{
     self, CacheView, EventRecord, Manifest, ReconcileError, Request, Response, Severity,
@@ -87,32 +84,20 @@ impl WasmPlugin {
         f: impl FnOnce(&Bindings, &mut Store<HostState>) -> wasmtime::Result<T>,
     ) -> Result<T, Error> {
         let _slot = self.runtime.inner.slots.acquire();
-        let stdout = MemoryOutputPipe::new(self.limits.output_bytes);
-        let stderr = MemoryOutputPipe::new(self.limits.output_bytes);
-        let mut wasi = WasiCtxBuilder::new();
-        wasi.stdout(stdout.clone())
-            .stderr(stderr.clone())
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false);
-        if !self.limits.host_clock {
-            wasi.wall_clock(FixedWallClock(Duration::from_millis(now_unix_ms)))
-                .monotonic_clock(FrozenMonotonicClock);
-        }
-        let wasi = wasi.build();
-        let state = HostState {
-            wasi,
-            table: ResourceTable::new(),
-            limiter: Limiter {
+        let state = HostState::new(
+            WasiSetup {
+                output_bytes: self.limits.output_bytes,
+                host_clock: self.limits.host_clock,
+                now_unix_ms,
+            },
+            Limiter {
                 memory_cap: self.limits.memory_bytes,
                 memory_exceeded: false,
             },
-            plugin: self.name.clone(),
+            self.name.clone(),
             object,
             cache,
-            stdout,
-            stderr,
-        };
+        );
         let mut store = Store::new(&self.runtime.inner.engine, state);
         store.limiter(|s| &mut s.limiter);
         // The deadline must be set before instantiation: start-up code runs too.
@@ -146,7 +131,11 @@ impl WasmPlugin {
                 .limiter
                 .memory_exceeded
                 .then_some(self.limits.memory_bytes);
-            let stderr = String::from_utf8_lossy(&state.stderr.contents())
+            let stderr = state
+                .output
+                .as_ref()
+                .map(|output| String::from_utf8_lossy(&output.stderr.contents()).into_owned())
+                .unwrap_or_default()
                 .trim()
                 .to_owned();
             let tail: String = stderr
@@ -165,6 +154,7 @@ impl WasmPlugin {
                     memory_exceeded: memory,
                     fuel,
                     stderr_tail: &tail,
+                    last_error_log: state.last_error_log.as_deref(),
                     instantiated,
                 },
             );
@@ -183,7 +173,10 @@ pub(super) fn json_text(object: &Object) -> String {
 }
 
 fn forward_output(state: &HostState) {
-    for (stream, pipe) in [("stdout", &state.stdout), ("stderr", &state.stderr)] {
+    let Some(output) = &state.output else {
+        return;
+    };
+    for (stream, pipe) in [("stdout", &output.stdout), ("stderr", &output.stderr)] {
         let bytes = pipe.contents();
         if bytes.is_empty() {
             continue;
