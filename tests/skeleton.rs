@@ -386,5 +386,31 @@ async fn a_permanent_error_is_reported_on_the_object_and_not_retried() {
         history.iter().all(|r| r.next_in.is_none()),
         "a permanent error schedules no retry: {history:?}"
     );
+
+    // The host's own Ready=False write is not a change: the plugin is not
+    // called again for it (the watch event of that write arrives within
+    // milliseconds; half a second leaves it ample time to be handled).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let history = host
+        .host
+        .history("test.setpoint.dev/v1", "Flaky", &key)
+        .await;
+    assert_eq!(history.len(), 1, "called once: {history:?}");
+
+    // A change to the object is, and the plugin runs (and fails) again.
+    let mut changed = api.get(&kind, Some("default"), "p").await.unwrap();
+    changed["metadata"]["labels"] = json!({"touched": "yes"});
+    api.update(&kind, changed).await.unwrap();
+    eventually("a second reconcile", CONVERGE, || async {
+        let history = host
+            .host
+            .history("test.setpoint.dev/v1", "Flaky", &key)
+            .await;
+        match history.len() {
+            2 => Ok(()),
+            n => Err(format!("{n} reconciles: {history:?}")),
+        }
+    })
+    .await;
     host.stop().await;
 }

@@ -31,6 +31,7 @@
 mod apply;
 mod breaker;
 pub mod events;
+mod failures;
 pub mod history;
 mod native;
 pub(crate) mod pool;
@@ -138,6 +139,8 @@ struct Shared {
     /// [`wait_for_own_writes`].
     pending_writes: std::sync::Mutex<HashMap<ObjectKey, apply::Writes>>,
     breaker: breaker::Breaker,
+    /// Keys waiting for a change after a permanent error.
+    failures: failures::Failures,
     /// Keys being reconciled right now, to check that none is reconciled twice at once.
     in_flight: std::sync::Mutex<HashSet<ObjectKey>>,
     /// With several hosts on one etcd: which keys are this host's, and the
@@ -282,6 +285,7 @@ impl Controller {
             queue,
             history: History::default(),
             pending_writes: Default::default(),
+            failures: Default::default(),
             breaker: breaker::Breaker::new(config.hot_loop),
             in_flight: Default::default(),
             cluster,
@@ -345,6 +349,8 @@ impl Controller {
             )));
         }
         *current = reconciler;
+        // The new version may well succeed where the old one gave up.
+        self.shared.failures.clear();
         Ok(())
     }
 

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::json;
 
+use super::failures::Seen;
 use super::{
     Error, EventRecord, Manifest, Outcome, ReconcileError, ReconcileRecord, Reconciler, Request,
     Severity, Shared, apply, events,
@@ -23,6 +24,9 @@ enum Step {
     Gone,
     /// The circuit breaker holds the object.
     Stopped,
+    /// The last reconcile failed permanently and nothing the reconciler
+    /// would see has changed since (`failures`).
+    StillFailed,
     /// This host's cluster lease is too close to expiry to call the
     /// reconciler; try again shortly.
     Postponed,
@@ -85,8 +89,16 @@ pub(super) async fn worker(shared: Arc<Shared>) {
         }
         let reconciler = shared.reconciler();
         let mut called = None;
-        let outcome =
-            reconcile_key(&shared, api, claim.as_ref(), &reconciler, &key, &mut called).await;
+        let mut seen = None;
+        let outcome = reconcile_key(
+            &shared,
+            api,
+            claim.as_ref(),
+            &reconciler,
+            &key,
+            (&mut called, &mut seen),
+        )
+        .await;
         if let Some(called) = called {
             record_reconcile(&shared, &key, called, &outcome);
         }
@@ -99,9 +111,10 @@ pub(super) async fn worker(shared: Arc<Shared>) {
             Ok(Step::Gone) => {
                 shared.queue.forget(&key);
                 shared.breaker.forget(&key);
+                shared.failures.forget(&key);
                 (None, None)
             }
-            Ok(Step::Stopped) => {
+            Ok(Step::Stopped | Step::StillFailed) => {
                 shared.queue.forget(&key);
                 shared.queue.done(&key);
                 continue;
@@ -130,8 +143,8 @@ pub(super) async fn worker(shared: Arc<Shared>) {
                         api,
                         reconciler.manifest(),
                         &key,
-                        "HotLoop",
-                        &message,
+                        ("HotLoop", &message),
+                        None,
                     )
                     .await;
                     (Some(Outcome::PermanentError(message)), None)
@@ -166,15 +179,18 @@ pub(super) async fn worker(shared: Arc<Shared>) {
             Err(ReconcileError::Permanent(msg)) => {
                 shared.queue.forget(&key);
                 tracing::warn!(plugin = %reconciler.manifest().name, object = %key, error = %msg, "reconcile failed permanently");
-                report_not_ready(
+                let reported = report_not_ready(
                     &shared,
                     api,
                     reconciler.manifest(),
                     &key,
-                    "ReconcileError",
-                    &msg,
+                    ("ReconcileError", &msg),
+                    seen.as_ref().map(|s: &Seen| s.resource_version.as_str()),
                 )
                 .await;
+                if let Some(seen) = seen {
+                    shared.failures.record(&key, seen, reported);
+                }
                 (Some(Outcome::PermanentError(msg)), None)
             }
         };
@@ -237,15 +253,15 @@ fn record_reconcile(
     );
 }
 
-/// Reconcile one key, writing through `api`; `called` is set when the
-/// reconciler is called.
+/// Reconcile one key, writing through `api`. When the reconciler is called,
+/// `called` is set to the time and `seen` to what it was shown.
 async fn reconcile_key(
     shared: &Arc<Shared>,
     api: &Api,
     claim: Option<&ShardClaim>,
     reconciler: &Arc<dyn Reconciler>,
     key: &ObjectKey,
-    called: &mut Option<SystemTime>,
+    (called, seen): (&mut Option<SystemTime>, &mut Option<Seen>),
 ) -> Result<Step, ReconcileError> {
     let Some(object) = shared.informer.get(key) else {
         return Ok(Step::Gone);
@@ -297,6 +313,10 @@ async fn reconcile_key(
         .flat_map(|i| i.owned_by(&uid))
         .collect();
     let children = fingerprint(&owned);
+    let resource_version = meta::resource_version(&object).unwrap_or_default();
+    if shared.failures.unchanged(key, resource_version, children) {
+        return Ok(Step::StillFailed);
+    }
     let request = Request {
         object: object.clone(),
         owned,
@@ -310,6 +330,10 @@ async fn reconcile_key(
         return Ok(Step::Postponed);
     }
     *called = Some(SystemTime::now());
+    *seen = Some(Seen {
+        resource_version: resource_version.to_owned(),
+        children,
+    });
     shared.reconciles.fetch_add(1, Ordering::Relaxed);
     let inline = reconciler.runs_inline();
     let view = if inline {
@@ -433,17 +457,18 @@ fn transient(err: Error) -> ReconcileError {
 
 /// Report why an object stopped on the object itself: a warning event and
 /// `Ready=False` with `reason` (`ReconcileError`, `HotLoop`).
+/// Record a warning event and write a `Ready=False` condition with
+/// `reason` and `message`. Returns the version that write made, if it was
+/// made on top of the version `based_on` (what the failed reconcile saw).
 async fn report_not_ready(
     shared: &Shared,
     api: &Api,
     manifest: &Manifest,
     key: &ObjectKey,
-    reason: &str,
-    message: &str,
-) {
-    let Some(object) = shared.informer.get(key) else {
-        return;
-    };
+    (reason, message): (&str, &str),
+    based_on: Option<&str>,
+) -> Option<String> {
+    let object = shared.informer.get(key)?;
     let event = EventRecord {
         severity: Severity::Warning,
         reason: reason.into(),
@@ -462,12 +487,11 @@ async fn report_not_ready(
             Ok(latest) => latest,
             Err(err) => {
                 tracing::debug!(%err, "could not read the object to report it not ready");
-                return;
+                return None;
             }
         };
-        let Some(next) = with_not_ready(&latest, reason, message) else {
-            return;
-        };
+        let on_what_failed = based_on.is_some() && meta::resource_version(&latest) == based_on;
+        let next = with_not_ready(&latest, reason, message)?;
         let result = if shared.kind.status_subresource {
             api.update_status(&shared.kind, next).await
         } else {
@@ -477,11 +501,16 @@ async fn report_not_ready(
             Err(api::Error::Conflict { .. }) => continue,
             Err(err) => {
                 tracing::debug!(%err, "could not write the Ready=False condition");
-                return;
+                return None;
             }
-            Ok(_) => return,
+            Ok(written) => {
+                return on_what_failed
+                    .then(|| meta::resource_version(&written).map(str::to_owned))
+                    .flatten();
+            }
         }
     }
+    None
 }
 
 /// `object` with a `Ready=False` condition carrying `reason` and `message`,
