@@ -139,16 +139,17 @@ publish = false
 [workspace]
 
 [lib]
-# cdylib: the Wasm component the host loads; rlib: native unit tests.
+# cdylib: the Wasm plugin the host loads; rlib: native unit tests.
 crate-type = ["cdylib", "rlib"]
 
 [dependencies]
 setpoint-plugin-sdk = {sdk}
 serde = {{ version = "1", features = ["derive"] }}
 
-# Small components compile and instantiate faster.
+# What Setpoint's own plugins use: opt-level 3 made a fresh-instance
+# reconcile about a fifth faster than "s" (docs/plugins.md, Performance).
 [profile.release]
-opt-level = "s"
+opt-level = 3
 lto = true
 codegen-units = 1
 strip = true
@@ -311,6 +312,32 @@ mod tests {
     fn wasm_rustflags<'a>(config: &'a str, target: &str) -> Option<&'a str> {
         let section = config.split(&format!("[target.{target}]")).nth(1)?;
         section.lines().find(|l| l.starts_with("rustflags"))
+    }
+
+    /// The values of `keys` in the `[header]` section of a Cargo.toml.
+    fn profile<'a>(manifest: &'a str, header: &str, keys: &[&str]) -> Vec<&'a str> {
+        let section = manifest.split(header).nth(1).expect("the section");
+        let section = section.split("\n[").next().unwrap_or(section);
+        keys.iter()
+            .map(|key| {
+                section
+                    .lines()
+                    .find(|l| l.split('=').next().map(str::trim) == Some(*key))
+                    .unwrap_or_else(|| panic!("{key} missing in {header}"))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_new_crate_builds_with_the_workspaces_plugin_profile() {
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+        let workspace = std::fs::read_to_string(workspace).unwrap();
+        let generated = cargo_toml("flags", &SdkSource::Version("0.1.0".into()));
+        let keys = ["opt-level", "lto", "codegen-units", "strip"];
+        assert_eq!(
+            profile(&generated, "[profile.release]", &keys),
+            profile(&workspace, "[profile.plugin]", &keys)
+        );
     }
 
     #[test]
