@@ -51,6 +51,25 @@ async fn failure_message(host: &TestHost, kind: &str, name: &str) -> String {
     .await
 }
 
+/// Allocating four times the memory cap in small blocks, freed out of order,
+/// is not a fault: the guest allocator reuses freed memory. Waits for the
+/// `churn` object's status to say so.
+async fn churn_succeeds(host: &TestHost) {
+    let api = host.host.api();
+    let zoo = api.kinds().require("test.setpoint.dev/v1", "Zoo").unwrap();
+    eventually("the churning object's status", WAIT, || async {
+        let churn = api
+            .get(&zoo, Some("default"), "churn")
+            .await
+            .map_err(|e| e.to_string())?;
+        match churn["status"]["churnedBytes"].as_u64() {
+            Some(bytes) if bytes == 64 << 20 => Ok(()),
+            _ => Err(format!("{churn}")),
+        }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_fault_in_the_zoo_ends_as_an_error_on_its_object_while_a_replicaset_converges() {
     logs::capture();
@@ -142,27 +161,7 @@ async fn every_fault_in_the_zoo_ends_as_an_error_on_its_object_while_a_replicase
         "{escape}"
     );
 
-    // Allocating four times the memory cap in small blocks, freed out of
-    // order, is not a fault: the guest allocator reuses freed memory.
-    let zoo = host
-        .host
-        .api()
-        .kinds()
-        .require("test.setpoint.dev/v1", "Zoo")
-        .unwrap();
-    eventually("the churning object's status", WAIT, || async {
-        let churn = host
-            .host
-            .api()
-            .get(&zoo, Some("default"), "churn")
-            .await
-            .map_err(|e| e.to_string())?;
-        match churn["status"]["churnedBytes"].as_u64() {
-            Some(bytes) if bytes == 64 << 20 => Ok(()),
-            _ => Err(format!("{churn}")),
-        }
-    })
-    .await;
+    churn_succeeds(&host).await;
 
     replicaset_ready(&host, "web", 3).await;
     // And the host still takes new work.
@@ -228,25 +227,7 @@ async fn the_zoo_built_without_wasi_faults_alike_and_keeps_its_panic_message() {
         panic.contains("zoo panicked on purpose in panic"),
         "{panic}"
     );
-    let zoo = host
-        .host
-        .api()
-        .kinds()
-        .require("test.setpoint.dev/v1", "Zoo")
-        .unwrap();
-    eventually("the churning object's status", WAIT, || async {
-        let churn = host
-            .host
-            .api()
-            .get(&zoo, Some("default"), "churn")
-            .await
-            .map_err(|e| e.to_string())?;
-        match churn["status"]["churnedBytes"].as_u64() {
-            Some(bytes) if bytes == 64 << 20 => Ok(()),
-            _ => Err(format!("{churn}")),
-        }
-    })
-    .await;
+    churn_succeeds(&host).await;
     host.stop().await;
 }
 

@@ -20,7 +20,7 @@ use crate::controller::CacheView;
 pub(super) struct HostState {
     /// Built by [`WasiView::ctx`] when the guest first calls WASI.
     wasi: Option<WasiCtx>,
-    pub wasi_setup: WasiSetup,
+    wasi_setup: WasiSetup,
     pub table: ResourceTable,
     pub limiter: Limiter,
     pub plugin: Arc<str>,
