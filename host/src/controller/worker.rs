@@ -89,18 +89,10 @@ pub(super) async fn worker(shared: Arc<Shared>) {
         }
         let reconciler = shared.reconciler();
         let mut called = None;
-        let mut seen = None;
-        let outcome = reconcile_key(
-            &shared,
-            api,
-            claim.as_ref(),
-            &reconciler,
-            &key,
-            (&mut called, &mut seen),
-        )
-        .await;
-        if let Some(called) = called {
-            record_reconcile(&shared, &key, called, &outcome);
+        let outcome =
+            reconcile_key(&shared, api, claim.as_ref(), &reconciler, &key, &mut called).await;
+        if let Some(called) = &called {
+            record_reconcile(&shared, &key, called.at, &outcome);
         }
         shared
             .in_flight
@@ -179,13 +171,19 @@ pub(super) async fn worker(shared: Arc<Shared>) {
             Err(ReconcileError::Permanent(msg)) => {
                 shared.queue.forget(&key);
                 tracing::warn!(plugin = %reconciler.manifest().name, object = %key, error = %msg, "reconcile failed permanently");
+                let seen = called.map(|called| Seen {
+                    resource_version: meta::resource_version(&called.object)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    children: called.children,
+                });
                 let reported = report_not_ready(
                     &shared,
                     api,
                     reconciler.manifest(),
                     &key,
                     ("ReconcileError", &msg),
-                    seen.as_ref().map(|s: &Seen| s.resource_version.as_str()),
+                    seen.as_ref().map(|seen| seen.resource_version.as_str()),
                 )
                 .await;
                 if let Some(seen) = seen {
@@ -253,15 +251,23 @@ fn record_reconcile(
     );
 }
 
-/// Reconcile one key, writing through `api`. When the reconciler is called,
-/// `called` is set to the time and `seen` to what it was shown.
+/// A call of the reconciler: when, and what it was shown.
+struct Called {
+    at: SystemTime,
+    object: Arc<crate::object::Object>,
+    /// Fingerprint of the owned children.
+    children: u64,
+}
+
+/// Reconcile one key, writing through `api`; `called` is set when the
+/// reconciler is called.
 async fn reconcile_key(
     shared: &Arc<Shared>,
     api: &Api,
     claim: Option<&ShardClaim>,
     reconciler: &Arc<dyn Reconciler>,
     key: &ObjectKey,
-    (called, seen): (&mut Option<SystemTime>, &mut Option<Seen>),
+    called: &mut Option<Called>,
 ) -> Result<Step, ReconcileError> {
     let Some(object) = shared.informer.get(key) else {
         return Ok(Step::Gone);
@@ -313,8 +319,11 @@ async fn reconcile_key(
         .flat_map(|i| i.owned_by(&uid))
         .collect();
     let children = fingerprint(&owned);
-    let resource_version = meta::resource_version(&object).unwrap_or_default();
-    if shared.failures.unchanged(key, resource_version, children) {
+    if shared.failures.unchanged(
+        key,
+        meta::resource_version(&object).unwrap_or_default(),
+        children,
+    ) {
         return Ok(Step::StillFailed);
     }
     let request = Request {
@@ -329,9 +338,9 @@ async fn reconcile_key(
         // during the call; whoever holds the shard then reconciles it.
         return Ok(Step::Postponed);
     }
-    *called = Some(SystemTime::now());
-    *seen = Some(Seen {
-        resource_version: resource_version.to_owned(),
+    *called = Some(Called {
+        at: SystemTime::now(),
+        object: object.clone(),
         children,
     });
     shared.reconciles.fetch_add(1, Ordering::Relaxed);

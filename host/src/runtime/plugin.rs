@@ -134,11 +134,10 @@ impl WasmPlugin {
             let stderr = state
                 .output
                 .as_ref()
-                .map(|output| String::from_utf8_lossy(&output.stderr.contents()).into_owned())
-                .unwrap_or_default()
+                .map(|output| output.stderr.contents())
+                .unwrap_or_default();
+            let tail: String = String::from_utf8_lossy(&stderr)
                 .trim()
-                .to_owned();
-            let tail: String = stderr
                 .lines()
                 .rev()
                 .take(5)
