@@ -2,7 +2,7 @@
 //! reconcile logic compiled natively, and the time a plugin file takes from
 //! being written to reconciling.
 //!
-//! `cargo bench -p setpoint --bench plugin_call [-- SECONDS_PER_SIZE] [--no-reload] [--only native|wasm]`
+//! `cargo bench -p setpoint --bench plugin_call [-- SECONDS_PER_SIZE] [--no-reload] [--only native|wasm] [--size BYTES[,BYTES...]]`
 //!
 //! - Reconcile throughput (1 thread) of the `replicaset` example plugin on a
 //!   ReplicaSet padded to 1 KiB and 16 KiB (annotations), through
@@ -21,6 +21,8 @@
 //!   round alike.
 //! - Per-call overhead: the Wasm time per call minus the native time.
 //! - `--only native|wasm` runs one side alone (for `perf record`);
+//!   `--size BYTES[,BYTES...]` measures only these object sizes, in this
+//!   order (`--size 262144,1024`: small calls in a slot a big one used);
 //!   `PLUGIN_CALL_WASM=path` measures another build of the replicaset plugin;
 //!   `PLUGIN_CALL_TARGET=wasm32-wasip2` builds the plugins with WASI instead
 //!   of for the SDK's default `wasm32-unknown-unknown`.
@@ -290,6 +292,14 @@ fn main() {
         .iter()
         .position(|a| a == "--only")
         .map(|i| args[i + 1].clone());
+    // `--size BYTES[,BYTES...]`: only these object sizes, in this order.
+    let sizes: Vec<usize> = match args.iter().position(|a| a == "--size") {
+        Some(i) => args[i + 1]
+            .split(',')
+            .map(|n| n.parse().expect("--size BYTES[,BYTES...]"))
+            .collect(),
+        None => vec![1024, 16 * 1024],
+    };
     let budget = Duration::from_secs_f64(seconds);
     let rounds = 10;
     let plugins = built_plugins();
@@ -310,12 +320,7 @@ fn main() {
             "wasm" => &wasm,
             other => panic!("--only {other}: expected native or wasm"),
         };
-        // `--size BYTES`: only that object size.
-        let sizes: Vec<usize> = match args.iter().position(|a| a == "--size") {
-            Some(i) => vec![args[i + 1].parse().expect("--size BYTES")],
-            None => vec![1024, 16 * 1024],
-        };
-        for size in sizes {
+        for &size in &sizes {
             let request = Request {
                 object: Arc::new(replicaset(size)),
                 owned: vec![],
@@ -343,7 +348,7 @@ fn main() {
         "| object | native µs/call wall / cpu | wasm µs/call wall / cpu | ratio wall | ratio cpu | overhead µs/call (wall) | native calls/s | wasm calls/s |"
     );
     println!("|---|---|---|---|---|---|---|---|");
-    for size in [1024, 16 * 1024] {
+    for &size in &sizes {
         let object = replicaset(size);
         let actual = object.to_string().len();
         let request = Request {

@@ -38,6 +38,7 @@ mod host_api;
 mod limits;
 mod metrics;
 mod plugin;
+mod slot_reset;
 mod wit;
 
 use std::collections::HashMap;
@@ -290,7 +291,8 @@ fn engine_config(pool: Option<u32>, settings: &RuntimeConfig, cache: &Option<Cac
             // pages a call wrote instead of all of the kept-resident part:
             // a plugin with room to grow (more initial memory than it uses)
             // then costs no more to reset than one that was cut to size.
-            .pagemap_scan(wasmtime::Enabled::Auto);
+            // Not with swap on (`slot_reset`).
+            .pagemap_scan(slot_reset::pagemap_scan_here());
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling));
     }
     config
