@@ -7,6 +7,15 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// mimalloc rather than glibc's allocator: the host's loop allocates and
+/// frees JSON values on many threads, where glibc spent about a fifth of the
+/// loop's CPU (`malloc_consolidate`, cross-thread frees). With it the loop
+/// benchmark's update phase takes about a fifth less CPU per reconcile with
+/// a Wasm plugin (BENCHMARKS.md, Whole loop). Embedders of the library pick
+/// their own allocator.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = setpoint::cli::Cli::parse();
     match setpoint::cli::run(cli) {
