@@ -73,6 +73,10 @@ pub mod __export {
         Response as WitResponse,
     };
 
+    /// Memory grown for the `manifest` call; a manifest that needs more
+    /// takes the rest from the usual allocator.
+    const MANIFEST_MEMORY: usize = 256 << 10;
+
     fn kind(kind: KindRef) -> wit::KindRef {
         wit::KindRef {
             api_version: kind.api_version,
@@ -97,6 +101,9 @@ pub mod __export {
 
     /// The `manifest` export.
     pub fn manifest<R: Reconciler + Default>() -> WitManifest {
+        // Keep the manifest's allocations out of the memory reconciles use
+        // (see `Arena::use_fresh_memory`).
+        crate::ALLOCATOR.use_fresh_memory(MANIFEST_MEMORY);
         report_panics_to_the_host();
         let manifest = R::default().manifest();
         WitManifest {

@@ -191,7 +191,7 @@ pub use export::__export;
 /// runs in a fresh instance whose memory is discarded afterwards (`arena`).
 #[cfg(target_arch = "wasm32")]
 #[global_allocator]
-static ALLOCATOR: arena::Arena = arena::Arena::new();
+pub(crate) static ALLOCATOR: arena::Arena = arena::Arena::new();
 
 /// The bindings runtime, for the generated code's `runtime_path`.
 #[cfg(target_arch = "wasm32")]

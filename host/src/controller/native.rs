@@ -25,7 +25,7 @@ use setpoint_plugin_sdk as sdk;
 use super::reconciler::{
     CacheView, EventRecord, Manifest, ReconcileError, Reconciler, Request, Response, Severity,
 };
-use crate::object::{KindRef, ObjectKey};
+use crate::object::{KindRef, ObjectKey, codec};
 
 /// A [`Reconciler`] running an SDK reconciler natively.
 pub struct Native<R> {
@@ -116,13 +116,10 @@ impl<R: sdk::Reconciler + Send + Sync + 'static> Reconciler for Native<R> {
         cache: &Arc<dyn CacheView>,
     ) -> Result<Response, ReconcileError> {
         let raw = sdk::wire::RawRequest {
-            // Serialised as the Wasm runtime does, so both paths pay the same.
-            object: serde_json::to_string(&*request.object).expect("a JSON value serialises"),
-            owned: request
-                .owned
-                .iter()
-                .map(|o| serde_json::to_string(&**o).expect("a JSON value serialises"))
-                .collect(),
+            // Serialised by the same function as for the Wasm runtime, so
+            // both paths pay the same.
+            object: codec::json_text(&request.object),
+            owned: request.owned.iter().map(|o| codec::json_text(o)).collect(),
             finalizing: request.finalizing,
             now_unix_ms: request.now_unix_ms,
         };

@@ -13,8 +13,8 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::setpoint::plugin::{host, types};
 use super::limits::{FixedWallClock, FrozenMonotonicClock, Limiter};
-use super::plugin::json_text;
 use crate::controller::CacheView;
+use crate::object::codec::json_text;
 
 /// What one store (one call) carries.
 pub(super) struct HostState {

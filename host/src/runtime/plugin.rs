@@ -17,7 +17,8 @@ use super::{EPOCH_TICK, Runtime};
 use crate::controller::{
     self, CacheView, EventRecord, Manifest, ReconcileError, Request, Response, Severity,
 };
-use crate::object::{KindRef, Object};
+use crate::object::KindRef;
+use crate::object::codec::json_text;
 
 /// A loaded plugin, ready to reconcile. Implements [`controller::Reconciler`].
 pub struct WasmPlugin {
@@ -161,14 +162,6 @@ impl WasmPlugin {
             err
         })
     }
-}
-
-/// An object as JSON text. `serde_json::to_string` writes straight into a
-/// byte buffer; `Value::to_string` (`Display`) goes through a
-/// `fmt::Formatter` for every token and took about twice as long on the
-/// 16 KiB benchmark object.
-pub(super) fn json_text(object: &Object) -> String {
-    serde_json::to_string(object).expect("a JSON value serialises")
 }
 
 fn forward_output(state: &HostState) {
