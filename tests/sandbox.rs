@@ -332,3 +332,23 @@ async fn a_guest_sees_the_request_time_on_its_wall_clock_and_a_monotonic_clock_t
     assert_eq!(status["wallMs"], status["requestMs"], "{status}");
     host.stop().await;
 }
+
+/// The SDK asks for some memory past the initial memory for its `manifest`
+/// call (so that the definitions it builds stay out of the memory reconciles
+/// use). Under a cap that leaves no room for it, the growth is refused the
+/// WebAssembly way and the plugin still loads; a refused
+/// growth is never a fault by itself.
+#[test]
+fn a_plugin_loads_under_a_memory_cap_with_no_room_past_its_initial_memory() {
+    use setpoint::controller::Reconciler;
+
+    let bytes = std::fs::read(crate::support::built_plugins().join("replicaset.wasm")).unwrap();
+    let runtime = setpoint::runtime::Runtime::new(RuntimeConfig::default()).unwrap();
+    // The example plugins start with 512 KiB of memory.
+    let limits = setpoint::runtime::Limits {
+        memory_bytes: 600 << 10,
+        ..Default::default()
+    };
+    let plugin = runtime.load(&bytes, Some(limits)).unwrap();
+    assert_eq!(plugin.manifest().name, "replicaset");
+}

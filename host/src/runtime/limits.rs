@@ -38,6 +38,12 @@ impl Default for Limits {
 
 /// A [`wasmtime::ResourceLimiter`] that remembers when the memory cap was hit,
 /// so the failure is reported as such rather than as a generic trap.
+///
+/// A growth past the cap is refused the WebAssembly way (`memory.grow`
+/// returns -1) rather than by trapping: a guest that can do without the
+/// memory goes on (the SDK asks for some optional memory for its `manifest`
+/// call), one that cannot fails, and the failure is reported as the cap
+/// either way.
 pub(super) struct Limiter {
     pub memory_cap: usize,
     pub memory_exceeded: bool,
@@ -52,7 +58,7 @@ impl wasmtime::ResourceLimiter for Limiter {
     ) -> wasmtime::Result<bool> {
         if desired > self.memory_cap {
             self.memory_exceeded = true;
-            wasmtime::bail!("memory limit of {} bytes exceeded", self.memory_cap);
+            return Ok(false);
         }
         Ok(true)
     }
