@@ -112,7 +112,7 @@ impl Bump {
     }
 
     /// Whether the arena has taken memory yet (a region or a chunk).
-    pub(crate) fn has_chunk(&self) -> bool {
+    pub(crate) fn has_taken_memory(&self) -> bool {
         self.next != 0
     }
 
@@ -311,7 +311,7 @@ mod glue {
         /// cannot grow (a small cap): allocation then goes on as usual.
         pub(crate) fn use_fresh_memory(&self, bytes: usize) {
             let bump = self.bump();
-            if bump.region_offered() || bump.has_chunk() {
+            if bump.region_offered() || bump.has_taken_memory() {
                 return;
             }
             let pages = bytes.div_ceil(PAGE);
@@ -627,12 +627,12 @@ mod tests {
     #[test]
     fn the_arena_tells_whether_it_has_taken_memory_yet() {
         let mut bump = Bump::new();
-        assert!(!bump.has_chunk() && !bump.region_offered());
+        assert!(!bump.has_taken_memory() && !bump.region_offered());
         bump.add_region(1 << 20, (1 << 20) + (256 << 10));
-        assert!(bump.has_chunk());
+        assert!(bump.has_taken_memory());
         assert_eq!(bump.place(LARGE * 4, 8), Place::Arena(1 << 20));
         let mut bump = Bump::new();
         bump.add_chunk(Some(1 << 20), FIRST_CHUNK);
-        assert!(bump.has_chunk() && !bump.region_offered());
+        assert!(bump.has_taken_memory() && !bump.region_offered());
     }
 }

@@ -22,23 +22,16 @@ pub(super) fn pagemap_scan(proc_swaps: Option<&str>) -> Enabled {
         // Elsewhere wasmtime has no page-map scan; `Auto` is a no-op.
         return Enabled::Auto;
     }
-    match proc_swaps {
-        Some(table) if !swap_active(table) => Enabled::Auto,
-        Some(_) => {
-            tracing::info!(
-                "swap is on: plugin instance slots are reset in full after every call, \
-                 not by page-map scan (which would miss swapped-out pages)"
-            );
-            Enabled::No
-        }
-        None => {
-            tracing::info!(
-                "/proc/swaps is unreadable: plugin instance slots are reset in full after \
-                 every call, not by page-map scan (which would miss swapped-out pages)"
-            );
-            Enabled::No
-        }
-    }
+    let reason = match proc_swaps {
+        Some(table) if !swap_active(table) => return Enabled::Auto,
+        Some(_) => "swap is on",
+        None => "/proc/swaps is unreadable",
+    };
+    tracing::info!(
+        "{reason}: plugin instance slots are reset in full after every call, \
+         not by page-map scan (which would miss swapped-out pages)"
+    );
+    Enabled::No
 }
 
 /// The setting for this machine.
