@@ -788,3 +788,132 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// The store's revision now, and a subscription from it that must stay
+/// silent: what "nothing changed" means for a dry run.
+async fn quiet_from_here(host: &TestHost) -> (i64, setpoint::watch::Subscription) {
+    let api = host.host.api();
+    let revision = api.current_revision().await.unwrap();
+    api.hub().wait_for(revision).await;
+    (
+        revision,
+        api.hub().subscribe("/registry/", revision).unwrap(),
+    )
+}
+
+async fn assert_nothing_changed(
+    host: &TestHost,
+    (revision, mut watcher): (i64, setpoint::watch::Subscription),
+    what: &str,
+) {
+    assert_eq!(
+        host.host.api().current_revision().await.unwrap(),
+        revision,
+        "{what} moved the store's revision"
+    );
+    let seen = tokio::time::timeout(Duration::from_millis(200), watcher.next()).await;
+    assert!(seen.is_err(), "{what}: a watcher saw a change: {seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_diff_and_server_side_dry_runs_change_nothing() {
+    let host = TestHost::start(&[]).await;
+    let kubectl = Kubectl::new(&host.url);
+    install_widgets(&kubectl).await;
+    let out = kubectl.apply(&widget("w1", json!(3), "blue"), &[]).await;
+    assert!(out.status.success(), "{}", text(&out));
+    let before: Value =
+        serde_json::from_str(&kubectl.ok(&["get", "widget", "w1", "-o", "json"]).await).unwrap();
+
+    // kubectl diff shows the change it would make (exit 1: differences)…
+    let file = kubectl.home.path().join("changed.json");
+    std::fs::write(
+        &file,
+        serde_json::to_vec(&widget("w1", json!(5), "green")).unwrap(),
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let quiet = quiet_from_here(&host).await;
+    let out = kubectl.run(&["diff", "-f", file]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let diff = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        diff.contains("-  replicas: 3") && diff.contains("+  replicas: 5"),
+        "{diff}"
+    );
+    assert!(diff.contains("+  color: green"), "{diff}");
+    assert_nothing_changed(&host, quiet, "kubectl diff").await;
+
+    // … and every --dry-run=server answers as the write would, writing nothing.
+    let new_file = kubectl.home.path().join("new.json");
+    std::fs::write(
+        &new_file,
+        serde_json::to_vec(&widget("w2", json!(1), "red")).unwrap(),
+    )
+    .unwrap();
+    let new_file = new_file.to_str().unwrap();
+    let quiet = quiet_from_here(&host).await;
+    for (args, says) in [
+        (
+            vec!["apply", "--dry-run=server", "-f", file],
+            "widget.example.com/w1 configured (server dry run)",
+        ),
+        (
+            vec!["apply", "--server-side", "--dry-run=server", "-f", file],
+            "widget.example.com/w1 serverside-applied (server dry run)",
+        ),
+        (
+            vec!["apply", "--dry-run=server", "-f", new_file],
+            "widget.example.com/w2 created (server dry run)",
+        ),
+        (
+            vec!["create", "--dry-run=server", "-f", new_file],
+            "widget.example.com/w2 created (server dry run)",
+        ),
+        (
+            vec![
+                "patch",
+                "widget",
+                "w1",
+                "--dry-run=server",
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"replicas":9}}"#,
+            ],
+            // Not every kubectl version adds "(server dry run)" here.
+            "widget.example.com/w1 patched",
+        ),
+        (
+            vec!["delete", "widget", "w1", "--dry-run=server"],
+            "widget.example.com \"w1\" deleted (server dry run)",
+        ),
+    ] {
+        let out = kubectl.run(&args).await;
+        assert!(out.status.success(), "kubectl {args:?}: {}", text(&out));
+        assert!(
+            text(&out).contains(says),
+            "kubectl {args:?}: {}",
+            text(&out)
+        );
+    }
+    // A dry run that the real write would refuse is refused the same way.
+    let invalid = kubectl
+        .fails(&[
+            "patch",
+            "widget",
+            "w1",
+            "--dry-run=server",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"replicas":-1}}"#,
+        ])
+        .await;
+    assert!(invalid.contains("spec.replicas"), "{invalid}");
+    assert_nothing_changed(&host, quiet, "kubectl --dry-run=server").await;
+
+    let after: Value =
+        serde_json::from_str(&kubectl.ok(&["get", "widget", "w1", "-o", "json"]).await).unwrap();
+    assert_eq!(after, before);
+    kubectl.fails(&["get", "widget", "w2"]).await;
+    host.stop().await;
+}

@@ -6,6 +6,9 @@ mod support;
 
 /// The HTTP API's gate: 401/403/429/413, binding, tokens and kubeconfig.
 mod api_http;
+/// Careless and hostile writes: dry run, patch bombs, deep objects,
+/// reserved API groups, delete options in the query string.
+mod api_writes;
 /// The `setpoint` binary: serve, apply, get, delete, and bad input.
 mod cli;
 /// Three hosts sharing work on one etcd: kill -9, partition, no overlap.

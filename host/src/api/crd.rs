@@ -30,6 +30,9 @@ pub(super) fn check(crd: &Value) -> Vec<FieldError> {
             "should be a domain with at least one dot",
         ));
     }
+    if let Some(group) = group {
+        check_group_is_not_reserved(crd, group, &spec_at, &mut errors);
+    }
     let plural = check_names(spec, &spec_at, &mut errors);
     if let (Some(group), Some(plural)) = (group, plural) {
         let name = crd["metadata"]["name"].as_str().unwrap_or("");
@@ -52,6 +55,67 @@ pub(super) fn check(crd: &Value) -> Vec<FieldError> {
     }
     check_versions(spec, &spec_at, &mut errors);
     errors
+}
+
+/// API groups a definition can never claim: the host's own built-in API
+/// (`apiextensions.k8s.io` serves the definitions themselves) and the
+/// groups of Kubernetes' built-in APIs, which clients expect to mean what
+/// Kubernetes means by them.
+const RESERVED_GROUPS: [&str; 17] = [
+    "apiextensions.k8s.io",
+    "apiregistration.k8s.io",
+    "admissionregistration.k8s.io",
+    "authentication.k8s.io",
+    "authorization.k8s.io",
+    "certificates.k8s.io",
+    "coordination.k8s.io",
+    "discovery.k8s.io",
+    "events.k8s.io",
+    "flowcontrol.apiserver.k8s.io",
+    "internal.apiserver.k8s.io",
+    "networking.k8s.io",
+    "node.k8s.io",
+    "rbac.authorization.k8s.io",
+    "resource.k8s.io",
+    "scheduling.k8s.io",
+    "storage.k8s.io",
+];
+
+/// The annotation Kubernetes requires on definitions in its protected
+/// groups (`k8s.io`, `kubernetes.io` and their subdomains).
+const API_APPROVED_ANNOTATION: &str = "api-approved.kubernetes.io";
+
+/// Refuses groups the host or Kubernetes serve built in, always, and the
+/// rest of Kubernetes' protected groups without the approval annotation,
+/// in the API server's words.
+fn check_group_is_not_reserved(
+    crd: &Value,
+    group: &str,
+    spec_at: &FieldPath,
+    errors: &mut Vec<FieldError>,
+) {
+    if RESERVED_GROUPS.contains(&group) {
+        errors.push(FieldError::invalid(
+            spec_at.child("group"),
+            Value::String(group.to_owned()),
+            "is a built-in API group; a CustomResourceDefinition cannot serve it",
+        ));
+        return;
+    }
+    let protected = ["k8s.io", "kubernetes.io"]
+        .iter()
+        .any(|domain| group == *domain || group.ends_with(&format!(".{domain}")));
+    let approved = crd["metadata"]["annotations"][API_APPROVED_ANNOTATION]
+        .as_str()
+        .is_some_and(|v| !v.is_empty());
+    if protected && !approved {
+        errors.push(FieldError::required(
+            FieldPath::new("metadata.annotations").key(API_APPROVED_ANNOTATION),
+            format!(
+                "protected groups must have approval annotation {API_APPROVED_ANNOTATION:?}, see https://github.com/kubernetes/enhancements/pull/1111"
+            ),
+        ));
+    }
 }
 
 /// Problems with changing a stored definition into `next`: the scope of a

@@ -43,7 +43,7 @@ pub use error::{Cause, CauseType, Error, FieldConflict};
 pub use kinds::KindRegistry;
 pub use list::{ListOptions, ObjectList};
 
-use crate::object::{KindInfo, Object, codec};
+use crate::object::{KindInfo, Object, codec, meta, shape};
 use crate::store::{self, Backend, KeyValue, Revision};
 use crate::watch::WatchHub;
 
@@ -51,7 +51,7 @@ use crate::watch::WatchHub;
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The largest encoded object accepted, as in Kubernetes (etcd's request limit).
-pub const DEFAULT_MAX_OBJECT_BYTES: usize = 1536 * 1024;
+pub const DEFAULT_MAX_OBJECT_BYTES: usize = crate::object::shape::DEFAULT_MAX_OBJECT_BYTES;
 
 /// The object API over one store. Cheap to clone.
 ///
@@ -79,6 +79,8 @@ pub struct Api {
     max_object_bytes: usize,
     /// The revision the store was last compacted to through this API.
     compacted: Arc<AtomicI64>,
+    /// Whether writes are only checked (see [`Api::dry_run`]).
+    dry_run: bool,
 }
 
 impl Api {
@@ -118,6 +120,7 @@ impl Api {
             kinds: KindRegistry::with_builtins(),
             max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
             compacted: Arc::new(AtomicI64::new(0)),
+            dry_run: false,
         };
         let crd_kind = api.crd_kind();
         for crd in api.list(&crd_kind, &ListOptions::default()).await?.items {
@@ -269,6 +272,62 @@ impl Api {
         }
     }
 
+    /// This API in dry-run mode (Kubernetes' `dryRun=All`): every write runs
+    /// its whole path — validation, defaulting, schema admission,
+    /// preconditions and conflicts, finalizers and propagation, size and
+    /// depth limits — and answers what the real write would answer, but
+    /// nothing is stored: no revision moves, no watcher sees an event, no
+    /// kind is registered or removed, no controller wakes. A created object
+    /// comes back without a `resourceVersion` (it has none yet); an updated
+    /// one keeps the stored version's.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::{Api, Error};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+    ///
+    /// let answer = api.dry_run().create(&events, event("e")).await?;
+    /// assert_eq!(answer["metadata"]["generation"], 1);
+    /// assert!(answer["metadata"].get("resourceVersion").is_none());
+    /// assert_eq!(api.current_revision().await?, 0, "nothing was written");
+    ///
+    /// api.create(&events, event("e")).await?;
+    /// let again = api.dry_run().create(&events, event("e")).await;
+    /// assert!(matches!(again, Err(Error::AlreadyExists { .. })), "the real write's answer");
+    /// # Ok(()) }
+    /// ```
+    pub fn dry_run(&self) -> Self {
+        if self.dry_run {
+            return self.clone();
+        }
+        Self {
+            backend: Arc::new(store::DryRunBackend::new(self.backend.clone())),
+            dry_run: true,
+            ..self.clone()
+        }
+    }
+
+    /// Whether this API only checks writes ([`Api::dry_run`]).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use setpoint::{api::Api, store::MemoryBackend};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), setpoint::api::Error> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// assert!(!api.is_dry_run() && api.dry_run().is_dry_run());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_dry_run(&self) -> bool {
+        self.dry_run
+    }
+
     fn crd_kind(&self) -> Arc<KindInfo> {
         self.kinds
             .by_plural(kinds::CRD_GROUP, "customresourcedefinitions")
@@ -353,7 +412,21 @@ impl Api {
             .map_err(|e| Error::Store(store::Error::Corrupt(format!("{}: {e}", kv.key))))
     }
 
+    /// Encode an object for a write, holding it to the bounds every stored
+    /// object keeps: the size limit and [`shape::MAX_DEPTH`] (so that every
+    /// stored object can be read back, see `object::shape`).
     fn encode_checked(&self, object: &Object) -> Result<Vec<u8>> {
+        if let Some(at) = shape::too_deep_at(object, shape::MAX_DEPTH) {
+            return Err(Error::invalid(
+                meta::kind(object),
+                meta::name(object),
+                &at,
+                format!(
+                    "nested too deeply: objects may nest at most {} levels of maps and lists",
+                    shape::MAX_DEPTH
+                ),
+            ));
+        }
         let bytes = codec::encode(object);
         if bytes.len() > self.max_object_bytes {
             return Err(Error::TooLarge {

@@ -8,7 +8,7 @@
 use serde_json::Value;
 
 use super::{Api, Error, Result};
-use crate::object::patch::{self, JsonPatch};
+use crate::object::patch::{self, Bounds, JsonPatch, PatchError};
 use crate::object::{KindInfo, Object, meta};
 
 impl Api {
@@ -106,12 +106,20 @@ impl Api {
         status: bool,
     ) -> Result<Object> {
         let pinned = ops.writes("/metadata/resourceVersion");
+        let bounds = Bounds {
+            max_bytes: self.max_object_bytes,
+            ..Bounds::default()
+        };
         self.patch_with(kind, namespace, name, status, pinned, |object| {
-            ops.apply(object).map_err(|source| Error::PatchFailed {
-                kind: kind.plural.clone(),
-                name: name.to_owned(),
-                source: Box::new(source),
-            })
+            ops.apply_within(object, bounds)
+                .map_err(|source| match source {
+                    PatchError::TooLarge { size, limit, .. } => Error::TooLarge { size, limit },
+                    source => Error::PatchFailed {
+                        kind: kind.plural.clone(),
+                        name: name.to_owned(),
+                        source: Box::new(source),
+                    },
+                })
         })
         .await
     }

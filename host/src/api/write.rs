@@ -64,8 +64,10 @@ impl Api {
             let kv = self
                 .put_new(kind, namespace.as_deref(), &name, bytes)
                 .await?;
-            self.kinds.insert(info);
-            return Self::decode(&kv);
+            if !self.dry_run {
+                self.kinds.insert(info);
+            }
+            return self.decode_created(&kv);
         }
         if kind.status_subresource {
             // As in Kubernetes: status is set through its sub-resource only.
@@ -78,7 +80,18 @@ impl Api {
         let kv = self
             .put_new(kind, namespace.as_deref(), &name, bytes)
             .await?;
-        Self::decode(&kv)
+        self.decode_created(&kv)
+    }
+
+    /// The answer to a create: the stored object, or in a dry run the
+    /// object as it would be stored, without a `resourceVersion` (none
+    /// exists yet), as Kubernetes answers.
+    fn decode_created(&self, kv: &KeyValue) -> Result<Object> {
+        let mut object = Self::decode(kv)?;
+        if self.dry_run {
+            meta::metadata_mut(&mut object).remove("resourceVersion");
+        }
+        Ok(object)
     }
 
     async fn put_new(
@@ -236,7 +249,9 @@ impl Api {
             )
             .await
             .map_err(|e| Self::conflict(kind, &name, e))?;
-        if let Some(info) = info {
+        if let Some(info) = info
+            && !self.dry_run
+        {
             self.kinds.insert(info);
         }
         // What was stored is `next`'s encoding: `next` with the new revision
@@ -273,6 +288,7 @@ impl Api {
             Value::String(deleted.revision.to_string()),
         );
         if self.is_crd(kind)
+            && !self.dry_run
             && let Ok(info) = kinds::kind_from_crd(&last)
         {
             self.kinds.remove(&info.group, &info.plural);

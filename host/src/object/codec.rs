@@ -53,12 +53,64 @@ pub fn json_text(object: &Object) -> String {
 /// assert!(codec::decode(b"not json", 1).is_err());
 /// ```
 pub fn decode(bytes: &[u8], revision: i64) -> Result<Object, serde_json::Error> {
-    let mut object: Value = serde_json::from_slice(bytes)?;
+    let mut object: Value = match serde_json::from_slice(bytes) {
+        Ok(object) => object,
+        Err(err) => decode_deep(bytes).ok_or(err)?,
+    };
     meta::metadata_mut(&mut object).insert(
         "resourceVersion".into(),
         Value::String(revision.to_string()),
     );
     Ok(object)
+}
+
+/// How deep a stored object may nest and still be read. Writes keep
+/// objects within `shape::MAX_DEPTH`, but earlier versions stored whatever
+/// a JSON patch built; such an object must stay readable (and so
+/// replaceable and deletable through the API) instead of making its whole
+/// kind fail to list. Parsing recurses once per level, so this stays far
+/// below what a thread's stack holds.
+const LEGACY_READ_DEPTH: usize = 512;
+
+/// Decode stored bytes nested deeper than the JSON parser's default limit
+/// but within [`LEGACY_READ_DEPTH`]; `None` for anything else, whose
+/// original error then stands.
+fn decode_deep(bytes: &[u8]) -> Option<Value> {
+    if nesting(bytes) > LEGACY_READ_DEPTH {
+        return None;
+    }
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    deserializer.disable_recursion_limit();
+    let value = serde::Deserialize::deserialize(&mut deserializer).ok()?;
+    deserializer.end().ok()?;
+    Some(value)
+}
+
+/// The deepest nesting of `[`/`{` in JSON text, strings skipped: a linear
+/// scan that needs no parse.
+fn nesting(bytes: &[u8]) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0, false, false);
+    for &b in bytes {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 #[cfg(test)]
@@ -73,5 +125,36 @@ mod tests {
         assert!(!String::from_utf8_lossy(&bytes).contains("resourceVersion"));
         let back = decode(&bytes, 9).unwrap();
         assert_eq!(meta::resource_version(&back), Some("9"));
+    }
+
+    fn nested_text(levels: usize) -> String {
+        let mut text = String::from(r#"{"metadata":{"name":"deep"},"spec":"#);
+        text.push_str(&"[".repeat(levels));
+        text.push_str(r#""]\"[{""#);
+        text.push_str(&"]".repeat(levels));
+        text.push('}');
+        text
+    }
+
+    #[test]
+    fn an_object_stored_deeper_than_the_parser_allows_is_still_read() {
+        // Stored by an earlier version through a JSON patch: readable, so the
+        // object can be fixed or deleted and its kind still lists.
+        let text = nested_text(300);
+        assert!(
+            serde_json::from_str::<Value>(&text).is_err(),
+            "over the default limit"
+        );
+        let object = decode(text.as_bytes(), 5).unwrap();
+        assert_eq!(meta::resource_version(&object), Some("5"));
+        assert_eq!(crate::object::shape::depth(&object), 301);
+    }
+
+    #[test]
+    fn nesting_past_the_legacy_limit_or_damage_keeps_the_parser_error() {
+        let err = decode(nested_text(LEGACY_READ_DEPTH + 1).as_bytes(), 1).unwrap_err();
+        assert!(err.to_string().contains("recursion limit"), "{err}");
+        assert!(decode(b"{\"a\": [1, 2", 1).is_err());
+        assert!(decode(&[b'['; 100_000], 1).is_err(), "no stack overflow");
     }
 }

@@ -18,6 +18,7 @@ pub mod patch;
 pub mod pointer;
 pub mod schema;
 pub mod selector;
+pub mod shape;
 pub mod time;
 
 pub use key::ObjectKey;

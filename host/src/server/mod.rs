@@ -13,6 +13,7 @@ mod host_info;
 mod metrics;
 mod objects;
 mod openapi;
+mod options;
 mod status;
 mod table;
 pub mod tls;

@@ -17,7 +17,7 @@ use super::fields::{self, FieldValidation, Format, Write};
 use super::status::{ApiError, error_response};
 use super::table;
 use crate::Host;
-use crate::api::{DeleteOptions, Error, ListOptions, Propagation};
+use crate::api::{Api, Error, ListOptions};
 use crate::object::patch::JsonPatch;
 use crate::object::{KindInfo, meta};
 
@@ -139,6 +139,15 @@ async fn handle(
     } else {
         FieldValidation::Ignore
     };
+    // `?dryRun=All`: the write runs its whole path over an API that checks
+    // and answers but stores nothing (a delete may also ask in its body).
+    let api = match (&method, super::options::dry_run(&query)) {
+        (&Method::POST | &Method::PUT | &Method::PATCH, Ok(true)) => host.api().dry_run(),
+        (&Method::POST | &Method::PUT | &Method::PATCH, Err(err)) => {
+            return ApiError(err).into_response();
+        }
+        _ => host.api().clone(),
+    };
     let review = |write: Write<'_>, format: Format| {
         fields::review(validation, host.api(), &target.kind, write, &body, format)
     };
@@ -176,7 +185,7 @@ async fn handle(
             {
                 Ok((found, object)) => {
                     warnings = found;
-                    create(&host, &target, object).await
+                    create(&api, &target, object).await
                 }
                 Err(r) => return *r,
             }
@@ -186,7 +195,7 @@ async fn handle(
             {
                 Ok((found, object)) => {
                     warnings = found;
-                    update(&host, &target, name, object).await
+                    update(&api, &target, name, object).await
                 }
                 Err(r) => return *r,
             }
@@ -197,7 +206,7 @@ async fn handle(
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("");
             match patch(
-                &host,
+                &api,
                 &target,
                 name,
                 content_type,
@@ -220,7 +229,7 @@ async fn handle(
                 parse_body(&body)
             };
             match options {
-                Ok(options) => delete(&host, &target, name, &options).await,
+                Ok(options) => delete(&host, &target, name, &query, &options).await,
                 Err(r) => return *r,
             }
         }
@@ -295,19 +304,18 @@ fn place(target: &Target, object: &mut Value) -> Result<(), Error> {
 }
 
 async fn create(
-    host: &Host,
+    api: &Api,
     target: &Target,
     mut object: Value,
 ) -> Result<(StatusCode, Value), Error> {
     place(target, &mut object)?;
-    host.api()
-        .create(&target.kind, object)
+    api.create(&target.kind, object)
         .await
         .map(|o| (StatusCode::CREATED, o))
 }
 
 async fn update(
-    host: &Host,
+    api: &Api,
     target: &Target,
     name: &str,
     mut object: Value,
@@ -320,9 +328,9 @@ async fn update(
         )));
     }
     let result = if target.status {
-        host.api().update_status(&target.kind, object).await
+        api.update_status(&target.kind, object).await
     } else {
-        host.api().update(&target.kind, object).await
+        api.update(&target.kind, object).await
     };
     result.map(|o| (StatusCode::OK, o))
 }
@@ -331,25 +339,16 @@ async fn delete(
     host: &Host,
     target: &Target,
     name: &str,
-    options: &Value,
+    query: &HashMap<String, String>,
+    body: &Value,
 ) -> Result<(StatusCode, Value), Error> {
-    let propagation = match options["propagationPolicy"].as_str() {
-        None => None,
-        Some(p) => Some(Propagation::parse(p).ok_or_else(|| {
-            Error::BadRequest(format!(
-                "propagationPolicy {p:?} is not one of Background, Foreground, Orphan"
-            ))
-        })?),
+    let (options, dry_run) = super::options::delete(query, body)?;
+    let api = if dry_run {
+        host.api().dry_run()
+    } else {
+        host.api().clone()
     };
-    let options = DeleteOptions {
-        propagation_policy: propagation,
-        resource_version: options["preconditions"]["resourceVersion"]
-            .as_str()
-            .map(str::to_owned),
-        uid: options["preconditions"]["uid"].as_str().map(str::to_owned),
-    };
-    let object = host
-        .api()
+    let object = api
         .delete(&target.kind, target.namespace.as_deref(), name, &options)
         .await?;
     // 200 with the object when deletion completed or is pending on finalizers,
@@ -378,7 +377,7 @@ type Review<'a> =
 /// `warnings`.
 #[allow(clippy::too_many_arguments)]
 async fn patch(
-    host: &Host,
+    api: &Api,
     target: &Target,
     name: &str,
     content_type: &str,
@@ -387,7 +386,6 @@ async fn patch(
     review: &Review<'_>,
     warnings: &mut Vec<String>,
 ) -> Result<(StatusCode, Value), PatchFailure> {
-    let api = host.api();
     let namespace = target.namespace.as_deref();
     let media = content_type.split(';').next().unwrap_or("").trim();
     match media {

@@ -19,6 +19,7 @@
 
 #[cfg(test)]
 mod conformance;
+mod dry_run;
 pub mod embedded;
 mod error;
 pub mod etcd;
@@ -31,6 +32,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
+pub use dry_run::DryRunBackend;
 pub use embedded::EmbeddedBackend;
 pub use error::Error;
 pub use etcd::{EtcdBackend, EtcdConfig};

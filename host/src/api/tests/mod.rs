@@ -8,8 +8,10 @@
 //! etcd, each test under a prefix of its own. `scripts/test` runs all three.
 
 mod apply;
+mod bounds;
 mod crud;
 mod delete;
+mod dry_run;
 mod gc;
 mod limits;
 mod list;

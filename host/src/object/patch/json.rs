@@ -6,6 +6,53 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::object::pointer::{Pointer, PointerError};
+use crate::object::shape;
+
+/// The most operations one patch may carry, as in Kubernetes.
+pub const MAX_OPERATIONS: usize = 10_000;
+
+/// How far applying a patch may take a document: the limits every stored
+/// object is held to, enforced operation by operation so that a small
+/// patch cannot build a huge or deeply nested value on the way (ten
+/// self-copies double a document ten times) before the final size check.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::patch::{Bounds, JsonPatch, PatchError};
+///
+/// // Each copy doubles /spec: stopped at the first operation past the limit.
+/// let bomb: Vec<_> = (0..40)
+///     .map(|i| json!({"op": "copy", "from": "/spec", "path": format!("/spec/b{i}")}))
+///     .collect();
+/// let patch = JsonPatch::from_value(&json!(bomb)).unwrap();
+/// let mut doc = json!({"spec": {"payload": "x".repeat(100)}});
+/// let err = patch.apply_within(&mut doc, Bounds { max_bytes: 10_000, ..Bounds::default() }).unwrap_err();
+/// assert!(matches!(err, PatchError::TooLarge { index: 6, .. }), "{err}");
+/// assert_eq!(doc, json!({"spec": {"payload": "x".repeat(100)}}), "unchanged");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// The deepest nesting the document may reach ([`shape::MAX_DEPTH`]).
+    pub max_depth: usize,
+    /// The largest encoded size the document may reach.
+    pub max_bytes: usize,
+}
+
+impl Default for Bounds {
+    /// The limits of a stored object with the default size limit.
+    fn default() -> Self {
+        Self {
+            max_depth: shape::MAX_DEPTH,
+            max_bytes: shape::DEFAULT_MAX_OBJECT_BYTES,
+        }
+    }
+}
+
+/// How much copying and measuring one patch may cause, in multiples of
+/// the size limit. No sensible patch comes near it; a hostile one that
+/// copies the largest allowed value back and forth stops here rather than
+/// keeping a thread busy for ten thousand operations.
+const WORK_PER_LIMIT: usize = 64;
 
 /// One JSON patch operation, in its wire form (`{"op": "add", "path": …}`).
 ///
@@ -184,6 +231,38 @@ pub enum PatchError {
         /// The target.
         path: String,
     },
+    /// An operation would nest the document deeper than allowed.
+    #[error(
+        "operation {index} ({op} {path}): the value would be nested {depth} levels deep, over the limit of {limit}"
+    )]
+    TooDeep {
+        /// The operation's position in the patch.
+        index: usize,
+        /// The operation's name.
+        op: &'static str,
+        /// Its target path.
+        path: String,
+        /// How deep the document would nest.
+        depth: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// An operation would make the document larger than allowed.
+    #[error(
+        "operation {index}: the patched object would be at least {size} bytes, over the limit of {limit} bytes"
+    )]
+    TooLarge {
+        /// The operation's position in the patch.
+        index: usize,
+        /// How large the document would be, at least.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The patch has more operations than allowed, or makes the host copy
+    /// far more than the size of an object.
+    #[error("{0}")]
+    TooCostly(String),
     /// A `test` found a different value.
     #[error("operation {index} (test {path}): test failed: expected {expected}, found {actual}")]
     TestFailed {
@@ -239,7 +318,8 @@ impl JsonPatch {
             .map(JsonPatch)
     }
 
-    /// Apply every operation in order. On error the document is unchanged.
+    /// Apply every operation in order, within the default [`Bounds`]. On
+    /// error the document is unchanged.
     ///
     /// ```
     /// use serde_json::json;
@@ -254,9 +334,27 @@ impl JsonPatch {
     /// assert_eq!(doc, json!({"a": 1}), "all or nothing");
     /// ```
     pub fn apply(&self, doc: &mut Value) -> Result<(), PatchError> {
+        self.apply_within(doc, Bounds::default())
+    }
+
+    /// Apply every operation in order, keeping the document within
+    /// `bounds` after every operation (see [`Bounds`]). On error the
+    /// document is unchanged.
+    pub fn apply_within(&self, doc: &mut Value, bounds: Bounds) -> Result<(), PatchError> {
+        if self.0.len() > MAX_OPERATIONS {
+            return Err(PatchError::TooCostly(format!(
+                "the patch has {} operations; at most {MAX_OPERATIONS} are allowed",
+                self.0.len()
+            )));
+        }
         let mut work = doc.clone();
+        let mut budget = Budget {
+            bounds,
+            size_at_most: shape::encoded_len(&work),
+            work_left: bounds.max_bytes.saturating_mul(WORK_PER_LIMIT),
+        };
         for (index, op) in self.0.iter().enumerate() {
-            apply_one(&mut work, index, op)?;
+            apply_one(&mut work, index, op, &mut budget)?;
         }
         *doc = work;
         Ok(())
@@ -276,7 +374,81 @@ impl JsonPatch {
     }
 }
 
-fn apply_one(doc: &mut Value, index: usize, op: &PatchOperation) -> Result<(), PatchError> {
+/// What a patch may still do to its document: an upper bound on the
+/// document's size (exact at the start, raised by what each operation
+/// places, recomputed exactly only when it passes the limit) and the
+/// copying and measuring left.
+struct Budget {
+    bounds: Bounds,
+    size_at_most: usize,
+    work_left: usize,
+}
+
+impl Budget {
+    fn spend(&mut self, bytes: usize) -> Result<(), PatchError> {
+        self.work_left = self.work_left.checked_sub(bytes).ok_or_else(|| {
+            PatchError::TooCostly(format!(
+                "the patch copies more than {} times the object size limit; split it or send the object",
+                WORK_PER_LIMIT
+            ))
+        })?;
+        Ok(())
+    }
+
+    /// Checks, before `value` is placed at `target`, that the document will
+    /// stay within the depth bound, and counts its size.
+    fn before_placing(
+        &mut self,
+        index: usize,
+        op: &PatchOperation,
+        target: &Pointer,
+        value: &Value,
+    ) -> Result<(), PatchError> {
+        let levels = target.tokens().len();
+        let room = self.bounds.max_depth.saturating_sub(levels);
+        if levels > self.bounds.max_depth || shape::deeper_than(value, room) {
+            return Err(PatchError::TooDeep {
+                index,
+                op: op.name(),
+                path: op.path().to_owned(),
+                depth: levels + shape::depth(value),
+                limit: self.bounds.max_depth,
+            });
+        }
+        let len = shape::encoded_len(value);
+        self.spend(len)?;
+        // The member's key, quotes, colon and comma come on top of the value.
+        let key = target.tokens().last().map_or(0, String::len) + 4;
+        self.size_at_most = self.size_at_most.saturating_add(len + key);
+        Ok(())
+    }
+
+    /// After an operation placed a value: if the upper bound passed the
+    /// limit, measure the document exactly and refuse if it really is over.
+    fn after_placing(&mut self, index: usize, doc: &Value) -> Result<(), PatchError> {
+        if self.size_at_most <= self.bounds.max_bytes {
+            return Ok(());
+        }
+        let exact = shape::encoded_len(doc);
+        self.spend(exact)?;
+        if exact > self.bounds.max_bytes {
+            return Err(PatchError::TooLarge {
+                index,
+                size: exact,
+                limit: self.bounds.max_bytes,
+            });
+        }
+        self.size_at_most = exact;
+        Ok(())
+    }
+}
+
+fn apply_one(
+    doc: &mut Value,
+    index: usize,
+    op: &PatchOperation,
+    budget: &mut Budget,
+) -> Result<(), PatchError> {
     let fail = |path: &str, source: PointerError| PatchError::Failed {
         index,
         op: op.name(),
@@ -285,17 +457,22 @@ fn apply_one(doc: &mut Value, index: usize, op: &PatchOperation) -> Result<(), P
     };
     let parse = |path: &str| Pointer::parse(path).map_err(|e| fail(path, e));
     match op {
-        PatchOperation::Add { path, value } => parse(path)?
-            .add(doc, value.clone())
-            .map_err(|e| fail(path, e)),
+        PatchOperation::Add { path, value } => {
+            let target = parse(path)?;
+            budget.before_placing(index, op, &target, value)?;
+            target.add(doc, value.clone()).map_err(|e| fail(path, e))?;
+            budget.after_placing(index, doc)
+        }
         PatchOperation::Remove { path } => parse(path)?
             .remove(doc)
             .map(drop)
             .map_err(|e| fail(path, e)),
         PatchOperation::Replace { path, value } => {
-            let target = parse(path)?.get_mut(doc).map_err(|e| fail(path, e))?;
+            let pointer = parse(path)?;
+            budget.before_placing(index, op, &pointer, value)?;
+            let target = pointer.get_mut(doc).map_err(|e| fail(path, e))?;
             *target = value.clone();
-            Ok(())
+            budget.after_placing(index, doc)
         }
         PatchOperation::Move { from, path } => {
             let (source, target) = (parse(from)?, parse(path)?);
@@ -310,11 +487,19 @@ fn apply_one(doc: &mut Value, index: usize, op: &PatchOperation) -> Result<(), P
                 return source.get(doc).map(drop).map_err(|e| fail(from, e));
             }
             let value = source.remove(doc).map_err(|e| fail(from, e))?;
-            target.add(doc, value).map_err(|e| fail(path, e))
+            budget.before_placing(index, op, &target, &value)?;
+            target.add(doc, value).map_err(|e| fail(path, e))?;
+            budget.after_placing(index, doc)
         }
         PatchOperation::Copy { from, path } => {
-            let value = parse(from)?.get(doc).map_err(|e| fail(from, e))?.clone();
-            parse(path)?.add(doc, value).map_err(|e| fail(path, e))
+            let target = parse(path)?;
+            let value = parse(from)?.get(doc).map_err(|e| fail(from, e))?;
+            // Checked before the copy is made: a copy of a value into its
+            // own depths is how a few bytes of patch build a huge document.
+            budget.before_placing(index, op, &target, value)?;
+            let value = value.clone();
+            target.add(doc, value).map_err(|e| fail(path, e))?;
+            budget.after_placing(index, doc)
         }
         PatchOperation::Test { path, value } => {
             let actual = parse(path)?.get(doc).ok();

@@ -7,7 +7,7 @@ mod json;
 
 use serde_json::Value;
 
-pub use json::{JsonPatch, PatchError, PatchOperation, json_equal};
+pub use json::{Bounds, JsonPatch, MAX_OPERATIONS, PatchError, PatchOperation, json_equal};
 
 /// Apply `patch` to `target` as a JSON merge patch: objects merge key by key,
 /// `null` deletes a key, anything else replaces.
