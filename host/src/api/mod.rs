@@ -40,6 +40,7 @@ use std::sync::atomic::AtomicI64;
 
 pub use delete::{DeleteOptions, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, Propagation};
 pub use error::{Cause, CauseType, Error, FieldConflict};
+pub use gc::{GcConfig, GcHealth};
 pub use kinds::KindRegistry;
 pub use list::{ListOptions, ObjectList};
 
@@ -79,6 +80,8 @@ pub struct Api {
     max_object_bytes: usize,
     /// The revision the store was last compacted to through this API.
     compacted: Arc<AtomicI64>,
+    /// How the garbage collector is doing (for `/metrics` and its watchdog).
+    gc: Arc<gc::Progress>,
 }
 
 impl Api {
@@ -118,6 +121,7 @@ impl Api {
             kinds: KindRegistry::with_builtins(),
             max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
             compacted: Arc::new(AtomicI64::new(0)),
+            gc: Arc::default(),
         };
         let crd_kind = api.crd_kind();
         for crd in api.list(&crd_kind, &ListOptions::default()).await?.items {
