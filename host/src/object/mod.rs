@@ -19,6 +19,7 @@ pub mod pointer;
 pub mod schema;
 pub mod selector;
 pub mod time;
+pub mod yaml;
 
 pub use key::ObjectKey;
 pub use kind::{GroupVersionKind, KindInfo, KindRef};

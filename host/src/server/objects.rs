@@ -473,7 +473,9 @@ fn parse_yaml_or_json(body: &Bytes) -> Result<Value, Box<Response>> {
             "request body is not UTF-8",
         ))
     })?;
-    serde_yaml_ng::from_str(text).map_err(|e| {
+    // Bounded work: deep nesting and alias bombs are refused before they
+    // cost more than reading them (see `object::yaml`).
+    crate::object::yaml::from_str(text).map_err(|e| {
         Box::new(error_response(
             StatusCode::BAD_REQUEST,
             "BadRequest",
