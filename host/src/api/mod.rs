@@ -334,9 +334,31 @@ impl Api {
         key
     }
 
+    /// A kind's resource as Kubernetes names it in errors: the plural, then
+    /// the group (`widgets.example.dev`; `events` in the core group).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use setpoint::{api::Api, store::MemoryBackend};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), setpoint::api::Error> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let crds = api.kinds().require("apiextensions.k8s.io/v1", "CustomResourceDefinition")?;
+    /// assert_eq!(Api::resource(&crds), "customresourcedefinitions.apiextensions.k8s.io");
+    /// assert_eq!(Api::resource(&api.kinds().require("v1", "Event")?), "events");
+    /// # Ok(()) }
+    /// ```
+    pub fn resource(kind: &KindInfo) -> String {
+        if kind.group.is_empty() {
+            kind.plural.clone()
+        } else {
+            format!("{}.{}", kind.plural, kind.group)
+        }
+    }
+
     fn not_found(kind: &KindInfo, name: &str) -> Error {
         Error::NotFound {
-            kind: kind.plural.clone(),
+            kind: Api::resource(kind),
             name: name.to_owned(),
         }
     }
@@ -344,7 +366,7 @@ impl Api {
     fn conflict(kind: &KindInfo, name: &str, err: store::Error) -> Error {
         match err {
             store::Error::Conflict { .. } => Error::Conflict {
-                kind: kind.plural.clone(),
+                kind: Api::resource(kind),
                 name: name.to_owned(),
                 message: "the object has been modified; please apply your changes to the latest version and try again".into(),
             },
