@@ -224,6 +224,17 @@ async fn handle(
                 Err(r) => return *r,
             }
         }
+        (&Method::DELETE, None) => {
+            let options = if body.is_empty() {
+                Ok(Value::Null)
+            } else {
+                parse_body(&body)
+            };
+            match options {
+                Ok(options) => delete_collection(&host, &target, &query, &options).await,
+                Err(r) => return *r,
+            }
+        }
         _ => {
             return error_response(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -246,6 +257,11 @@ async fn list(
     query: &HashMap<String, String>,
     headers: &HeaderMap,
 ) -> Result<(StatusCode, Value), Error> {
+    // Checked though a list answers at once and from the latest revision
+    // (which no requested one is newer than): a bad value is a client bug
+    // to report, not to ignore.
+    super::watch::timeout_seconds(query)?;
+    super::watch::resource_version(query)?;
     let limit = match query.get("limit") {
         Some(l) => l
             .parse::<usize>()
@@ -355,6 +371,46 @@ async fn delete(
     // 200 with the object when deletion completed or is pending on finalizers,
     // as the Kubernetes API does for custom resources.
     Ok((StatusCode::OK, object))
+}
+
+/// `DELETE` on a collection (`deletecollection`): the objects the label and
+/// field selectors pick, each deleted with the body's `DeleteOptions` (or
+/// `propagationPolicy` in the query); answers the list of what was deleted.
+async fn delete_collection(
+    host: &Host,
+    target: &Target,
+    query: &HashMap<String, String>,
+    options: &Value,
+) -> Result<(StatusCode, Value), Error> {
+    let policy = options["propagationPolicy"]
+        .as_str()
+        .or(query.get("propagationPolicy").map(String::as_str));
+    let propagation = match policy {
+        None => None,
+        Some(p) => Some(Propagation::parse(p).ok_or_else(|| {
+            Error::BadRequest(format!(
+                "propagationPolicy {p:?} is not one of Background, Foreground, Orphan"
+            ))
+        })?),
+    };
+    let delete_options = DeleteOptions {
+        propagation_policy: propagation,
+        resource_version: options["preconditions"]["resourceVersion"]
+            .as_str()
+            .map(str::to_owned),
+        uid: options["preconditions"]["uid"].as_str().map(str::to_owned),
+    };
+    let list_options = ListOptions {
+        namespace: target.namespace.clone(),
+        label_selector: query.get("labelSelector").cloned(),
+        field_selector: query.get("fieldSelector").cloned(),
+        ..ListOptions::default()
+    };
+    let deleted = host
+        .api()
+        .delete_collection(&target.kind, &list_options, &delete_options)
+        .await?;
+    Ok((StatusCode::OK, deleted.to_json(&target.kind)))
 }
 
 enum PatchFailure {

@@ -44,6 +44,36 @@ fn truthy(query: &HashMap<String, String>, key: &str) -> bool {
     matches!(query.get(key).map(String::as_str), Some("true" | "1"))
 }
 
+/// `timeoutSeconds` from a list or watch query: a non-negative number of
+/// seconds, or absent; anything else is a 400 rather than ignored.
+pub(super) fn timeout_seconds(query: &HashMap<String, String>) -> Result<Option<Duration>, Error> {
+    match query.get("timeoutSeconds").map(String::as_str) {
+        None | Some("") => Ok(None),
+        Some(t) => t
+            .parse::<u64>()
+            .map(|s| Some(Duration::from_secs(s)))
+            .map_err(|_| {
+                Error::BadRequest(format!(
+                    "invalid value for timeoutSeconds: {t:?}: must be a non-negative integer"
+                ))
+            }),
+    }
+}
+
+/// `resourceVersion` from a list or watch query: a revision (`0`: any),
+/// or absent; anything else is a 400 rather than ignored.
+pub(super) fn resource_version(query: &HashMap<String, String>) -> Result<Option<i64>, Error> {
+    match query.get("resourceVersion").map(String::as_str) {
+        None | Some("") => Ok(None),
+        Some(rv) => match rv.parse::<i64>() {
+            Ok(n) if n >= 0 => Ok(Some(n)),
+            _ => Err(Error::BadRequest(format!(
+                "invalid resource version: resourceVersion: Invalid value: {rv:?}: must be a non-negative integer"
+            ))),
+        },
+    }
+}
+
 /// Whether the query asks for a watch.
 pub(super) fn is_watch(query: &HashMap<String, String>) -> bool {
     truthy(query, "watch")
@@ -116,10 +146,10 @@ pub(super) async fn watch(
         .filter(|v| !v.is_empty() && v.as_str() != "0");
     let initial = rv.is_none() || truthy(query, "sendInitialEvents");
     let bookmarks = truthy(query, "allowWatchBookmarks");
-    let timeout = query
-        .get("timeoutSeconds")
-        .and_then(|t| t.parse::<u64>().ok())
-        .map(Duration::from_secs);
+    let timeout = match timeout_seconds(query).and_then(|t| resource_version(query).map(|_| t)) {
+        Ok(t) => t,
+        Err(e) => return ApiError(e).into_response(),
+    };
     let api = host.api().clone();
     let prefix = Api::prefix(&kind, namespace.as_deref());
 
