@@ -572,3 +572,47 @@ async fn openapi_v3_documents_carry_an_etag_and_hashed_urls_are_immutable() {
     assert_eq!(old.headers()["location"].to_str().unwrap(), hashed);
     host.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_watcher_that_stops_reading_is_cut_off_without_reading_again() {
+    let host = TestHost::start(&[]).await;
+    let api = host.host.api().clone();
+    let events = api.kinds().require("v1", "Event").unwrap();
+    let before = api.hub().subscribers();
+    let watch = http()
+        .get(format!(
+            "{}/api/v1/namespaces/default/events?watch=true&resourceVersion={}",
+            host.url,
+            api.current_revision().await.unwrap()
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(watch.status(), 200);
+    assert_eq!(api.hub().subscribers(), before + 1, "the watch subscribed");
+    // More changes than the watch cache keeps, large enough to fill every
+    // buffer between the server and this client, which reads nothing.
+    let message = "x".repeat(1024);
+    for i in 0..2 * api.hub().max_lag() {
+        api.create(
+            &events,
+            json!({"apiVersion": "v1", "kind": "Event",
+                   "metadata": {"name": format!("e-{i}")}, "message": message}),
+        )
+        .await
+        .unwrap();
+    }
+    eventually(
+        "the slow watcher is cut off",
+        Duration::from_secs(30),
+        || async {
+            match api.hub().subscribers() {
+                n if n == before => Ok(()),
+                n => Err(format!("{n} subscribers")),
+            }
+        },
+    )
+    .await;
+    drop(watch);
+    host.stop().await;
+}

@@ -15,6 +15,9 @@
 //!   `k8s.io/initial-events-end: "true"` marks the end of the initial events.
 //! - Label and field selectors filter events by the object's state at each
 //!   event.
+//! - A client that stops reading is cut off (its stream ends) as soon as it
+//!   has fallen further behind than the watch cache keeps, not only when
+//!   it reads again.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -231,7 +234,8 @@ pub(super) async fn watch(
                             EventType::Modified => "MODIFIED",
                             EventType::Deleted => "DELETED",
                         };
-                        if tx.send(Ok(event_line(kind, &render(&event.object)))).await.is_err() {
+                        let line = event_line(kind, &render(&event.object));
+                        if !send_or_cut_off(&tx, line, &subscription, api.hub()).await {
                             return;
                         }
                     }
@@ -258,6 +262,42 @@ pub(super) async fn watch(
         body,
     )
         .into_response()
+}
+
+/// How often a stream waiting on its client checks whether the client fell
+/// too far behind to catch up.
+const SLOW_CLIENT_CHECK: Duration = Duration::from_millis(500);
+
+/// Send `line` once the client has room for it; false when the client is
+/// gone, or when, while it was not reading, the stream fell further behind
+/// than the watch cache keeps: such a client could only be told to relist
+/// once it read again, so it is cut off now (its connection ends and it
+/// watches again), as kube-apiserver closes an unresponsive consumer.
+async fn send_or_cut_off(
+    tx: &mpsc::Sender<Result<Bytes, Infallible>>,
+    line: Bytes,
+    subscription: &watch::Subscription,
+    hub: &crate::watch::WatchHub,
+) -> bool {
+    let mut check = tokio::time::interval(SLOW_CLIENT_CHECK);
+    check.tick().await;
+    loop {
+        tokio::select! {
+            permit = tx.reserve() => return match permit {
+                Ok(permit) => {
+                    permit.send(Ok(line));
+                    true
+                }
+                Err(_) => false,
+            },
+            _ = check.tick() => {
+                if subscription.fell_behind(hub) {
+                    tracing::info!("watch client too slow to catch up; closing its stream");
+                    return false;
+                }
+            }
+        }
+    }
 }
 
 /// The `ERROR` event for a broken watch: 410 Expired for a too-old
