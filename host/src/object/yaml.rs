@@ -296,7 +296,7 @@ mod tests {
         let mut text = String::from("l0: &l0 [x, x, x, x, x, x, x, x, x]\n");
         for level in 1..=9 {
             let prev = format!("*l{}", level - 1);
-            let items = vec![prev.as_str(); 9].join(", ");
+            let items = [prev.as_str(); 9].join(", ");
             text.push_str(&format!("l{level}: &l{level} [{items}]\n"));
         }
         assert_eq!(
