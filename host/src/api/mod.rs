@@ -345,7 +345,8 @@ impl Api {
     /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
     /// let crds = api.kinds().require("apiextensions.k8s.io/v1", "CustomResourceDefinition")?;
     /// assert_eq!(Api::resource(&crds), "customresourcedefinitions.apiextensions.k8s.io");
-    /// assert_eq!(Api::resource(&api.kinds().require("v1", "Event")?), "events");
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// assert_eq!(Api::resource(&events), "events");
     /// # Ok(()) }
     /// ```
     pub fn resource(kind: &KindInfo) -> String {

@@ -72,7 +72,7 @@ pub enum YamlError {
 /// # Ok::<(), yaml::YamlError>(())
 /// ```
 pub fn from_str(text: &str) -> Result<Value, YamlError> {
-    check_structure(text)?;
+    check_structure(text).map_err(|(_, e)| e)?;
     let nodes = Cell::new(0);
     Bounded { nodes: &nodes }
         .deserialize(serde_yaml_ng::Deserializer::from_str(text))
@@ -91,7 +91,7 @@ pub fn from_str(text: &str) -> Result<Value, YamlError> {
 /// assert_eq!(document, 2);
 /// ```
 pub fn documents(text: &str) -> Result<Vec<Value>, (usize, YamlError)> {
-    check_structure(text).map_err(|e| (1, e))?;
+    check_structure(text)?;
     let mut docs = Vec::new();
     for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
         let nodes = Cell::new(0);
@@ -106,27 +106,31 @@ pub fn documents(text: &str) -> Result<Vec<Value>, (usize, YamlError)> {
 /// The first pass: refuse nesting deeper than [`MAX_DEPTH`] after reading
 /// at most that many levels of it. An event parser with nesting limits in
 /// its scanner, so the work stays proportional to the text; it interprets
-/// no scalar, so it refuses nothing for what the values say.
-fn check_structure(text: &str) -> Result<(), YamlError> {
+/// no scalar, so it refuses nothing for what the values say. A failure
+/// names the document (1-based) it is in.
+fn check_structure(text: &str) -> Result<(), (usize, YamlError)> {
     use granit_parser::{Event, Options, Parser};
     let mut options = Options::default();
     options.flow_nesting_limit = MAX_DEPTH + 1;
     options.block_nesting_limit = MAX_DEPTH + 1;
     let mut depth = 0usize;
+    let mut document = 0usize;
     for event in Parser::new_from_str_with_options(text, options) {
+        let at = document.max(1);
         match event {
+            Ok((Event::DocumentStart(..), _)) => document += 1,
             Ok((Event::SequenceStart(..) | Event::MappingStart(..), _)) => {
                 depth += 1;
                 if depth > MAX_DEPTH {
-                    return Err(YamlError::TooDeep { limit: MAX_DEPTH });
+                    return Err((at, YamlError::TooDeep { limit: MAX_DEPTH }));
                 }
             }
             Ok((Event::SequenceEnd | Event::MappingEnd, _)) => depth = depth.saturating_sub(1),
             Ok(_) => {}
             Err(err) if matches!(err.kind(), granit_parser::ErrorKind::RecursionLimitExceeded) => {
-                return Err(YamlError::TooDeep { limit: MAX_DEPTH });
+                return Err((at, YamlError::TooDeep { limit: MAX_DEPTH }));
             }
-            Err(err) => return Err(YamlError::Syntax(err.to_string())),
+            Err(err) => return Err((at, YamlError::Syntax(err.to_string()))),
         }
     }
     Ok(())
