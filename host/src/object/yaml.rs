@@ -290,7 +290,7 @@ mod tests {
             documents(&format!("a: 1\n---\n{}\n", "[".repeat(50_000))).unwrap_err();
         assert_eq!(
             (document, err),
-            (1, YamlError::TooDeep { limit: MAX_DEPTH })
+            (2, YamlError::TooDeep { limit: MAX_DEPTH })
         );
     }
 
