@@ -40,9 +40,10 @@
 //!   Work that keeps failing is logged, conflicts included.
 //! - The collector relists every [`GcConfig::resync_every`], so a change it
 //!   somehow missed is acted on then, not never.
-//! - A watchdog restarts a collector that stops making progress (an item
-//!   in progress, or changes waiting, for [`GcConfig::stall_after`]) or
-//!   that ended, and says so in the log; [`Api::gc_health`] (and
+//! - A watchdog restarts a collector that stops making progress (no step
+//!   for [`GcConfig::stall_after`] while an item is in progress or changes
+//!   or work wait; long work reports progress as it goes) or that ended,
+//!   and says so in the log; [`Api::gc_health`] (and
 //!   `/metrics`) shows restarts, the last progress and the lag.
 //!
 //! # Caveats
@@ -91,8 +92,9 @@ const QUIET_FAILURES: u32 = 5;
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GcConfig {
-    /// A collector that has been on one item this long, or has left
-    /// changes or queued work untouched this long, is restarted.
+    /// A collector that has made no progress for this long while it had
+    /// something to do (an item in progress, changes or queued work) is
+    /// restarted.
     pub stall_after: Duration,
     /// The collector lists the store again this often, acting on anything
     /// it missed.
@@ -261,8 +263,10 @@ async fn watch_over(api: Api, config: GcConfig) {
         let progress = api.gc.clone();
         progress.busy_since_ms.store(0, Ordering::SeqCst);
         let mut collector = AbortOnDrop(tokio::spawn(run(api.clone(), config)));
-        let mut watched_seen = progress.seen.load(Ordering::SeqCst);
-        let mut seen_since = tokio::time::Instant::now();
+        // A fresh start counts as progress: the new collector lists first.
+        progress
+            .last_step_ms
+            .store(unix_ms(SystemTime::now()), Ordering::SeqCst);
         let reason = loop {
             tokio::time::sleep(check).await;
             if collector.0.is_finished() {
@@ -272,25 +276,19 @@ async fn watch_over(api: Api, config: GcConfig) {
                     Err(err) => break format!("it ended: {err}"),
                 }
             }
-            let busy = progress.busy_since_ms.load(Ordering::SeqCst);
-            if busy != 0 && since_ms(busy) > config.stall_after {
-                break format!("it has been on one item for {:?}", since_ms(busy));
+            // An idle collector steps on its tick, a busy one on every
+            // change, item and page: quiet for this long means stuck, if
+            // there is anything it should be doing.
+            let quiet = since_ms(progress.last_step_ms.load(Ordering::SeqCst));
+            if quiet <= config.stall_after {
+                continue;
             }
-            let seen = progress.seen.load(Ordering::SeqCst);
-            if seen != watched_seen {
-                (watched_seen, seen_since) = (seen, tokio::time::Instant::now());
-            }
-            let last_step = progress.last_step_ms.load(Ordering::SeqCst);
-            let behind = api.hub.last_revision() > seen;
-            let queued = progress.pending.load(Ordering::SeqCst) > 0;
-            if (behind && seen_since.elapsed() > config.stall_after)
-                || (queued && last_step != 0 && since_ms(last_step) > config.stall_after)
-            {
+            let busy = progress.busy_since_ms.load(Ordering::SeqCst) != 0;
+            let behind = (api.hub.last_revision() - progress.seen.load(Ordering::SeqCst)).max(0);
+            let queued = progress.pending.load(Ordering::SeqCst);
+            if busy || behind > 0 || queued > 0 {
                 break format!(
-                    "it has left {} changes and {} queued items untouched for {:?}",
-                    (api.hub.last_revision() - seen).max(0),
-                    progress.pending.load(Ordering::SeqCst),
-                    config.stall_after
+                    "no progress for {quiet:?} (working on an item: {busy}, changes not handled: {behind}, items queued: {queued})"
                 );
             }
         };
@@ -393,6 +391,7 @@ impl Collector {
                 .await
                 .map_err(|e| e.to_string())?;
             revision = Some(page.revision);
+            self.heartbeat();
             for kv in &page.kvs {
                 match Api::decode(kv) {
                     Ok(object) => {
@@ -474,6 +473,15 @@ impl Collector {
                 _ = tick.tick() => {}
             }
         }
+    }
+
+    /// Progress within a long step (a page of the list, one dependent of
+    /// many), so that the watchdog does not take long work for a stall.
+    fn heartbeat(&self) {
+        self.api
+            .gc
+            .last_step_ms
+            .store(unix_ms(SystemTime::now()), Ordering::SeqCst);
     }
 
     fn record_step(&self, subscription: &Subscription) {
@@ -702,6 +710,7 @@ impl Collector {
                 if let Some((object, dep_kind)) = self.live(&dependent).await? {
                     remove_owner_references(&self.api, &dep_kind, object, &only_owner).await?;
                 }
+                self.heartbeat();
             }
             return remove_finalizer(&self.api, &kind, owner, ORPHAN_FINALIZER).await;
         }
