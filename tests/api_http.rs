@@ -585,7 +585,7 @@ async fn aggregated_discovery_describes_every_group_in_one_answer_when_asked_for
             "scope": "Namespaced",
             "singularResource": "pod",
             "shortNames": ["po"],
-            "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+            "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
             "subresources": [{
                 "subresource": "status",
                 "responseKind": {"group": "demo.setpoint.dev", "version": "v1", "kind": "Pod"},

@@ -891,7 +891,7 @@ async fn a_status_computed_from_an_old_version_conflicts_and_is_retried_quietly_
         .await;
     assert!(
         history.iter().any(|r| matches!(&r.outcome,
-            controller::Outcome::TransientError(m) if m.contains("onflict"))),
+            controller::Outcome::TransientError(m) if m.contains("Operation cannot be fulfilled"))),
         "{history:?}"
     );
     let logs = crate::support::logs::lines_with;

@@ -4,6 +4,9 @@
 
 mod support;
 
+/// Issue #17 items 10–12: YAML bombs, garbage collection after a mixed
+/// workload, deletecollection, error wording, OpenAPI validity and caching.
+mod api_gaps;
 /// The HTTP API's gate: 401/403/429/413, binding, tokens and kubeconfig.
 mod api_http;
 /// Careless and hostile writes: dry run, patch bombs, deep objects,

@@ -140,7 +140,7 @@ impl Api {
                 && meta::resource_version(&current) != Some(rv.to_string().as_str())
             {
                 return Err(Error::Conflict {
-                    kind: kind.plural.clone(),
+                    kind: Api::resource(kind),
                     name,
                     message: format!(
                         "precondition failed: resourceVersion {rv}, stored {}",
@@ -152,7 +152,7 @@ impl Api {
                 && uid != meta::uid(&current)
             {
                 return Err(Error::Conflict {
-                    kind: kind.plural.clone(),
+                    kind: Api::resource(kind),
                     name,
                     message: format!(
                         "precondition failed: uid {uid}, stored {}",
@@ -285,7 +285,7 @@ fn merge(
     }
     if !conflicts.is_empty() {
         return Err(Error::ApplyConflict {
-            kind: kind.plural.clone(),
+            kind: Api::resource(kind),
             name: meta::name(live).to_owned(),
             conflicts,
         });

@@ -266,7 +266,7 @@ fn check_preconditions(
     current: &Object,
 ) -> Result<()> {
     let failed = |message: String| Error::Conflict {
-        kind: kind.plural.clone(),
+        kind: Api::resource(kind),
         name: name.to_owned(),
         message,
     };

@@ -128,7 +128,8 @@ pub enum Error {
     /// The object does not exist.
     #[error("{kind} {name:?} not found")]
     NotFound {
-        /// The kind (plural resource name for URLs).
+        /// The resource, as Kubernetes names it in messages: plural and
+        /// group, `widgets.example.dev` (see [`Api::resource`](super::Api::resource)).
         kind: String,
         /// The object's name.
         name: String,
@@ -136,15 +137,15 @@ pub enum Error {
     /// Create of an object that exists.
     #[error("{kind} {name:?} already exists")]
     AlreadyExists {
-        /// The kind.
+        /// The resource (plural and group, as in `NotFound`).
         kind: String,
         /// The object's name.
         name: String,
     },
     /// Optimistic concurrency: the object changed since it was read.
-    #[error("conflict on {kind} {name:?}: {message}")]
+    #[error("Operation cannot be fulfilled on {kind} {name:?}: {message}")]
     Conflict {
-        /// The kind.
+        /// The resource (plural and group, as in `NotFound`).
         kind: String,
         /// The object's name.
         name: String,

@@ -1,6 +1,7 @@
 //! Listing: label and field selectors, and pagination with `limit` and
 //! `continue` pinned to one store revision so that every page is a slice of
-//! the same snapshot.
+//! the same snapshot. Deleting a collection is a list, then one
+//! [`Api::delete`] per object listed.
 
 use serde_json::{Value, json};
 
@@ -329,6 +330,73 @@ impl Api {
             }
             start_after = last_key;
         }
+    }
+}
+
+impl Api {
+    /// Delete every object a list with `options` returns (`deletecollection`),
+    /// each through [`Api::delete`] with `delete_options`, so finalizers,
+    /// propagation and preconditions apply to each as to a single delete.
+    /// An object gone meanwhile is skipped; the first other failure stops
+    /// the deletion and is returned. Returns the objects as each delete left
+    /// them (removed, or pending on finalizers).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::{Api, DeleteOptions, ListOptions};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// for (name, tier) in [("a", "web"), ("b", "web"), ("c", "db")] {
+    ///     api.create(&events, json!({"apiVersion": "v1", "kind": "Event",
+    ///         "metadata": {"name": name, "labels": {"tier": tier}}})).await?;
+    /// }
+    /// let web = ListOptions::default().with_label_selector("tier=web");
+    /// let deleted = api.delete_collection(&events, &web, &DeleteOptions::default()).await?;
+    /// assert_eq!(deleted.items.len(), 2);
+    /// assert_eq!(api.list(&events, &ListOptions::default()).await?.items.len(), 1);
+    /// # Ok(()) }
+    /// ```
+    pub async fn delete_collection(
+        &self,
+        kind: &KindInfo,
+        options: &ListOptions,
+        delete_options: &super::DeleteOptions,
+    ) -> Result<ObjectList> {
+        let listed = self
+            .list(
+                kind,
+                &ListOptions {
+                    limit: 0,
+                    continue_token: None,
+                    ..options.clone()
+                },
+            )
+            .await?;
+        let mut items = Vec::with_capacity(listed.items.len());
+        for object in &listed.items {
+            match self
+                .delete(
+                    kind,
+                    meta::namespace(object),
+                    meta::name(object),
+                    delete_options,
+                )
+                .await
+            {
+                Ok(after) => items.push(after),
+                Err(Error::NotFound { .. }) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(ObjectList {
+            items,
+            resource_version: listed.resource_version,
+            continue_token: None,
+        })
     }
 }
 

@@ -40,6 +40,7 @@ use std::sync::atomic::AtomicI64;
 
 pub use delete::{DeleteOptions, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, Propagation};
 pub use error::{Cause, CauseType, Error, FieldConflict};
+pub use gc::{GcConfig, GcHealth};
 pub use kinds::KindRegistry;
 pub use list::{ListOptions, ObjectList};
 
@@ -81,6 +82,8 @@ pub struct Api {
     compacted: Arc<AtomicI64>,
     /// Whether writes are only checked (see [`Api::dry_run`]).
     dry_run: bool,
+    /// How the garbage collector is doing (for `/metrics` and its watchdog).
+    gc: Arc<gc::Progress>,
 }
 
 impl Api {
@@ -121,6 +124,7 @@ impl Api {
             max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
             compacted: Arc::new(AtomicI64::new(0)),
             dry_run: false,
+            gc: Arc::default(),
         };
         let crd_kind = api.crd_kind();
         for crd in api.list(&crd_kind, &ListOptions::default()).await?.items {
@@ -389,9 +393,32 @@ impl Api {
         key
     }
 
+    /// A kind's resource as Kubernetes names it in errors: the plural, then
+    /// the group (`widgets.example.dev`; `events` in the core group).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use setpoint::{api::Api, store::MemoryBackend};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), setpoint::api::Error> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let crds = api.kinds().require("apiextensions.k8s.io/v1", "CustomResourceDefinition")?;
+    /// assert_eq!(Api::resource(&crds), "customresourcedefinitions.apiextensions.k8s.io");
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// assert_eq!(Api::resource(&events), "events");
+    /// # Ok(()) }
+    /// ```
+    pub fn resource(kind: &KindInfo) -> String {
+        if kind.group.is_empty() {
+            kind.plural.clone()
+        } else {
+            format!("{}.{}", kind.plural, kind.group)
+        }
+    }
+
     fn not_found(kind: &KindInfo, name: &str) -> Error {
         Error::NotFound {
-            kind: kind.plural.clone(),
+            kind: Api::resource(kind),
             name: name.to_owned(),
         }
     }
@@ -399,7 +426,7 @@ impl Api {
     fn conflict(kind: &KindInfo, name: &str, err: store::Error) -> Error {
         match err {
             store::Error::Conflict { .. } => Error::Conflict {
-                kind: kind.plural.clone(),
+                kind: Api::resource(kind),
                 name: name.to_owned(),
                 message: "the object has been modified; please apply your changes to the latest version and try again".into(),
             },

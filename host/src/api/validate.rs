@@ -71,7 +71,7 @@ pub(super) fn for_update(kind: &KindInfo, current: &Object, next: &mut Object) -
     let uid = meta::uid(next);
     if !uid.is_empty() && uid != meta::uid(current) {
         return Err(Error::Conflict {
-            kind: kind.plural.clone(),
+            kind: super::Api::resource(kind),
             name: meta::name(current).to_owned(),
             message: format!(
                 "uid {uid} does not match the stored object's {}",

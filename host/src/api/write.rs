@@ -105,7 +105,7 @@ impl Api {
         match self.backend.put(&key, bytes, Condition::Absent).await {
             Ok(kv) => Ok(kv),
             Err(store::Error::Conflict { .. }) => Err(Error::AlreadyExists {
-                kind: kind.plural.clone(),
+                kind: Api::resource(kind),
                 name: name.to_owned(),
             }),
             Err(e) => Err(e.into()),

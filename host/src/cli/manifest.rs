@@ -5,7 +5,6 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use serde::Deserialize;
 use serde_json::Value;
 
 /// One object read from a manifest, with where it came from.
@@ -46,14 +45,14 @@ pub fn parse_manifests(path: &Path, text: &str) -> anyhow::Result<Vec<Manifest>>
                 .with_context(|| format!("{} is not valid JSON", path.display()))?,
         ]
     } else {
-        let mut docs = Vec::new();
-        for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-            let value = Value::deserialize(doc).with_context(|| {
-                format!("{} (document {}) is not valid YAML", path.display(), i + 1)
-            })?;
-            docs.push(value);
-        }
-        docs
+        // Bounded work: deep nesting and alias bombs are refused before they
+        // cost more than reading them (see `object::yaml`).
+        crate::object::yaml::documents(text).map_err(|(document, err)| {
+            anyhow::anyhow!(
+                "{} (document {document}) is not valid YAML: {err}",
+                path.display()
+            )
+        })?
     };
     let mut manifests = Vec::new();
     for (i, value) in documents.into_iter().enumerate() {

@@ -20,6 +20,7 @@ pub mod schema;
 pub mod selector;
 pub mod shape;
 pub mod time;
+pub mod yaml;
 
 pub use key::ObjectKey;
 pub use kind::{GroupVersionKind, KindInfo, KindRef};

@@ -97,9 +97,16 @@ fn legacy(body: Value) -> Response {
 }
 
 /// The verbs of every kind's main resource and of its `status`
-/// sub-resource (no `deletecollection`: the API has no collection delete).
-const VERBS: [&str; 7] = [
-    "create", "delete", "get", "list", "patch", "update", "watch",
+/// sub-resource.
+const VERBS: [&str; 8] = [
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
 ];
 const STATUS_VERBS: [&str; 3] = ["get", "patch", "update"];
 

@@ -233,6 +233,17 @@ async fn handle(
                 Err(r) => return *r,
             }
         }
+        (&Method::DELETE, None) => {
+            let options = if body.is_empty() {
+                Ok(Value::Null)
+            } else {
+                parse_body(&body)
+            };
+            match options {
+                Ok(options) => delete_collection(&host, &target, &query, &options).await,
+                Err(r) => return *r,
+            }
+        }
         _ => {
             return error_response(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -255,6 +266,11 @@ async fn list(
     query: &HashMap<String, String>,
     headers: &HeaderMap,
 ) -> Result<(StatusCode, Value), Error> {
+    // Checked though a list answers at once and from the latest revision
+    // (which no requested one is newer than): a bad value is a client bug
+    // to report, not to ignore.
+    super::watch::timeout_seconds(query)?;
+    super::watch::resource_version(query)?;
     let limit = match query.get("limit") {
         Some(l) => l
             .parse::<usize>()
@@ -354,6 +370,33 @@ async fn delete(
     // 200 with the object when deletion completed or is pending on finalizers,
     // as the Kubernetes API does for custom resources.
     Ok((StatusCode::OK, object))
+}
+
+/// `DELETE` on a collection (`deletecollection`): the objects the label and
+/// field selectors pick, each deleted with the body's `DeleteOptions` (or
+/// `propagationPolicy` in the query); answers the list of what was deleted.
+async fn delete_collection(
+    host: &Host,
+    target: &Target,
+    query: &HashMap<String, String>,
+    options: &Value,
+) -> Result<(StatusCode, Value), Error> {
+    let (delete_options, dry_run) = super::options::delete(query, options)?;
+    let api = if dry_run {
+        host.api().dry_run()
+    } else {
+        host.api().clone()
+    };
+    let list_options = ListOptions {
+        namespace: target.namespace.clone(),
+        label_selector: query.get("labelSelector").cloned(),
+        field_selector: query.get("fieldSelector").cloned(),
+        ..ListOptions::default()
+    };
+    let deleted = api
+        .delete_collection(&target.kind, &list_options, &delete_options)
+        .await?;
+    Ok((StatusCode::OK, deleted.to_json(&target.kind)))
 }
 
 enum PatchFailure {
@@ -471,7 +514,9 @@ fn parse_yaml_or_json(body: &Bytes) -> Result<Value, Box<Response>> {
             "request body is not UTF-8",
         ))
     })?;
-    serde_yaml_ng::from_str(text).map_err(|e| {
+    // Bounded work: deep nesting and alias bombs are refused before they
+    // cost more than reading them (see `object::yaml`).
+    crate::object::yaml::from_str(text).map_err(|e| {
         Box::new(error_response(
             StatusCode::BAD_REQUEST,
             "BadRequest",

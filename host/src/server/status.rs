@@ -41,9 +41,7 @@ impl IntoResponse for ApiError {
         let details = match &err {
             Error::NotFound { kind, name }
             | Error::AlreadyExists { kind, name }
-            | Error::Conflict { kind, name, .. } => {
-                json!({"name": name, "kind": kind})
-            }
+            | Error::Conflict { kind, name, .. } => resource_details(kind, name),
             Error::Invalid { kind, name, causes } => json!({
                 "name": name,
                 "kind": kind,
@@ -57,7 +55,8 @@ impl IntoResponse for ApiError {
                 conflicts,
             } => json!({
                 "name": name,
-                "kind": kind,
+                "group": resource_group(kind),
+                "kind": resource_plural(kind),
                 "causes": conflicts.iter().map(|c| json!({
                     "reason": "FieldManagerConflict",
                     "message": format!("conflict with {:?}", c.manager),
@@ -76,6 +75,30 @@ impl IntoResponse for ApiError {
         )
             .into_response()
     }
+}
+
+/// `details` of an error about one object of `resource` (`plural.group`,
+/// as `Api::resource` writes it): Kubernetes gives the plural as `kind`
+/// and the group apart, and leaves out an empty group.
+fn resource_details(resource: &str, name: &str) -> Value {
+    let mut details = json!({"name": name, "kind": resource_plural(resource)});
+    let group = resource_group(resource);
+    if !group.is_empty() {
+        details["group"] = json!(group);
+    }
+    details
+}
+
+/// A plural has no dots (it is a DNS label), so the group is what follows
+/// the first one.
+fn resource_plural(resource: &str) -> &str {
+    resource
+        .split_once('.')
+        .map_or(resource, |(plural, _)| plural)
+}
+
+fn resource_group(resource: &str) -> &str {
+    resource.split_once('.').map_or("", |(_, group)| group)
 }
 
 /// A plain `Status` error response.

@@ -15,6 +15,9 @@
 //!   `k8s.io/initial-events-end: "true"` marks the end of the initial events.
 //! - Label and field selectors filter events by the object's state at each
 //!   event.
+//! - A client that stops reading is cut off (its stream ends) as soon as it
+//!   has fallen further behind than the watch cache keeps, not only when
+//!   it reads again.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -42,6 +45,36 @@ const STREAM_BUFFER: usize = 256;
 
 fn truthy(query: &HashMap<String, String>, key: &str) -> bool {
     matches!(query.get(key).map(String::as_str), Some("true" | "1"))
+}
+
+/// `timeoutSeconds` from a list or watch query: a non-negative number of
+/// seconds, or absent; anything else is a 400 rather than ignored.
+pub(super) fn timeout_seconds(query: &HashMap<String, String>) -> Result<Option<Duration>, Error> {
+    match query.get("timeoutSeconds").map(String::as_str) {
+        None | Some("") => Ok(None),
+        Some(t) => t
+            .parse::<u64>()
+            .map(|s| Some(Duration::from_secs(s)))
+            .map_err(|_| {
+                Error::BadRequest(format!(
+                    "invalid value for timeoutSeconds: {t:?}: must be a non-negative integer"
+                ))
+            }),
+    }
+}
+
+/// `resourceVersion` from a list or watch query: a revision (`0`: any),
+/// or absent; anything else is a 400 rather than ignored.
+pub(super) fn resource_version(query: &HashMap<String, String>) -> Result<Option<i64>, Error> {
+    match query.get("resourceVersion").map(String::as_str) {
+        None | Some("") => Ok(None),
+        Some(rv) => match rv.parse::<i64>() {
+            Ok(n) if n >= 0 => Ok(Some(n)),
+            _ => Err(Error::BadRequest(format!(
+                "invalid resource version: resourceVersion: Invalid value: {rv:?}: must be a non-negative integer"
+            ))),
+        },
+    }
 }
 
 /// Whether the query asks for a watch.
@@ -116,10 +149,10 @@ pub(super) async fn watch(
         .filter(|v| !v.is_empty() && v.as_str() != "0");
     let initial = rv.is_none() || truthy(query, "sendInitialEvents");
     let bookmarks = truthy(query, "allowWatchBookmarks");
-    let timeout = query
-        .get("timeoutSeconds")
-        .and_then(|t| t.parse::<u64>().ok())
-        .map(Duration::from_secs);
+    let timeout = match timeout_seconds(query).and_then(|t| resource_version(query).map(|_| t)) {
+        Ok(t) => t,
+        Err(e) => return ApiError(e).into_response(),
+    };
     let api = host.api().clone();
     let prefix = Api::prefix(&kind, namespace.as_deref());
 
@@ -201,7 +234,8 @@ pub(super) async fn watch(
                             EventType::Modified => "MODIFIED",
                             EventType::Deleted => "DELETED",
                         };
-                        if tx.send(Ok(event_line(kind, &render(&event.object)))).await.is_err() {
+                        let line = event_line(kind, &render(&event.object));
+                        if !send_or_cut_off(&tx, line, &subscription, api.hub()).await {
                             return;
                         }
                     }
@@ -228,6 +262,42 @@ pub(super) async fn watch(
         body,
     )
         .into_response()
+}
+
+/// How often a stream waiting on its client checks whether the client fell
+/// too far behind to catch up.
+const SLOW_CLIENT_CHECK: Duration = Duration::from_millis(500);
+
+/// Send `line` once the client has room for it; false when the client is
+/// gone, or when, while it was not reading, the stream fell further behind
+/// than the watch cache keeps: such a client could only be told to relist
+/// once it read again, so it is cut off now (its connection ends and it
+/// watches again), as kube-apiserver closes an unresponsive consumer.
+async fn send_or_cut_off(
+    tx: &mpsc::Sender<Result<Bytes, Infallible>>,
+    line: Bytes,
+    subscription: &watch::Subscription,
+    hub: &crate::watch::WatchHub,
+) -> bool {
+    let mut check = tokio::time::interval(SLOW_CLIENT_CHECK);
+    check.tick().await;
+    loop {
+        tokio::select! {
+            permit = tx.reserve() => return match permit {
+                Ok(permit) => {
+                    permit.send(Ok(line));
+                    true
+                }
+                Err(_) => false,
+            },
+            _ = check.tick() => {
+                if subscription.fell_behind(hub) {
+                    tracing::info!("watch client too slow to catch up; closing its stream");
+                    return false;
+                }
+            }
+        }
+    }
 }
 
 /// The `ERROR` event for a broken watch: 410 Expired for a too-old

@@ -260,6 +260,26 @@ impl WatchHub {
         self.lock().last
     }
 
+    /// How many subscriptions are open (each watcher and informer holds one
+    /// until it ends).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use setpoint::store::MemoryBackend;
+    /// use setpoint::watch::WatchHub;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let hub = WatchHub::start(Arc::new(MemoryBackend::new()), 16).await?;
+    /// let subscription = hub.subscribe("/", 0)?;
+    /// assert_eq!(hub.subscribers(), 1);
+    /// drop(subscription);
+    /// assert_eq!(hub.subscribers(), 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn subscribers(&self) -> usize {
+        self.inner.sender.receiver_count()
+    }
+
     /// Wait until the hub has seen `revision` (used after a write so that a
     /// watcher started now includes it).
     ///

@@ -91,6 +91,31 @@ impl Subscription {
         }
     }
 
+    /// Whether this subscriber has fallen further behind than the hub keeps
+    /// (its next read fails with [`Error::TooOldResourceVersion`]): for a
+    /// reader that is itself waiting, on a slow client say, to notice
+    /// without reading.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use setpoint::store::{Backend, Condition, MemoryBackend};
+    /// use setpoint::watch::WatchHub;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = Arc::new(MemoryBackend::new());
+    /// let hub = WatchHub::start(store.clone(), 4).await?;
+    /// let slow = hub.subscribe("/", 0)?;
+    /// for i in 0..8 {
+    ///     store.put(&format!("/k{i}"), b"{}".to_vec(), Condition::Any).await?;
+    /// }
+    /// hub.wait_for(8).await;
+    /// assert!(slow.fell_behind(&hub));
+    /// # Ok(()) }
+    /// ```
+    pub fn fell_behind(&self, hub: &WatchHub) -> bool {
+        self.receiver.len() > hub.max_lag()
+    }
+
     /// The revision of the last change delivered (or the starting point).
     ///
     /// ```

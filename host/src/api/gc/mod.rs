@@ -37,6 +37,14 @@
 //! - Nothing is deleted because of a stale index: "the owner is gone" is
 //!   always confirmed against the store.
 //! - Failed work is retried with backoff; a restart redoes what is left.
+//!   Work that keeps failing is logged, conflicts included.
+//! - The collector relists every [`GcConfig::resync_every`], so a change it
+//!   somehow missed is acted on then, not never.
+//! - A watchdog restarts a collector that stops making progress (no step
+//!   for [`GcConfig::stall_after`] while an item is in progress or changes
+//!   or work wait; long work reports progress as it goes) or that ended,
+//!   and says so in the log; [`Api::gc_health`] (and
+//!   `/metrics`) shows restarts, the last progress and the lag.
 //!
 //! # Caveats
 //!
@@ -48,7 +56,8 @@
 mod graph;
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::time::Duration;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 use tokio::task::JoinHandle;
@@ -70,6 +79,83 @@ const PAGE: usize = 500;
 const EVENTS_PER_ITEM: usize = 64;
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// Failed attempts at one item after which even conflicts are logged.
+const QUIET_FAILURES: u32 = 5;
+
+/// How the garbage collector is watched over.
+///
+/// ```
+/// use std::time::Duration;
+/// use setpoint::api::GcConfig;
+/// let config = GcConfig { stall_after: Duration::from_secs(10), ..GcConfig::default() };
+/// assert_eq!(config.resync_every, GcConfig::default().resync_every);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GcConfig {
+    /// A collector that has made no progress for this long while it had
+    /// something to do (an item in progress, changes or queued work) is
+    /// restarted.
+    pub stall_after: Duration,
+    /// The collector lists the store again this often, acting on anything
+    /// it missed.
+    pub resync_every: Duration,
+}
+
+impl Default for GcConfig {
+    fn default() -> Self {
+        Self {
+            stall_after: Duration::from_secs(60),
+            resync_every: Duration::from_secs(600),
+        }
+    }
+}
+
+/// How the garbage collector is doing, from [`Api::gc_health`].
+///
+/// ```
+/// use std::sync::Arc;
+/// use setpoint::{api::Api, store::MemoryBackend};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), setpoint::api::Error> {
+/// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+/// let health = api.gc_health();
+/// assert_eq!((health.restarts, health.last_progress), (0, None), "not started");
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GcHealth {
+    /// Times the watchdog restarted a stalled or ended collector.
+    pub restarts: u64,
+    /// When the collector last completed a step (handled a change, worked
+    /// an item, or found itself caught up); `None` before it started.
+    pub last_progress: Option<SystemTime>,
+    /// Work queued and ready, not yet done.
+    pub pending: usize,
+    /// Store revisions the collector has not handled yet.
+    pub lag: i64,
+}
+
+/// Shared between the collector, its watchdog and [`Api::gc_health`].
+#[derive(Debug, Default)]
+pub(super) struct Progress {
+    restarts: AtomicU64,
+    /// Unix milliseconds of the last step; 0: none yet.
+    last_step_ms: AtomicU64,
+    /// Unix milliseconds at which the item in progress started; 0: none.
+    busy_since_ms: AtomicU64,
+    pending: AtomicUsize,
+    /// Every change up to this revision has been handled.
+    seen: AtomicI64,
+}
+
+fn unix_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn since_ms(then_ms: u64) -> Duration {
+    Duration::from_millis(unix_ms(SystemTime::now()).saturating_sub(then_ms))
+}
 
 impl Api {
     /// Start the garbage collector (see the `gc` module docs) as a task that
@@ -102,11 +188,121 @@ impl Api {
     /// # Ok(()) }
     /// ```
     pub fn start_garbage_collector(&self) -> JoinHandle<()> {
-        tokio::spawn(run(self.clone()))
+        self.start_garbage_collector_with(GcConfig::default())
+    }
+
+    /// [`Api::start_garbage_collector`] with its watchdog and resync
+    /// configured.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use setpoint::api::{Api, GcConfig};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), setpoint::api::Error> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let gc = api.start_garbage_collector_with(GcConfig {
+    ///     stall_after: Duration::from_secs(5),
+    ///     resync_every: Duration::from_secs(60),
+    /// });
+    /// while api.gc_health().last_progress.is_none() {
+    ///     tokio::time::sleep(Duration::from_millis(10)).await;
+    /// }
+    /// gc.abort();
+    /// # Ok(()) }
+    /// ```
+    pub fn start_garbage_collector_with(&self, config: GcConfig) -> JoinHandle<()> {
+        tokio::spawn(watch_over(self.clone(), config))
+    }
+
+    /// How the garbage collector is doing (see [`GcHealth`]).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use setpoint::{api::Api, store::MemoryBackend};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), setpoint::api::Error> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let gc = api.start_garbage_collector();
+    /// while api.gc_health().last_progress.is_none() {
+    ///     tokio::time::sleep(Duration::from_millis(10)).await;
+    /// }
+    /// assert_eq!(api.gc_health().lag, 0);
+    /// gc.abort();
+    /// # Ok(()) }
+    /// ```
+    pub fn gc_health(&self) -> GcHealth {
+        let progress = &self.gc;
+        let last = progress.last_step_ms.load(Ordering::SeqCst);
+        GcHealth {
+            restarts: progress.restarts.load(Ordering::SeqCst),
+            last_progress: (last != 0).then(|| UNIX_EPOCH + Duration::from_millis(last)),
+            pending: progress.pending.load(Ordering::SeqCst),
+            lag: if last == 0 {
+                0
+            } else {
+                (self.hub.last_revision() - progress.seen.load(Ordering::SeqCst)).max(0)
+            },
+        }
     }
 }
 
-async fn run(api: Api) {
+/// Run the collector and restart it when it stalls or ends. Aborting this
+/// task aborts the collector too.
+async fn watch_over(api: Api, config: GcConfig) {
+    struct AbortOnDrop(JoinHandle<()>);
+    impl Drop for AbortOnDrop {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let check = (config.stall_after / 4).max(Duration::from_millis(10));
+    loop {
+        let progress = api.gc.clone();
+        progress.busy_since_ms.store(0, Ordering::SeqCst);
+        let mut collector = AbortOnDrop(tokio::spawn(run(api.clone(), config)));
+        // A fresh start counts as progress: the new collector lists first.
+        progress
+            .last_step_ms
+            .store(unix_ms(SystemTime::now()), Ordering::SeqCst);
+        let reason = loop {
+            tokio::time::sleep(check).await;
+            if collector.0.is_finished() {
+                match (&mut collector.0).await {
+                    // The collector returns only when the watch hub stopped.
+                    Ok(()) => return,
+                    Err(err) => break format!("it ended: {err}"),
+                }
+            }
+            // An idle collector steps on its tick, a busy one on every
+            // change, item and page: quiet for this long means stuck, if
+            // there is anything it should be doing.
+            let quiet = since_ms(progress.last_step_ms.load(Ordering::SeqCst));
+            if quiet <= config.stall_after {
+                continue;
+            }
+            let busy = progress.busy_since_ms.load(Ordering::SeqCst) != 0;
+            let behind = (api.hub.last_revision() - progress.seen.load(Ordering::SeqCst)).max(0);
+            let queued = progress.pending.load(Ordering::SeqCst);
+            if busy || behind > 0 || queued > 0 {
+                break format!(
+                    "no progress for {quiet:?} (working on an item: {busy}, changes not handled: {behind}, items queued: {queued})"
+                );
+            }
+        };
+        drop(collector);
+        progress.restarts.fetch_add(1, Ordering::SeqCst);
+        tracing::warn!(
+            %reason,
+            restarts = progress.restarts.load(Ordering::SeqCst),
+            "garbage collector stalled; restarting it"
+        );
+    }
+}
+
+async fn run(api: Api, config: GcConfig) {
     let mut backoff = MIN_BACKOFF;
     loop {
         let mut collector = Collector::new(api.clone());
@@ -120,10 +316,11 @@ async fn run(api: Api) {
             }
         };
         backoff = MIN_BACKOFF;
-        if collector.follow(subscription).await == Stop::Closed {
-            return;
+        match collector.follow(subscription, config).await {
+            Stop::Closed => return,
+            Stop::Relist => tracing::info!("garbage collector fell behind the watch; relisting"),
+            Stop::Resync => tracing::debug!("garbage collector relisting (periodic resync)"),
         }
-        tracing::info!("garbage collector fell behind the watch; relisting");
     }
 }
 
@@ -134,6 +331,8 @@ enum Stop {
     Closed,
     /// The watch broke: list again.
     Relist,
+    /// Time for the periodic relist.
+    Resync,
 }
 
 /// A unit of work, by uid.
@@ -192,6 +391,7 @@ impl Collector {
                 .await
                 .map_err(|e| e.to_string())?;
             revision = Some(page.revision);
+            self.heartbeat();
             for kv in &page.kvs {
                 match Api::decode(kv) {
                     Ok(object) => {
@@ -235,10 +435,16 @@ impl Collector {
         }
     }
 
-    /// Handle changes and queued work until the watch breaks or stops.
-    async fn follow(&mut self, mut subscription: Subscription) -> Stop {
+    /// Handle changes and queued work until the watch breaks or stops, or
+    /// the periodic resync is due. Every step is recorded in `Progress`.
+    async fn follow(&mut self, mut subscription: Subscription, config: GcConfig) -> Stop {
         let mut events_in_a_row = 0;
+        let resync_at = Instant::now() + config.resync_every;
+        let mut tick =
+            tokio::time::interval((config.stall_after / 4).max(Duration::from_millis(10)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            self.record_step(&subscription);
             let due = self.delayed.iter().map(|(at, _)| *at).min();
             let work_turn = !self.queue.is_empty() && events_in_a_row >= EVENTS_PER_ITEM;
             tokio::select! {
@@ -262,8 +468,31 @@ impl Collector {
                     events_in_a_row = 0;
                     self.work_one().await;
                 }
+                () = tokio::time::sleep_until(resync_at) => return Stop::Resync,
+                // Idle and caught up is progress too: the watchdog sees it.
+                _ = tick.tick() => {}
             }
         }
+    }
+
+    /// Progress within a long step (a page of the list, one dependent of
+    /// many), so that the watchdog does not take long work for a stall.
+    fn heartbeat(&self) {
+        self.api
+            .gc
+            .last_step_ms
+            .store(unix_ms(SystemTime::now()), Ordering::SeqCst);
+    }
+
+    fn record_step(&self, subscription: &Subscription) {
+        let progress = &self.api.gc;
+        progress
+            .seen
+            .store(subscription.progress(&self.api.hub), Ordering::SeqCst);
+        progress.pending.store(self.queue.len(), Ordering::SeqCst);
+        progress
+            .last_step_ms
+            .store(unix_ms(SystemTime::now()), Ordering::SeqCst);
     }
 
     fn promote_due(&mut self) {
@@ -319,12 +548,22 @@ impl Collector {
             return;
         };
         self.queued.remove(&item);
+        self.api
+            .gc
+            .busy_since_ms
+            .store(unix_ms(SystemTime::now()), Ordering::SeqCst);
         let result = match &item {
             Item::Dependent(uid) => self.process_dependent(uid).await,
             Item::Owner(uid) => self.process_owner(uid).await,
         };
+        self.api.gc.busy_since_ms.store(0, Ordering::SeqCst);
         match result {
-            Ok(()) | Err(Error::NotFound { .. }) => {
+            Ok(()) => {
+                self.failures.remove(&item);
+            }
+            Err(err @ Error::NotFound { .. }) => {
+                // Gone while being worked on: nothing left to do.
+                tracing::debug!(%err, ?item, "garbage collection found the object gone");
                 self.failures.remove(&item);
             }
             Err(err) => {
@@ -333,8 +572,9 @@ impl Collector {
                 let delay = MIN_BACKOFF
                     .saturating_mul(1 << (*failures - 1).min(10))
                     .min(MAX_BACKOFF);
-                if !matches!(err, Error::Conflict { .. }) {
-                    tracing::warn!(%err, ?item, ?delay, "garbage collection failed; retrying");
+                // A conflict is normal once; one that keeps coming is not.
+                if !matches!(err, Error::Conflict { .. }) || *failures >= QUIET_FAILURES {
+                    tracing::warn!(%err, ?item, ?delay, attempts = *failures, "garbage collection failed; retrying");
                 }
                 self.delayed.push((Instant::now() + delay, item));
             }
@@ -353,14 +593,23 @@ impl Collector {
         if meta::uid(&object) != uid {
             return Ok(None);
         }
-        let Some(kind) = self
-            .api
-            .kinds
-            .by_kind(meta::api_version(&object), meta::kind(&object))
-        else {
+        // The kind whose key this is: two definitions may name the same
+        // apiVersion and kind, and the body must not send writes elsewhere.
+        let Some(kind) = self.kind_of_key(&node.key) else {
+            tracing::warn!(key = %node.key, "garbage collector skips an object of no registered kind");
             return Ok(None);
         };
         Ok(Some((object, kind)))
+    }
+
+    /// The registered kind stored under `key` (`/registry/{group}/{plural}/…`).
+    fn kind_of_key(&self, key: &str) -> Option<std::sync::Arc<KindInfo>> {
+        let mut parts = key.strip_prefix(ROOT)?.split('/');
+        let group = match parts.next()? {
+            "core" => "",
+            group => group,
+        };
+        self.api.kinds.by_plural(group, parts.next()?)
     }
 
     async fn process_dependent(&mut self, uid: &str) -> Result<()> {
@@ -461,6 +710,7 @@ impl Collector {
                 if let Some((object, dep_kind)) = self.live(&dependent).await? {
                     remove_owner_references(&self.api, &dep_kind, object, &only_owner).await?;
                 }
+                self.heartbeat();
             }
             return remove_finalizer(&self.api, &kind, owner, ORPHAN_FINALIZER).await;
         }

@@ -317,3 +317,257 @@ async fn a_restarted_collector_finishes_what_was_left_undone() {
     assert!(meta::owner_references(&orphan).is_empty());
     second.abort();
 }
+
+/// The sequence a client's conformance run drives before deleting owners
+/// (issue #17, item 11): concurrent creates, a paginated list, replaces
+/// with a current and a stale version, merge and JSON patches (failing
+/// ones too), server-side apply with a conflict, a force and a field
+/// removal, status patch and replace. Collection must still work after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn collection_keeps_working_after_a_busy_mixed_workload() {
+    use crate::object::patch::JsonPatch;
+    let api = api().await;
+    let kind = widgets(&api).await;
+    let gc = api.start_garbage_collector();
+
+    let creates: Vec<_> = (0..120)
+        .map(|i| {
+            let (api, kind) = (api.clone(), kind.clone());
+            tokio::spawn(async move { api.create(&kind, widget(&format!("w-{i}"))).await })
+        })
+        .collect();
+    for create in creates {
+        create.await.unwrap().unwrap();
+    }
+    let mut seen = 0;
+    let mut options = crate::api::ListOptions::default().with_limit(50);
+    loop {
+        let page = api.list(&kind, &options).await.unwrap();
+        seen += page.items.len();
+        match page.continue_token {
+            Some(token) => options = options.with_continue_token(token),
+            None => break,
+        }
+    }
+    assert_eq!(seen, 120);
+
+    let mut current = api.get(&kind, Some("default"), "w-0").await.unwrap();
+    let stale = current.clone();
+    current["spec"]["color"] = json!("red");
+    api.update(&kind, current).await.unwrap();
+    let mut late = stale;
+    late["spec"]["color"] = json!("blue");
+    assert!(matches!(
+        api.update(&kind, late).await,
+        Err(Error::Conflict { .. })
+    ));
+
+    let ns = Some("default");
+    api.merge_patch(
+        &kind,
+        ns,
+        "w-1",
+        &json!({"spec": {"color": "green"}}),
+        false,
+    )
+    .await
+    .unwrap();
+    api.merge_patch(&kind, ns, "w-1", &json!({"spec": {"color": null}}), false)
+        .await
+        .unwrap();
+    let ops = |doc: Value| JsonPatch::from_value(&doc).unwrap();
+    api.json_patch(
+        &kind,
+        ns,
+        "w-2",
+        &ops(json!([{"op": "replace", "path": "/spec/image", "value": "x"}])),
+        false,
+    )
+    .await
+    .unwrap();
+    let failing = ops(json!([{"op": "test", "path": "/spec/image", "value": "nope"}]));
+    assert!(matches!(
+        api.json_patch(&kind, ns, "w-2", &failing, false).await,
+        Err(Error::PatchFailed { .. })
+    ));
+    let invalid = ops(json!([{"op": "replace", "path": "/spec/replicas", "value": -1}]));
+    assert!(matches!(
+        api.json_patch(&kind, ns, "w-2", &invalid, false).await,
+        Err(Error::Invalid { .. })
+    ));
+
+    let applied = |color: &str, tags: Option<Value>| {
+        let mut w = widget("applied");
+        w["spec"]["color"] = json!(color);
+        if let Some(tags) = tags {
+            w["spec"]["tags"] = tags;
+        }
+        w
+    };
+    api.apply(&kind, applied("red", Some(json!(["a"]))), "alice", false)
+        .await
+        .unwrap();
+    assert!(matches!(
+        api.apply(&kind, applied("blue", None), "bob", false).await,
+        Err(Error::ApplyConflict { .. })
+    ));
+    api.apply(&kind, applied("blue", None), "bob", true)
+        .await
+        .unwrap();
+    let removed = api
+        .apply(&kind, applied("blue", None), "alice", false)
+        .await
+        .unwrap();
+    assert!(removed["spec"].get("tags").is_none(), "{removed}");
+
+    api.merge_patch(
+        &kind,
+        ns,
+        "w-3",
+        &json!({"status": {"phase": "Running"}}),
+        true,
+    )
+    .await
+    .unwrap();
+    let mut status = api.get(&kind, ns, "w-3").await.unwrap();
+    status["status"] = json!({"phase": "Pending", "replicas": 1});
+    api.update_status(&kind, status).await.unwrap();
+
+    for (policy_name, propagation) in [
+        ("foreground", Propagation::Foreground),
+        ("orphan", Propagation::Orphan),
+        ("background", Propagation::Background),
+    ] {
+        let owner_name = format!("{policy_name}-owner");
+        let child_name = format!("{policy_name}-child");
+        let owner = api.create(&kind, widget(&owner_name)).await.unwrap();
+        api.create(&kind, owned_by(widget(&child_name), &owner, true))
+            .await
+            .unwrap();
+        api.delete(&kind, ns, &owner_name, &policy(propagation))
+            .await
+            .unwrap();
+        eventually(
+            &api,
+            &format!("{policy_name} deletion completes"),
+            || async {
+                let child_gone = !exists(&api, &kind, &child_name).await;
+                let owner_gone = !exists(&api, &kind, &owner_name).await;
+                match propagation {
+                    Propagation::Orphan => {
+                        owner_gone
+                            && api
+                                .get(&kind, ns, &child_name)
+                                .await
+                                .is_ok_and(|c| meta::owner_references(&c).is_empty())
+                    }
+                    _ => owner_gone && child_gone,
+                }
+            },
+        )
+        .await;
+    }
+    gc.abort();
+}
+
+/// The real memory store, except that deletes hang forever while `hang`
+/// is set: a stand-in for a store call that never answers.
+struct HangingDeletes {
+    inner: crate::store::MemoryBackend,
+    hang: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl crate::store::Backend for HangingDeletes {
+    async fn get(&self, key: &str) -> crate::store::Result<Option<crate::store::KeyValue>> {
+        self.inner.get(key).await
+    }
+    async fn range(
+        &self,
+        range: crate::store::Range,
+    ) -> crate::store::Result<crate::store::RangeResult> {
+        self.inner.range(range).await
+    }
+    async fn put(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        condition: crate::store::Condition,
+    ) -> crate::store::Result<crate::store::KeyValue> {
+        self.inner.put(key, value, condition).await
+    }
+    async fn delete(
+        &self,
+        key: &str,
+        condition: crate::store::Condition,
+    ) -> crate::store::Result<crate::store::Deleted> {
+        if self.hang.load(std::sync::atomic::Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        self.inner.delete(key, condition).await
+    }
+    async fn current_revision(&self) -> crate::store::Result<crate::store::Revision> {
+        self.inner.current_revision().await
+    }
+    async fn compact(&self, revision: crate::store::Revision) -> crate::store::Result<()> {
+        self.inner.compact(revision).await
+    }
+    async fn watch(
+        &self,
+        after: crate::store::Revision,
+    ) -> crate::store::Result<crate::store::WatchStream> {
+        self.inner.watch(after).await
+    }
+}
+
+#[tokio::test]
+async fn a_stalled_collector_is_restarted_by_its_watchdog_and_says_so() {
+    use std::sync::atomic::Ordering;
+    let backend = Arc::new(HangingDeletes {
+        inner: MemoryBackend::new(),
+        hang: false.into(),
+    });
+    let api = Api::open(backend.clone()).await.unwrap();
+    let kind = widgets(&api).await;
+    let gc = api.start_garbage_collector_with(crate::api::GcConfig {
+        stall_after: Duration::from_millis(300),
+        ..Default::default()
+    });
+    let owner = api.create(&kind, widget("owner")).await.unwrap();
+    api.create(&kind, owned_by(widget("child"), &owner, true))
+        .await
+        .unwrap();
+    // The collector's delete of the child never answers...
+    backend.hang.store(true, Ordering::SeqCst);
+    api.delete(
+        &kind,
+        Some("default"),
+        "owner",
+        &policy(Propagation::Foreground),
+    )
+    .await
+    .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while api.gc_health().restarts == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the stall is never noticed: {:?}",
+            api.gc_health()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // ...until the store answers again: the restarted collector finishes.
+    backend.hang.store(false, Ordering::SeqCst);
+    eventually(
+        &api,
+        "the foreground deletion completes after the restart",
+        || async { !exists(&api, &kind, "child").await && !exists(&api, &kind, "owner").await },
+    )
+    .await;
+    let health = api.gc_health();
+    assert!(
+        health.restarts >= 1 && health.last_progress.is_some(),
+        "{health:?}"
+    );
+    gc.abort();
+}

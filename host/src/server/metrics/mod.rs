@@ -169,6 +169,8 @@ pub(super) struct HostNumbers {
     pub(super) calls: Vec<PluginCallStats>,
     /// The shared informers.
     pub(super) informers: Vec<InformerStats>,
+    /// The garbage collector's progress.
+    pub(super) gc: crate::api::GcHealth,
 }
 
 impl HostNumbers {
@@ -196,6 +198,7 @@ impl HostNumbers {
                 .collect(),
             calls: host.runtime().plugin_call_stats(),
             informers: host.informer_stats(),
+            gc: host.api().gc_health(),
         }
     }
 }
@@ -407,10 +410,48 @@ pub(super) fn render(numbers: &HostNumbers, requests: &RequestMetrics) -> String
         );
     }
     render_informers(&mut out, &numbers.informers);
+    render_gc(&mut out, &numbers.gc);
     render_store(&mut out, &numbers.store);
     render_engine(&mut out, &numbers.engine);
     render_plugins(&mut out, &numbers.plugins, &numbers.calls);
     out
+}
+
+/// The garbage collector: a stalled or lagging one is visible here (and
+/// restarted by its watchdog, which counts and logs every restart).
+fn render_gc(out: &mut String, gc: &crate::api::GcHealth) {
+    header(
+        out,
+        "setpoint_gc_restarts_total",
+        "counter",
+        "Times the garbage collector's watchdog restarted a stalled or ended collector.",
+    );
+    let _ = writeln!(out, "setpoint_gc_restarts_total {}", gc.restarts);
+    header(
+        out,
+        "setpoint_gc_last_progress_timestamp_seconds",
+        "gauge",
+        "When the garbage collector last completed a step (0: not running).",
+    );
+    let last = gc
+        .last_progress
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0.0, |d| d.as_secs_f64());
+    let _ = writeln!(out, "setpoint_gc_last_progress_timestamp_seconds {last}");
+    header(
+        out,
+        "setpoint_gc_pending_items",
+        "gauge",
+        "Garbage collection work queued and ready.",
+    );
+    let _ = writeln!(out, "setpoint_gc_pending_items {}", gc.pending);
+    header(
+        out,
+        "setpoint_gc_lag_revisions",
+        "gauge",
+        "Store revisions the garbage collector has not handled yet.",
+    );
+    let _ = writeln!(out, "setpoint_gc_lag_revisions {}", gc.lag);
 }
 
 fn render_informers(out: &mut String, informers: &[InformerStats]) {
