@@ -94,4 +94,8 @@ impl Backend for FencedBackend {
     fn engine_metrics(&self) -> Vec<super::EngineMetric> {
         self.inner.engine_metrics()
     }
+
+    fn writable(&self) -> Result<()> {
+        self.inner.writable()
+    }
 }

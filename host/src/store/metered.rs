@@ -198,6 +198,10 @@ impl Backend for Metered {
     fn engine_metrics(&self) -> Vec<EngineMetric> {
         self.inner.engine_metrics()
     }
+
+    fn writable(&self) -> Result<()> {
+        self.inner.writable()
+    }
 }
 
 #[cfg(test)]

@@ -475,6 +475,20 @@ pub trait Backend: Send + Sync + 'static {
     fn engine_metrics(&self) -> Vec<EngineMetric> {
         Vec::new()
     }
+
+    /// Whether the backend takes writes now: `Ok`, or the error a write
+    /// would get (the embedded store answers [`Error::InsufficientStorage`]
+    /// while its disk is full). `/readyz` reports it. Wrappers forward
+    /// their inner backend's; the memory and etcd backends are always
+    /// writable here (etcd answers for itself).
+    ///
+    /// ```
+    /// use setpoint::store::{Backend, MemoryBackend};
+    /// assert!(MemoryBackend::new().writable().is_ok());
+    /// ```
+    fn writable(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// One number a backend keeps about its engine, exported on `/metrics`
