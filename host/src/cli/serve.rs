@@ -192,7 +192,16 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 shards: args.shards,
             });
         }
-        let host = builder.build().await.context("starting the host")?;
+        let host = match builder.build().await {
+            Ok(host) => host,
+            Err(err) => {
+                // Nothing was served: leave the data directory as closed.
+                if let Some(store) = &embedded {
+                    let _ = store.close().await;
+                }
+                return Err(anyhow::Error::new(err).context("starting the host"));
+            }
+        };
         for plugin in host.plugins().await {
             match &plugin.state {
                 crate::plugins::PluginState::Running => tracing::info!(
@@ -310,6 +319,8 @@ fn compiled_code_cache(args: &ServeArgs) -> anyhow::Result<Option<PathBuf>> {
                 .unwrap_or_else(|| PathBuf::from(".setpoint/cache"))
         }
     };
+    // The compiler's cache refuses a relative directory (`--data data`).
+    let dir = std::path::absolute(&dir).with_context(|| format!("resolving {}", dir.display()))?;
     match std::fs::create_dir_all(&dir) {
         Ok(()) => {
             tracing::info!("compiled plugins are cached in {}", dir.display());

@@ -6,6 +6,7 @@
 //! the body size limit.
 
 pub mod auth;
+pub mod backup;
 mod discovery;
 mod fields;
 pub mod guard;
@@ -57,6 +58,7 @@ pub fn router_with(host: Arc<Host>, config: Config) -> Router {
         .route("/setpoint/v1/plugins", get(host_info::plugins))
         .route("/setpoint/v1/history", get(host_info::history))
         .route("/setpoint/v1/cluster", get(host_info::cluster))
+        .route("/setpoint/v1/backup", get(backup::backup))
         .route("/openapi/v2", get(openapi::v2))
         .route("/openapi/v3", get(openapi::v3_index))
         .route("/openapi/v3/{*rest}", get(openapi::v3_group_version))

@@ -98,4 +98,8 @@ impl Backend for FencedBackend {
     fn writable(&self) -> Result<()> {
         self.inner.writable()
     }
+
+    async fn backup(&self) -> Result<super::Backup> {
+        self.inner.backup().await
+    }
 }

@@ -202,6 +202,10 @@ impl Backend for Metered {
     fn writable(&self) -> Result<()> {
         self.inner.writable()
     }
+
+    async fn backup(&self) -> Result<super::Backup> {
+        self.inner.backup().await
+    }
 }
 
 #[cfg(test)]

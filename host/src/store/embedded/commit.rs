@@ -475,12 +475,12 @@ impl Writer {
     /// stop). Returns the error for the batch's callers.
     fn log_failed(&mut self, err: LogError) -> Error {
         match err {
+            LogError::NotWritten(Error::InsufficientStorage(why)) => {
+                self.shared.set_out_of_space(&why);
+                Error::InsufficientStorage(self.shared.out_of_space().unwrap_or(why))
+            }
             LogError::NotWritten(err) => {
-                if let Error::InsufficientStorage(why) = &err {
-                    self.shared.set_out_of_space(why);
-                } else {
-                    tracing::warn!(file = %self.shared.file.display(), error = %err, "the store's log could not take a batch; nothing was written");
-                }
+                tracing::warn!(file = %self.shared.file.display(), error = %err, "the store's log could not take a batch; nothing was written");
                 err
             }
             LogError::MaybeWritten(err) => {

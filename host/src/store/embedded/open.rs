@@ -76,6 +76,7 @@ pub(super) fn open<I: LogIo>(dir: &Path, io: I) -> Result<Opened<I>> {
     fs::create_dir_all(dir)
         .map_err(|e| io_context(e, format!("creating data directory {}", dir.display())))?;
     let lock = lock_directory(dir)?;
+    super::backup::remove_leftovers(dir)?;
     let file = dir.join(DB_FILE);
     let found = Found::read(dir)?;
     match fs::symlink_metadata(&file) {
@@ -322,6 +323,27 @@ fn check(file: &Path) -> Result<Checked> {
         rolled_back,
         stored,
     })
+}
+
+/// Checks a database file that should hold a whole store on its own (a
+/// backup) without writing to it: every page, the schema, and that it
+/// needs no log. Returns its revision.
+pub(super) fn check_whole(file: &Path) -> Result<Revision> {
+    let checked = check(file)?;
+    match checked.stored.log_segment {
+        Some(0) if !checked.crashed => Ok(checked.stored.counters.revision),
+        Some(0) | None => Err(Error::Corrupt(format!(
+            "{} was not closed: it may lack writes that a write-ahead log beside it held",
+            file.display()
+        ))),
+        Some(segment) => Err(Error::Corrupt(format!(
+            "{} is not a whole store: writes after its revision {} are in the write-ahead log \
+             segment {} and after, which must be beside it",
+            file.display(),
+            checked.stored.counters.revision,
+            super::wal::segment_name(segment)
+        ))),
+    }
 }
 
 /// What [`check`] found.

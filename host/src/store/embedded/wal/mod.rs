@@ -72,7 +72,7 @@ mod tests;
 
 use std::path::Path;
 
-pub(super) use self::io::{Disk, LogIo, is_no_space, reserve};
+pub(super) use self::io::{Disk, LogFile, LogIo, is_no_space, reserve};
 pub(super) use self::read::Found;
 pub(super) use self::segment::{LogError, Syncer, Wal};
 use super::schema::{Entry, encode, encoded_len};
