@@ -269,6 +269,7 @@ impl Error {
             Error::TooLarge { .. } => 413,
             Error::Gone { .. } => 410,
             Error::Store(store::Error::Compacted { .. }) => 410,
+            Error::Store(store::Error::InsufficientStorage(_)) => 507,
             Error::Store(_) => 500,
         }
     }
@@ -288,6 +289,7 @@ impl Error {
             Error::BadRequest(_) => "BadRequest",
             Error::TooLarge { .. } => "RequestEntityTooLarge",
             Error::Gone { .. } | Error::Store(store::Error::Compacted { .. }) => "Expired",
+            Error::Store(store::Error::InsufficientStorage(_)) => "InsufficientStorage",
             Error::Store(_) => "InternalError",
         }
     }
@@ -375,6 +377,11 @@ mod tests {
                 Error::Store(store::Error::Unavailable("x".into())),
                 500,
                 "InternalError",
+            ),
+            (
+                Error::Store(store::Error::InsufficientStorage("disk full".into())),
+                507,
+                "InsufficientStorage",
             ),
         ];
         for (err, code, reason) in cases {

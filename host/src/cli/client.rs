@@ -133,6 +133,28 @@ impl Client {
         }
     }
 
+    /// `GET path`, the answer's body left to stream (for a large body);
+    /// an error status becomes an error with the server's message.
+    pub async fn get_streaming(
+        &self,
+        path: &str,
+    ) -> anyhow::Result<hyper::Response<hyper::body::Incoming>> {
+        let response = self.http.send(Method::GET, path, None).await?;
+        print_warnings(response.headers());
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .context("reading the response")?
+            .to_bytes();
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Err(Self::fail(status, &body))
+    }
+
     /// `GET path` (with its query): the JSON body, or `None` on 404.
     pub async fn get_json(&self, path: &str) -> anyhow::Result<Option<Value>> {
         let (status, body) = self.send(Method::GET, path, None).await?;

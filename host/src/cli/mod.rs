@@ -1,8 +1,9 @@
 //! The `setpoint` command line: `serve` runs a host; `apply`, `get`,
-//! `delete` and `plugins` talk to a running host over its HTTP API;
+//! `delete`, `plugins` and `backup` talk to a running host over its HTTP API;
 //! `new-plugin` writes a plugin crate. A thin layer over the
 //! library; errors become `anyhow` here and nowhere else.
 
+pub mod backup;
 mod client;
 mod describe;
 mod http;
@@ -201,6 +202,18 @@ pub enum Command {
         #[arg(long)]
         sdk: Option<PathBuf>,
     },
+    /// Save a consistent copy of the host's store, taken while it runs and
+    /// writes go on (embedded store only). Restore: copy the file to
+    /// `store.redb` in an empty data directory and start the host there.
+    Backup {
+        /// Where to write the copy (replaced only once the whole copy is
+        /// received and checked).
+        #[arg(short = 'o', long = "output")]
+        output: PathBuf,
+        /// Where the host is.
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// Delete an object.
     Delete {
         /// The kind.
@@ -293,6 +306,17 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             print!(
                 "{}",
                 describe::describe(&server.client()?, &kind, &name, &namespace).await?
+            );
+            Ok(ExitCode::SUCCESS)
+        }),
+        Command::Backup { output, server } => block_on(async move {
+            let saved = backup::save(&server.client()?, &output).await?;
+            println!(
+                "{}: a backup of the store at revision {} ({} bytes). To restore it, copy it to \
+                 store.redb in an empty data directory and run `setpoint serve --data DIR` there.",
+                output.display(),
+                saved.revision,
+                saved.bytes
             );
             Ok(ExitCode::SUCCESS)
         }),

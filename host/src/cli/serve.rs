@@ -1,5 +1,12 @@
-//! `setpoint serve`: run a host with its plugins and HTTP API until Ctrl-C,
-//! and print how to point kubectl at it.
+//! `setpoint serve`: run a host with its plugins and HTTP API until SIGTERM
+//! or SIGINT (Ctrl-C), and print how to point kubectl at it.
+//!
+//! A stop is clean: the API stops taking connections (requests in flight
+//! get [`GRACE`] to finish, watches are cut after it), reconciles in flight
+//! finish, and the embedded store checkpoints and deletes its log, so that
+//! the data directory's `store.redb` alone holds every write. A second
+//! signal during the stop exits at once, like a crash: the log stays and is
+//! replayed at the next start.
 //!
 //! Without `--tokens` the API is open and binds loopback only. With
 //! `--tokens FILE` callers need a bearer token from that file (created with
@@ -10,6 +17,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 
@@ -93,6 +101,10 @@ pub struct ServeArgs {
     pub cache_dir: Option<PathBuf>,
 }
 
+/// How long requests in flight (watches, mostly) may go on after a stop
+/// signal before their connections are closed.
+const GRACE: Duration = Duration::from_secs(5);
+
 pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -131,6 +143,7 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         };
         let controller = crate::controller::Config { workers: args.workers, ..Default::default() };
         let mut etcd_backend = None;
+        let mut embedded = None;
         let (backend, store_description): (Arc<dyn crate::store::Backend>, String) = if args.in_memory {
             (Arc::new(crate::store::MemoryBackend::new()), "in-memory store".into())
         } else if !args.etcd.is_empty() {
@@ -162,6 +175,7 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             let store = tokio::task::spawn_blocking(move || crate::store::EmbeddedBackend::open(&dir))
                 .await?
                 .with_context(|| format!("cannot open the data directory {}", args.data.display()))?;
+            embedded = Some(store.clone());
             (Arc::new(store), format!("embedded store in {}", args.data.display()))
         };
         let runtime = crate::runtime::RuntimeConfig { cache_dir: compiled_code_cache(&args)?, ..Default::default() };
@@ -178,7 +192,16 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 shards: args.shards,
             });
         }
-        let host = builder.build().await.context("starting the host")?;
+        let host = match builder.build().await {
+            Ok(host) => host,
+            Err(err) => {
+                // Nothing was served: leave the data directory as closed.
+                if let Some(store) = &embedded {
+                    let _ = store.close().await;
+                }
+                return Err(anyhow::Error::new(err).context("starting the host"));
+            }
+        };
         for plugin in host.plugins().await {
             match &plugin.state {
                 crate::plugins::PluginState::Running => tracing::info!(
@@ -193,21 +216,86 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             eprintln!("Sharing work as cluster member {:?} (lease {} s, {} shards)", cluster.host_id(), args.lease_ttl, args.shards);
         }
         print_instructions(&args, addr, tokens.as_deref())?;
+        let mut stop_signal = StopSignal::new()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let shutdown = async {
-            let _ = tokio::signal::ctrl_c().await;
+            let _ = stopped.await;
         };
-        match tls {
+        let mut server = match tls {
             Some(tls) => {
                 let listener = crate::server::tls::TlsListener::new(listener, tls)?;
-                crate::server::serve_tls(listener, host.clone(), config, shutdown).await
+                tokio::spawn(crate::server::serve_tls(listener, host.clone(), config, shutdown))
             }
-            None => crate::server::serve_with(listener, host.clone(), config, shutdown).await,
+            None => tokio::spawn(crate::server::serve_with(listener, host.clone(), config, shutdown)),
+        };
+        tokio::select! {
+            served = &mut server => served?.context("serving the API")?,
+            signal = stop_signal.next() => {
+                eprintln!("{signal}: stopping (a second signal exits at once)");
+                let _ = stop.send(());
+                match tokio::time::timeout(GRACE, &mut server).await {
+                    Ok(served) => served?.context("serving the API")?,
+                    Err(_) => {
+                        eprintln!("closing the connections still open after {} s (watches)", GRACE.as_secs());
+                        server.abort();
+                    }
+                }
+            }
         }
-        .context("serving the API")?;
+        // From here on a second signal ends the process at once.
+        tokio::spawn(async move {
+            let signal = stop_signal.next().await;
+            eprintln!("{signal} again: exiting without a clean stop; the store's log is replayed at the next start");
+            std::process::exit(130);
+        });
         eprintln!("shutting down: letting in-flight reconciles finish");
         host.shutdown().await;
+        if let Some(store) = embedded {
+            store.close().await.context("closing the store")?;
+            eprintln!("store closed: {} holds every write", store.file().display());
+        }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// SIGTERM (what service managers send) and SIGINT (Ctrl-C), as a stream.
+struct StopSignal {
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl StopSignal {
+    /// Starts listening; from here on neither signal kills the process.
+    fn new() -> anyhow::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(Self {
+                terminate: signal(SignalKind::terminate()).context("listening for SIGTERM")?,
+                interrupt: signal(SignalKind::interrupt()).context("listening for SIGINT")?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(Self {})
+    }
+
+    /// The next signal's name.
+    async fn next(&mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.terminate.recv() => "SIGTERM",
+                _ = self.interrupt.recv() => "SIGINT",
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            "Ctrl-C"
+        }
+    }
 }
 
 /// The compiled-code cache directory, created: `--cache-dir`, else beside the
@@ -231,6 +319,8 @@ fn compiled_code_cache(args: &ServeArgs) -> anyhow::Result<Option<PathBuf>> {
                 .unwrap_or_else(|| PathBuf::from(".setpoint/cache"))
         }
     };
+    // The compiler's cache refuses a relative directory (`--data data`).
+    let dir = std::path::absolute(&dir).with_context(|| format!("resolving {}", dir.display()))?;
     match std::fs::create_dir_all(&dir) {
         Ok(()) => {
             tracing::info!("compiled plugins are cached in {}", dir.display());

@@ -6,6 +6,7 @@
 //! the body size limit.
 
 pub mod auth;
+pub mod backup;
 mod discovery;
 mod fields;
 pub mod guard;
@@ -24,6 +25,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use crate::Host;
@@ -51,12 +53,13 @@ pub fn router_with(host: Arc<Host>, config: Config) -> Router {
             get(move || metrics::metrics(metrics_host.clone(), requests.clone())),
         )
         .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
         .route("/livez", get(|| async { "ok" }))
         .route("/version", get(discovery::version))
         .route("/setpoint/v1/plugins", get(host_info::plugins))
         .route("/setpoint/v1/history", get(host_info::history))
         .route("/setpoint/v1/cluster", get(host_info::cluster))
+        .route("/setpoint/v1/backup", get(backup::backup))
         .route("/openapi/v2", get(openapi::v2))
         .route("/openapi/v3", get(openapi::v3_index))
         .route("/openapi/v3/{*rest}", get(openapi::v3_group_version))
@@ -79,6 +82,20 @@ pub fn router_with(host: Arc<Host>, config: Config) -> Router {
         .layer(DefaultBodyLimit::max(max_body))
         .layer(axum::middleware::from_fn_with_state(guard, guard::check))
         .with_state(host)
+}
+
+/// `GET /readyz`: `ok` while the store takes writes; 503 with the reason
+/// while it does not (the disk is full, a write failed, it is closed), so
+/// that a load balancer sends writes elsewhere. Reads may still work.
+async fn readyz(axum::extract::State(host): axum::extract::State<Arc<Host>>) -> Response {
+    match host.api().backend().writable() {
+        Ok(()) => "ok".into_response(),
+        Err(err) => (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {err}\n"),
+        )
+            .into_response(),
+    }
 }
 
 /// Serve the API on `listener` until `shutdown` resolves.

@@ -69,4 +69,8 @@ pub enum Error {
     /// The backend cannot serve requests (closed, unreachable).
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The disk is full: the write was refused and nothing was written.
+    /// Reads go on, and writes resume once there is room again.
+    #[error("store out of disk space: {0}")]
+    InsufficientStorage(String),
 }

@@ -94,4 +94,12 @@ impl Backend for FencedBackend {
     fn engine_metrics(&self) -> Vec<super::EngineMetric> {
         self.inner.engine_metrics()
     }
+
+    fn writable(&self) -> Result<()> {
+        self.inner.writable()
+    }
+
+    async fn backup(&self) -> Result<super::Backup> {
+        self.inner.backup().await
+    }
 }

@@ -198,6 +198,14 @@ impl Backend for Metered {
     fn engine_metrics(&self) -> Vec<EngineMetric> {
         self.inner.engine_metrics()
     }
+
+    fn writable(&self) -> Result<()> {
+        self.inner.writable()
+    }
+
+    async fn backup(&self) -> Result<super::Backup> {
+        self.inner.backup().await
+    }
 }
 
 #[cfg(test)]

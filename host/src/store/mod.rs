@@ -477,6 +477,63 @@ pub trait Backend: Send + Sync + 'static {
     fn engine_metrics(&self) -> Vec<EngineMetric> {
         Vec::new()
     }
+
+    /// Whether the backend takes writes now: `Ok`, or the error a write
+    /// would get (the embedded store answers [`Error::InsufficientStorage`]
+    /// while its disk is full). `/readyz` reports it. Wrappers forward
+    /// their inner backend's; the memory and etcd backends are always
+    /// writable here (etcd answers for itself).
+    ///
+    /// ```
+    /// use setpoint::store::{Backend, MemoryBackend};
+    /// assert!(MemoryBackend::new().writable().is_ok());
+    /// ```
+    fn writable(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// A consistent copy of the whole store as of now, holding at least
+    /// every write acknowledged before the call, taken while writes go on.
+    /// The embedded store gives a complete database file (restore it as
+    /// `store.redb` in an empty data directory); other backends answer
+    /// [`Error::Unsupported`] (etcd has `etcdctl snapshot save`).
+    ///
+    /// ```
+    /// use setpoint::store::{Backend, Condition, EmbeddedBackend};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let (live, restored) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    /// let store = EmbeddedBackend::open(live.path())?;
+    /// store.put("/k", b"kept".to_vec(), Condition::Any).await?;
+    ///
+    /// let mut backup = store.backup().await?;
+    /// assert_eq!(backup.revision, 1);
+    /// let mut copy = std::fs::File::create(restored.path().join("store.redb"))?;
+    /// std::io::copy(&mut backup.file, &mut copy)?;
+    /// let restored = EmbeddedBackend::open(restored.path())?;
+    /// assert_eq!(&*restored.get("/k").await?.unwrap().value, b"kept");
+    /// # restored.close().await?;
+    /// # store.close().await?;
+    /// # Ok(()) }
+    /// ```
+    async fn backup(&self) -> Result<Backup> {
+        Err(Error::Unsupported(
+            "backups (on etcd, use `etcdctl snapshot save`)",
+        ))
+    }
+}
+
+/// A consistent copy of a store, from [`Backend::backup`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Backup {
+    /// The copy, read from its start. It has no name on disk: write it
+    /// where it should go.
+    pub file: std::fs::File,
+    /// The store's revision the copy holds: every write up to it.
+    pub revision: Revision,
+    /// The copy's length in bytes.
+    pub len: u64,
 }
 
 /// One number a backend keeps about its engine, exported on `/metrics`

@@ -25,9 +25,17 @@
 //! [`IDLE_CHECKPOINT`] without writes, and at close, the log moves on to a
 //! new segment and the applier commits the database durably with every
 //! batch before it; writes go on meanwhile, and once the commit is durable
-//! the older segments are deleted. If the log or the database
-//! fails to write, the store stops taking writes (the log may hold a batch
-//! the database does not): reopening it recovers from the log.
+//! the older segments are deleted. At close the final checkpoint records
+//! that the database holds every write, and the log is deleted.
+//!
+//! If the log or the database fails to write, the store stops taking
+//! writes (the log may hold a batch the database does not): reopening it
+//! recovers from the log. A full disk is different when nothing was written
+//! (the log found no room for its next segment, or the database file could
+//! not reserve room to grow): the batch is refused with
+//! [`Error::InsufficientStorage`], reads go on, checkpoints wait, and the
+//! writer looks again every [`SPACE_RETRY`] (and at the next write, at most
+//! every [`SPACE_RETRY_BUSY`]) until there is room, when writes resume.
 
 mod apply;
 mod compact;
@@ -47,7 +55,7 @@ pub(super) use self::tables::replay;
 use self::tables::{Change, Decider, Pending, Snapshot, Unapplied};
 use super::Shared;
 use super::open::Counters;
-use super::wal::{RecordBuilder, Syncer};
+use super::wal::{LogError, RecordBuilder, Syncer};
 use crate::store::{Condition, Deleted, Error, KeyValue, Result, Revision, WatchEvent};
 
 /// The most requests committed in one transaction.
@@ -65,6 +73,13 @@ const GATHER_MAX: Duration = Duration::from_millis(1);
 /// A store without writes for this long is checkpointed, so that an idle
 /// host has nothing to replay after a crash.
 const IDLE_CHECKPOINT: Duration = Duration::from_secs(1);
+
+/// While the disk is full, how often an idle writer looks for room again.
+const SPACE_RETRY: Duration = Duration::from_secs(1);
+
+/// While the disk is full, how often writes that keep coming look for room
+/// (each look may try to allocate a log segment).
+const SPACE_RETRY_BUSY: Duration = Duration::from_millis(100);
 
 /// A request to the writer, with the queue slot it holds until answered.
 pub(super) struct Queued {
@@ -126,6 +141,8 @@ pub(super) struct Writer {
     /// The checkpoint in flight: the log segment it began, and where the
     /// applier answers.
     checkpointing: Option<(u64, Receiver<Result<()>>)>,
+    /// When the writer last looked for room after the disk was full.
+    space_checked: Instant,
 }
 
 impl Writer {
@@ -159,6 +176,7 @@ impl Writer {
             applier: Some((jobs, thread)),
             checkpointing: None,
             last_batch: 0,
+            space_checked: Instant::now(),
         })
     }
 
@@ -173,6 +191,15 @@ impl Writer {
                     Ok(queued) => queued,
                     Err(RecvTimeoutError::Timeout) => {
                         self.finish_checkpoint(false);
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
+            } else if self.shared.out_of_space().is_some() && !self.shared.failed() {
+                match self.requests.recv_timeout(SPACE_RETRY) {
+                    Ok(queued) => queued,
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.look_for_space();
                         continue;
                     }
                     Err(RecvTimeoutError::Disconnected) => break,
@@ -205,7 +232,7 @@ impl Writer {
         // A clean close leaves a durable database and no log; after a failed
         // write the log stays for the next open to recover from.
         if !self.shared.failed()
-            && self.checkpoint()
+            && self.final_checkpoint()
             && let Err(err) = self.syncer.remove()
         {
             tracing::warn!(error = %err, "removing the store's log after the final checkpoint failed");
@@ -235,13 +262,15 @@ impl Writer {
         let mut next = self.counters;
         let written = if self.shared.failed() {
             Err(self.shared.failure())
+        } else if let Some(full) = self.still_out_of_space(batch) {
+            Err(full)
         } else {
             self.write_batch(batch, &mut next, &mut outcomes, &mut events)
         };
         self.last_batch = batch.len();
         let changes = match written {
             Err(err) => {
-                if !self.shared.failed() {
+                if !self.shared.failed() && !matches!(err, Error::InsufficientStorage(_)) {
                     tracing::error!(file = %self.shared.file.display(), error = %err, "store write failed");
                 }
                 // Nothing was logged: the revision counter stays where it was.
@@ -403,7 +432,8 @@ impl Writer {
         if next.revision == self.counters.revision && next.compacted == self.counters.compacted {
             return Ok(None);
         }
-        // From here on the log may hold the batch: any failure stops writes.
+        // From here on the log may hold the batch: a failure stops writes,
+        // unless nothing was written (the disk is full).
         let decided_at = Instant::now();
         self.syncer.submit(self.record.finish(next.compacted));
         let (synced, buffer) = self.syncer.wait();
@@ -411,8 +441,7 @@ impl Writer {
             self.record.recycle(buffer);
         }
         if let Err(err) = synced {
-            self.fail(&err);
-            return Err(err);
+            return Err(self.log_failed(err));
         }
         stats.decide_nanos.fetch_add(
             (decided_at - started - waited).as_nanos() as u64,
@@ -441,6 +470,78 @@ impl Writer {
         self.shared.fail(err);
     }
 
+    /// What a failed append means: nothing written (a full disk: the store
+    /// refuses writes until there is room), or possibly written (writes
+    /// stop). Returns the error for the batch's callers.
+    fn log_failed(&mut self, err: LogError) -> Error {
+        match err {
+            LogError::NotWritten(Error::InsufficientStorage(why)) => {
+                self.shared.set_out_of_space(&why);
+                Error::InsufficientStorage(self.shared.out_of_space().unwrap_or(why))
+            }
+            LogError::NotWritten(err) => {
+                tracing::warn!(file = %self.shared.file.display(), error = %err, "the store's log could not take a batch; nothing was written");
+                err
+            }
+            LogError::MaybeWritten(err) => {
+                self.fail(&err);
+                err
+            }
+        }
+    }
+
+    /// While the disk is full: looks for room again (at most every
+    /// [`SPACE_RETRY_BUSY`]) and, if there still is none, returns the error
+    /// for `batch`'s writes. A batch holding only closes passes.
+    fn still_out_of_space(&mut self, batch: &[Queued]) -> Option<Error> {
+        if let Some(why) = self.shared.room.short() {
+            self.shared.set_out_of_space(&why);
+        }
+        let why = self.shared.out_of_space()?;
+        if batch
+            .iter()
+            .all(|queued| matches!(queued.request, Request::Close { .. }))
+        {
+            return None;
+        }
+        if self.space_checked.elapsed() >= SPACE_RETRY_BUSY && self.look_for_space() {
+            return None;
+        }
+        Some(Error::InsufficientStorage(
+            self.shared.out_of_space().unwrap_or(why),
+        ))
+    }
+
+    /// After the disk was full: whether there is room again for the log's
+    /// next segment (and so for the checkpoint, which may grow the
+    /// database file). If there is, writes resume.
+    fn look_for_space(&mut self) -> bool {
+        self.space_checked = Instant::now();
+        let database = super::room::retry(&self.shared.room, &self.shared.file).map_err(|e| {
+            LogError::NotWritten(Error::InsufficientStorage(format!(
+                "no room to grow {}: {e}",
+                self.shared.file.display()
+            )))
+        });
+        match database.and_then(|()| self.syncer.make_room()) {
+            Ok(()) => {
+                self.shared.clear_out_of_space();
+                // The checkpoints that waited for room.
+                if self.syncer.checkpoint_due() {
+                    self.start_checkpoint();
+                }
+                true
+            }
+            Err(err) => {
+                let err = self.log_failed(err);
+                if let Error::InsufficientStorage(_) = err {
+                    tracing::debug!(error = %err, "still no room for the store's log");
+                }
+                false
+            }
+        }
+    }
+
     /// Makes the database durable with every logged batch and restarts the
     /// log, waiting for it. Returns whether it succeeded (a failure stops
     /// writes: the log is kept for recovery).
@@ -448,23 +549,66 @@ impl Writer {
         self.finish_checkpoint(true);
         self.start_checkpoint();
         self.finish_checkpoint(true);
-        !self.shared.failed()
+        !self.shared.failed() && self.shared.out_of_space().is_none()
+    }
+
+    /// At close: makes the database durable with every logged batch and
+    /// records that it needs no log (which the close then deletes). Returns
+    /// whether it succeeded; otherwise the log stays, and the next open
+    /// recovers from it.
+    fn final_checkpoint(&mut self) -> bool {
+        self.finish_checkpoint(true);
+        if self.shared.out_of_space().is_some() && !self.look_for_space() {
+            tracing::warn!(
+                file = %self.shared.file.display(),
+                "closing without a final checkpoint: the disk is full; the write-ahead log is \
+                 kept and replayed at the next start"
+            );
+            return false;
+        }
+        if self.shared.failed() {
+            return false;
+        }
+        let (reply, outcome) = std::sync::mpsc::sync_channel(1);
+        self.hand_over(Job::Checkpoint {
+            log_segment: 0,
+            reply,
+        });
+        match outcome.recv() {
+            Ok(Ok(())) => true,
+            Ok(Err(err)) => {
+                if !self.shared.failed() {
+                    self.fail(&err);
+                }
+                false
+            }
+            Err(_) => false,
+        }
     }
 
     /// Starts a checkpoint unless one is in flight: later records go to a
     /// new log segment while the applier commits the database durably with
-    /// every batch logged before, so writes go on meanwhile.
+    /// every batch logged before, so writes go on meanwhile. Waits while
+    /// the disk is full.
     fn start_checkpoint(&mut self) {
-        if self.checkpointing.is_some() || self.shared.failed() {
+        if self.checkpointing.is_some()
+            || self.shared.failed()
+            || self.shared.out_of_space().is_some()
+        {
             return;
         }
         match self.syncer.start_checkpoint() {
             Ok(segment) => {
                 let (reply, outcome) = std::sync::mpsc::sync_channel(1);
-                self.hand_over(Job::Checkpoint(reply));
+                self.hand_over(Job::Checkpoint {
+                    log_segment: segment,
+                    reply,
+                });
                 self.checkpointing = Some((segment, outcome));
             }
-            Err(err) => self.fail(&err),
+            Err(err) => {
+                self.log_failed(err);
+            }
         }
     }
 
@@ -517,6 +661,7 @@ fn duplicate(err: &Error) -> Error {
         Error::Io(e) => Error::Io(io::Error::new(e.kind(), e.to_string())),
         Error::Corrupt(msg) => Error::Corrupt(msg.clone()),
         Error::Unavailable(msg) => Error::Unavailable(msg.clone()),
+        Error::InsufficientStorage(msg) => Error::InsufficientStorage(msg.clone()),
         other => Error::Unavailable(other.to_string()),
     }
 }

@@ -14,24 +14,27 @@ use redb::{Builder, Database, ReadableDatabase, ReadableTable, RepairSession};
 use super::commit;
 use super::history::History;
 use super::overlay::Overlay;
+use super::room::{Room, RoomyFile};
 use super::schema::{
     CURRENT, Context, DB_FILE, DB_TMP_FILE, Entry, FORMAT_VERSION, LOCK_FILE, META, META_CLEANED,
-    META_COMPACTED, META_FORMAT, META_REVISION, OLDEST_FORMAT_VERSION, REVISIONS, db_error,
-    read_meta,
+    META_COMPACTED, META_FORMAT, META_LOG_SEGMENT, META_REVISION, OLDEST_FORMAT_VERSION, REVISIONS,
+    db_error, read_meta,
 };
-use super::wal::{Found, Wal};
+use super::wal::{Found, LogIo, Wal};
 use crate::store::{Error, Result, Revision};
 
 /// An open database with its directory lock, recovered counters and a
 /// fresh write-ahead log segment.
-pub(super) struct Opened {
+pub(super) struct Opened<I: LogIo> {
     pub db: Database,
     pub lock: File,
     pub file: PathBuf,
     pub counters: Counters,
     /// Every key's versions, read from `revisions`.
     pub history: History,
-    pub wal: Wal,
+    pub wal: Wal<I>,
+    /// The room reserved for the database file.
+    pub room: Arc<Room>,
 }
 
 /// The persistent counters of the `meta` table.
@@ -59,11 +62,21 @@ fn check_builder() -> Builder {
     builder
 }
 
-/// Locks `dir`, creates or checks its database and opens it.
-pub(super) fn open(dir: &Path) -> Result<Opened> {
+/// What a database's `meta` table says about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Stored {
+    pub counters: Counters,
+    /// [`META_LOG_SEGMENT`]; `None` in files of formats before 4.
+    pub log_segment: Option<u64>,
+}
+
+/// Locks `dir`, creates or checks its database and opens it, with the log
+/// written through `io`.
+pub(super) fn open<I: LogIo>(dir: &Path, io: I) -> Result<Opened<I>> {
     fs::create_dir_all(dir)
         .map_err(|e| io_context(e, format!("creating data directory {}", dir.display())))?;
     let lock = lock_directory(dir)?;
+    super::backup::remove_leftovers(dir)?;
     let file = dir.join(DB_FILE);
     let found = Found::read(dir)?;
     match fs::symlink_metadata(&file) {
@@ -78,9 +91,12 @@ pub(super) fn open(dir: &Path) -> Result<Opened> {
         }
         Err(e) => return Err(io_context(e, format!("reading {}", file.display()))),
     }
-    let (crashed, checked) = check(&file)?;
+    let checked = check(&file)?;
     // The log is checked against the database before anything is written.
-    let checked_replay = found.replay(checked.revision)?;
+    let checked_replay = found
+        .replay(checked.stored.counters.revision, checked.stored.log_segment)
+        .map_err(|err| checked.blame(err, &file))?;
+    let crashed = checked.crashed;
     let mut builder = Builder::new();
     builder.set_cache_size(CACHE_BYTES);
     if crashed {
@@ -91,14 +107,23 @@ pub(super) fn open(dir: &Path) -> Result<Opened> {
     } else {
         builder.set_repair_callback(|session: &mut RepairSession| session.abort());
     }
-    let db = builder.open(&file).ctx(&file)?;
-    let counters = read_counters(&db, &file)?;
+    let room = Arc::new(Room::default());
+    let backend = File::options()
+        .read(true)
+        .write(true)
+        .open(&file)
+        .and_then(|f| RoomyFile::new(f, room.clone(), &file))
+        .map_err(|e| io_context(e, format!("opening {}", file.display())))?;
+    let db = builder.create_with_backend(backend).ctx(&file)?;
+    let stored = read_counters(&db, &file)?;
     // The real open repairs as the check did, so the counters agree; parse
     // the log again only if they do not.
-    let replay = if counters == checked {
+    let replay = if stored == checked.stored {
         checked_replay
     } else {
-        found.replay(counters.revision)?
+        found
+            .replay(stored.counters.revision, stored.log_segment)
+            .map_err(|err| checked.blame(err, &file))?
     };
     if replay.torn_bytes > 0 {
         tracing::info!(
@@ -115,9 +140,12 @@ pub(super) fn open(dir: &Path) -> Result<Opened> {
             "recovering writes from the write-ahead log"
         );
     }
-    let counters = commit::replay(&db, &replay.records, counters, &file)?;
+    // The new segment is there before the database names it; the old ones
+    // go once the database holds their records, durably.
+    let wal = Wal::create(io, dir, found.last_sequence() + 1)?;
+    let counters = commit::replay(&db, &replay.records, stored.counters, wal.sequence(), &file)?;
+    wal.forget(found.files())?;
     let history = load_history(&db, &file)?;
-    let wal = Wal::create(dir, &found)?;
     Ok(Opened {
         db,
         lock,
@@ -125,6 +153,7 @@ pub(super) fn open(dir: &Path) -> Result<Opened> {
         counters,
         history,
         wal,
+        room,
     })
 }
 
@@ -184,6 +213,7 @@ fn create(dir: &Path, file: &Path) -> Result<()> {
             (META_REVISION, 0),
             (META_COMPACTED, 0),
             (META_CLEANED, 0),
+            (META_LOG_SEGMENT, 0),
         ] {
             meta.insert(name, value).ctx(&tmp)?;
         }
@@ -217,12 +247,12 @@ fn sync_dir(dir: &Path) -> Result<()> {
 /// committed trees is verified (redb's integrity check, run over an
 /// [`Overlay`] so that its repair writes stay in memory) and the schema is
 /// read back. Returns whether the file was left by a crash (not closed), and
-/// its counters as the real open will find them.
+/// what its `meta` table says as the real open will find it.
 ///
 /// A rollback of the latest commit is allowed only after a crash: a commit
 /// that does not verify in a cleanly closed file was damaged afterwards, and
 /// silently dropping it could lose acknowledged writes.
-fn check(file: &Path) -> Result<(bool, Counters)> {
+fn check(file: &Path) -> Result<Checked> {
     let len = fs::metadata(file)
         .map_err(|e| io_context(e, format!("reading {}", file.display())))?
         .len();
@@ -278,16 +308,72 @@ fn check(file: &Path) -> Result<(bool, Counters)> {
         ),
         e => describe(file, e, &damaged),
     })?;
-    if rolled_back.load(Ordering::Relaxed) {
+    let rolled_back = rolled_back.load(Ordering::Relaxed);
+    if rolled_back {
         tracing::warn!(
             file = %file.display(),
             "the last commit before the crash was incomplete and is rolled back; it was never \
              acknowledged"
         );
     }
-    let counters = guard(|| read_counters(&db, file).map(Ok), file)?
+    let stored = guard(|| read_counters(&db, file).map(Ok), file)?
         .map_err(|e: Error| damaged(e.to_string()))?;
-    Ok((crashed, counters))
+    Ok(Checked {
+        crashed,
+        rolled_back,
+        stored,
+    })
+}
+
+/// Checks a database file that should hold a whole store on its own (a
+/// backup) without writing to it: every page, the schema, and that it
+/// needs no log. Returns its revision.
+pub(super) fn check_whole(file: &Path) -> Result<Revision> {
+    let checked = check(file)?;
+    match checked.stored.log_segment {
+        Some(0) if !checked.crashed => Ok(checked.stored.counters.revision),
+        Some(0) | None => Err(Error::Corrupt(format!(
+            "{} was not closed: it may lack writes that a write-ahead log beside it held",
+            file.display()
+        ))),
+        Some(segment) => Err(Error::Corrupt(format!(
+            "{} is not a whole store: writes after its revision {} are in the write-ahead log \
+             segment {} and after, which must be beside it",
+            file.display(),
+            checked.stored.counters.revision,
+            super::wal::segment_name(segment)
+        ))),
+    }
+}
+
+/// What [`check`] found.
+struct Checked {
+    /// The file was left by a crash (not closed).
+    crashed: bool,
+    /// Its latest commit failed its checksums and was rolled back.
+    rolled_back: bool,
+    stored: Stored,
+}
+
+impl Checked {
+    /// The error for a log that does not continue the database. After a
+    /// rollback, the database is the one to blame: a commit torn by a crash
+    /// leaves the log it needs (older segments go only once a checkpoint is
+    /// durable), so a rolled-back commit the log does not continue was
+    /// damaged after it was made.
+    fn blame(&self, err: Error, file: &Path) -> Error {
+        match err {
+            Error::Corrupt(log) if self.rolled_back => Error::Corrupt(format!(
+                "{} is damaged: its latest commit fails its checksums, and the commit before it \
+                 (revision {}) is older than the write-ahead log beside it can bring back ({log}). \
+                 The database lost writes the log no longer holds; it was left untouched: restore \
+                 the data directory from a backup",
+                file.display(),
+                self.stored.counters.revision,
+            )),
+            other => other,
+        }
+    }
 }
 
 /// Runs `f`, turning a panic inside redb into an error.
@@ -323,7 +409,7 @@ fn describe(file: &Path, err: redb::DatabaseError, damaged: &dyn Fn(String) -> E
 }
 
 /// Reads and validates the `meta` counters.
-fn read_counters(db: &impl ReadableDatabase, file: &Path) -> Result<Counters> {
+fn read_counters(db: &impl ReadableDatabase, file: &Path) -> Result<Stored> {
     let txn = db.begin_read().ctx(file)?;
     txn.open_table(REVISIONS).ctx(file)?;
     txn.open_table(CURRENT).ctx(file)?;
@@ -341,6 +427,21 @@ fn read_counters(db: &impl ReadableDatabase, file: &Path) -> Result<Counters> {
         compacted: read_meta(&meta, META_COMPACTED, file)?,
         cleaned: read_meta(&meta, META_CLEANED, file)?,
     };
+    let log_segment = match meta.get(META_LOG_SEGMENT).ctx(file)? {
+        Some(segment) => Some(u64::try_from(segment.value()).map_err(|_| {
+            Error::Corrupt(format!(
+                "{}: meta counter {META_LOG_SEGMENT:?} is negative",
+                file.display()
+            ))
+        })?),
+        None if format >= 4 => {
+            return Err(Error::Corrupt(format!(
+                "{}: meta counter {META_LOG_SEGMENT:?} is missing",
+                file.display()
+            )));
+        }
+        None => None,
+    };
     if !(0 <= counters.cleaned
         && counters.cleaned <= counters.compacted
         && counters.compacted <= counters.revision)
@@ -350,7 +451,10 @@ fn read_counters(db: &impl ReadableDatabase, file: &Path) -> Result<Counters> {
             file.display()
         )));
     }
-    Ok(counters)
+    Ok(Stored {
+        counters,
+        log_segment,
+    })
 }
 
 /// An I/O error with what was being done.

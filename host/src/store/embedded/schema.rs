@@ -24,7 +24,7 @@ pub(super) const LEGACY_INDEX: TableDefinition<(&str, i64), ()> = TableDefinitio
 pub(super) const CURRENT: TableDefinition<&str, (i64, i64)> = TableDefinition::new("current");
 
 /// Counters: [`META_FORMAT`], [`META_REVISION`], [`META_COMPACTED`],
-/// [`META_CLEANED`].
+/// [`META_CLEANED`], [`META_LOG_SEGMENT`].
 pub(super) const META: TableDefinition<&str, i64> = TableDefinition::new("meta");
 
 /// The schema version written by this code.
@@ -35,13 +35,27 @@ pub(super) const META_REVISION: &str = "revision";
 pub(super) const META_COMPACTED: &str = "compacted";
 /// How far history and log have physically been cleaned (≤ compacted).
 pub(super) const META_CLEANED: &str = "cleaned";
+/// The first write-ahead log segment whose writes the database may lack,
+/// as of its last durable commit: that segment and every later one up to
+/// the newest must be there. 0 when the database holds every write (a new
+/// store, a clean close, a backup). Missing before format 4.
+pub(super) const META_LOG_SEGMENT: &str = "log_segment";
+
+/// A log segment's sequence as [`META_LOG_SEGMENT`] stores it.
+pub(super) fn log_segment_value(sequence: u64) -> i64 {
+    i64::try_from(sequence).expect("log segments are numbered from 1, one per 32 MiB at most")
+}
 
 /// The schema version this code writes. Version 2 has the same tables as
 /// 1 but may leave a write-ahead log beside the database (`wal.rs`) that
 /// holds acknowledged writes: a build that reads only version 1 would
 /// ignore it, so it must refuse the file instead. Version 3 has no `index`
 /// table: a build that reads only up to 2 would find it missing or stale.
-pub(super) const FORMAT_VERSION: i64 = 3;
+/// Version 4 names the log segment that follows the last checkpoint
+/// ([`META_LOG_SEGMENT`]) and writes log segments with their size and a
+/// record naming the next one: a build that reads only up to 3 would
+/// neither keep the name up to date nor read those segments.
+pub(super) const FORMAT_VERSION: i64 = 4;
 
 /// The oldest schema version this code reads (and upgrades at open).
 pub(super) const OLDEST_FORMAT_VERSION: i64 = 1;

@@ -110,6 +110,9 @@ async fn a_format_2_file_is_upgraded_and_reads_as_before() {
         .collect();
     assert!(!tables.contains(&"index".to_owned()), "{tables:?}");
     let meta = txn.open_table(META).unwrap();
-    assert_eq!(meta.get(META_FORMAT).unwrap().unwrap().value(), 3);
+    assert_eq!(
+        meta.get(META_FORMAT).unwrap().unwrap().value(),
+        super::schema::FORMAT_VERSION
+    );
     assert_eq!(txn.open_table(REVISIONS).unwrap().len().unwrap(), 5);
 }

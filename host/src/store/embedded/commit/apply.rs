@@ -22,7 +22,9 @@ use super::duplicate;
 use super::tables::{Change, Tables, record_versions};
 use crate::store::embedded::Shared;
 use crate::store::embedded::open::Counters;
-use crate::store::embedded::schema::{Context, META, META_REVISION};
+use crate::store::embedded::schema::{
+    Context, META, META_LOG_SEGMENT, META_REVISION, log_segment_value,
+};
 use crate::store::{Error, Result, Revision};
 
 /// The most changes written in one transaction: a backlog is caught up in
@@ -38,9 +40,13 @@ pub(in crate::store::embedded) enum Job {
         counters: Counters,
         compactions: Vec<(Revision, oneshot::Sender<Result<()>>)>,
     },
-    /// Commit durably everything handed over so far; answered with the
-    /// outcome.
-    Checkpoint(SyncSender<Result<()>>),
+    /// Commit durably everything handed over so far, naming `log_segment`
+    /// as the first log segment the database lacks writes of (0: none, at
+    /// a clean close); answered with the outcome.
+    Checkpoint {
+        log_segment: u64,
+        reply: SyncSender<Result<()>>,
+    },
 }
 
 /// The applier thread's state.
@@ -118,7 +124,7 @@ impl Applier {
             // Whatever queued meanwhile shares the transaction, up to a
             // checkpoint, which must follow the batches before it.
             let mut changes = 0;
-            while !matches!(jobs.last(), Some(Job::Checkpoint(_))) && changes < MAX_CHANGES {
+            while !matches!(jobs.last(), Some(Job::Checkpoint { .. })) && changes < MAX_CHANGES {
                 if let Some(Job::Batch { changes: c, .. }) = jobs.last() {
                     changes += c.len();
                 }
@@ -127,15 +133,15 @@ impl Applier {
                     Err(_) => break,
                 }
             }
-            let checkpoint = match jobs.pop_if(|job| matches!(job, Job::Checkpoint(_))) {
-                Some(Job::Checkpoint(reply)) => Some(reply),
+            let checkpoint = match jobs.pop_if(|job| matches!(job, Job::Checkpoint { .. })) {
+                Some(Job::Checkpoint { log_segment, reply }) => Some((log_segment, reply)),
                 _ => None,
             };
             if !jobs.is_empty() {
                 self.apply(&mut jobs);
             }
-            if let Some(reply) = checkpoint {
-                let _ = reply.send(self.checkpoint());
+            if let Some((log_segment, reply)) = checkpoint {
+                let _ = reply.send(self.checkpoint(log_segment));
             }
         }
         for (_, waiter) in self.compact_waiters.drain(..) {
@@ -240,8 +246,9 @@ impl Applier {
         self.shared.fail(err);
     }
 
-    /// Commits the database durably, with everything applied so far.
-    fn checkpoint(&mut self) -> Result<()> {
+    /// Commits the database durably, with everything applied so far, and
+    /// the log segment its log continues in.
+    fn checkpoint(&mut self, log_segment: u64) -> Result<()> {
         if self.shared.failed() {
             return Err(self.shared.failure());
         }
@@ -254,6 +261,8 @@ impl Applier {
                 // one rewrites the revision counter as it stands.
                 let mut meta = txn.open_table(META).ctx(&file)?;
                 meta.insert(META_REVISION, self.counters.revision)
+                    .ctx(&file)?;
+                meta.insert(META_LOG_SEGMENT, log_segment_value(log_segment))
                     .ctx(&file)?;
             }
             txn.commit().ctx(&file)

@@ -15,7 +15,7 @@ use crate::store::embedded::history::History;
 use crate::store::embedded::open::Counters;
 use crate::store::embedded::schema::{
     CURRENT, Context, Entry, FORMAT_VERSION, LEGACY_INDEX, META, META_COMPACTED, META_FORMAT,
-    META_REVISION, REVISIONS, encode, encoded_len, tombstone,
+    META_LOG_SEGMENT, META_REVISION, REVISIONS, encode, encoded_len, log_segment_value, tombstone,
 };
 use crate::store::embedded::wal::{Record, RecordBuilder};
 use crate::store::{Deleted, Error, EventKind, KeyValue, Result, Revision, WatchEvent};
@@ -367,11 +367,13 @@ impl<'txn> Tables<'txn> {
 
 /// Recovery at open: applies the log's records that follow the database's
 /// revision in one durable transaction, marks the file as this build's
-/// format, and returns the counters after them.
+/// format, names `log_segment` as where its log continues, and returns the
+/// counters after them.
 pub(in crate::store::embedded) fn replay(
     db: &redb::Database,
     records: &[Record<'_>],
     mut counters: Counters,
+    log_segment: u64,
     file: &std::path::Path,
 ) -> Result<Counters> {
     let txn = db.begin_write().ctx(file)?;
@@ -404,6 +406,10 @@ pub(in crate::store::embedded) fn replay(
             .insert(META_COMPACTED, counters.compacted)
             .ctx(file)?;
         tables.meta.insert(META_FORMAT, FORMAT_VERSION).ctx(file)?;
+        tables
+            .meta
+            .insert(META_LOG_SEGMENT, log_segment_value(log_segment))
+            .ctx(file)?;
     }
     // Formats 1 and 2 kept the index of versions on disk.
     txn.delete_table(LEGACY_INDEX).ctx(file)?;

@@ -16,52 +16,76 @@
 //! # Files
 //!
 //! `wal-<sequence, 16 hex digits>.log` in the data directory. A segment
-//! starts with [`MAGIC`]; then records, each `payload length (u32 LE) ‖
-//! segment sequence (u64 LE) ‖ CRC-32 of the payload (u32 LE) ‖ CRC-32 of
-//! the 16 bytes before (u32 LE) ‖ payload`, the payload being `first
-//! revision (i64 LE) ‖ compaction point after the batch (i64 LE) ‖ entry
-//! count (u32 LE) ‖ entries`, each entry `length (u32 LE) ‖` an entry as the
+//! starts with a header: [`MAGIC`] ‖ the segment's size (u64 LE) ‖ CRC-32
+//! of those 16 bytes (u32 LE) ‖ 4 zero bytes. Its whole size is allocated
+//! when it is made (`fallocate`), before it gets its name, and no record is
+//! ever written past it, so a segment shorter than its header says was cut
+//! short afterwards. Then records, each `payload length (u32 LE) ‖ segment
+//! sequence (u64 LE) ‖ CRC-32 of the payload (u32 LE) ‖ CRC-32 of the 16
+//! bytes before (u32 LE) ‖ payload`. A batch's payload is `first revision
+//! (i64 LE) ‖ compaction point after the batch (i64 LE) ‖ entry count (u32
+//! LE) ‖ entries`, each entry `length (u32 LE) ‖` an entry as the
 //! `revisions` table stores it (`schema::encode`), for consecutive
-//! revisions from the first.
+//! revisions from the first. A segment the log has moved on from ends with
+//! a *next* record, whose 8-byte payload is the next segment's sequence:
+//! the log moves on by naming the new segment (made ready under a
+//! temporary name, then renamed, durably) and only then writing the record
+//! that names it, so a segment that names a successor that is not there
+//! lost it. Segments made by builds before format 4 start with the
+//! previous magic, have no size and no next records, and are still read.
 //!
 //! The segment written after open is new; the next ones are made ready in
-//! the background (under a temporary name, header synced, space allocated)
-//! and taken when the current one is full. When a checkpoint starts the log
-//! moves to the next segment; once the checkpoint is durable the older ones
-//! are deleted. Records carry their
-//! segment's sequence, so that a file reused as a later segment would read
-//! its old records as the end of the log; segments are not reused yet
-//! (that also needs an end marker for a segment left before it is full).
+//! the background and taken when the current one is full. When a checkpoint
+//! starts the log moves to the next segment, and the checkpoint's durable
+//! commit records that segment's sequence in the database (`log_segment` in
+//! `meta`: the first segment whose writes the database may lack; 0 after a
+//! clean close, when there is no log); once the checkpoint is durable the
+//! older segments are deleted. Records carry their segment's sequence, so
+//! that a file reused as a later segment would read its old records as the
+//! end of the log; segments are not reused yet.
 //!
 //! # Recovery
 //!
 //! On open, records newer than the database's revision are applied again
-//! (`commit::replay`). Only the end of the newest segment may be incomplete
-//! (a record being appended when the process died; it was never
-//! acknowledged) and is ignored: an invalid record after which no valid
-//! record of the segment starts anywhere (a crash may persist any subset of
-//! the sectors of the record being appended, so nothing about the invalid
-//! record itself tells torn from damaged; a valid record after it does).
-//! Zeros, and records of an older sequence, end the log. An invalid record
-//! followed by a valid one, a bad record in an older segment, a gap in
-//! revisions or a foreign file is [`Error::Corrupt`], reported before
-//! anything is written. As with any log, damage to exactly the last record
-//! cannot be told from a torn append and loses that record's batch.
+//! (`commit::replay`), from the segment the database names on (`read.rs`).
+//! Only the end of the newest segment may be incomplete (a record being
+//! appended when the process died; it was never acknowledged) and is
+//! ignored: an invalid record after which no valid record of the segment
+//! starts anywhere (a crash may persist any subset of the sectors of the
+//! record being appended, so nothing about the invalid record itself tells
+//! torn from damaged; a valid record after it does). Zeros, and records of
+//! an older sequence, end the log. Everything else is [`Error::Corrupt`],
+//! naming the file and the writes lost, reported before anything is
+//! written: the segment the database names missing, a gap in the
+//! segments' sequence or in the revisions, a segment cut short, a segment
+//! that names a successor that is not there (or holds writes after a
+//! segment that names none), an invalid record followed by a valid one, a
+//! bad record in an older segment, a foreign file. As with any log, damage
+//! to exactly the last record cannot be told from a torn append and loses
+//! that record's batch.
 
+mod io;
+mod read;
 mod segment;
 #[cfg(test)]
 mod tests;
 
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-pub(super) use self::segment::{Syncer, Wal};
-use super::open::io_context;
+pub(super) use self::io::{Disk, LogFile, LogIo, is_no_space, reserve};
+pub(super) use self::read::Found;
+pub(super) use self::segment::{LogError, Syncer, Wal};
 use super::schema::{Entry, encode, encoded_len};
-use crate::store::{Error, Result, Revision};
+use crate::store::Revision;
 
 /// The first bytes of every segment: the format of what follows.
-pub(super) const MAGIC: &[u8; 8] = b"SPWAL\x00\x00\x01";
+pub(super) const MAGIC: &[u8; 8] = b"SPWAL\x00\x00\x02";
+
+/// The magic of segments written before format 4: no header after it.
+const MAGIC_V1: &[u8; 8] = b"SPWAL\x00\x00\x01";
+
+/// Bytes of a segment's header, before its first record.
+const SEGMENT_HEADER: usize = 24;
 
 /// Log bytes after which the writer checkpoints the database.
 pub(super) const CHECKPOINT_BYTES: u64 = 32 << 20;
@@ -74,13 +98,19 @@ const RECORD_HEADER: usize = 20;
 /// Bytes in front of a payload's entries.
 const PAYLOAD_HEADER: usize = 20;
 
+/// The payload of a next record: the next segment's sequence.
+const NEXT_PAYLOAD: usize = 8;
+
+/// The bytes of a next record, which every segment keeps room for.
+const NEXT_RECORD: usize = RECORD_HEADER + NEXT_PAYLOAD;
+
 /// The largest payload a record may claim (a batch is at most 512 writes of
 /// objects far below this in total), so that a damaged length is caught
 /// before it is believed.
 const MAX_PAYLOAD: usize = 1 << 30;
 
 /// The file name of segment `sequence`.
-fn segment_name(sequence: u64) -> String {
+pub(super) fn segment_name(sequence: u64) -> String {
     format!("wal-{sequence:016x}.log")
 }
 
@@ -90,6 +120,41 @@ fn segment_sequence(name: &str) -> Option<u64> {
     (hex.len() == 16)
         .then(|| u64::from_str_radix(hex, 16).ok())
         .flatten()
+}
+
+/// The header of a segment of `size` bytes.
+fn segment_header(size: u64) -> [u8; SEGMENT_HEADER] {
+    let mut header = [0; SEGMENT_HEADER];
+    header[..8].copy_from_slice(MAGIC);
+    header[8..16].copy_from_slice(&size.to_le_bytes());
+    let crc = crc32fast::hash(&header[..16]);
+    header[16..20].copy_from_slice(&crc.to_le_bytes());
+    header
+}
+
+/// Reads a segment's header: the size it was made with (`None` for a
+/// segment of an older build, which has none) and where its records start.
+fn parse_segment_header(bytes: &[u8]) -> Result<(Option<u64>, usize), &'static str> {
+    if bytes.starts_with(MAGIC_V1) {
+        return Ok((None, MAGIC_V1.len()));
+    }
+    let Some(header) = bytes.first_chunk::<SEGMENT_HEADER>() else {
+        let start = &bytes[..bytes.len().min(MAGIC.len())];
+        return Err(if MAGIC.starts_with(start) {
+            "it was cut short inside its header, and everything it logged is lost"
+        } else {
+            "it is shorter than the log's header"
+        });
+    };
+    if !header.starts_with(MAGIC) {
+        return Err("it does not start with the log header");
+    }
+    let crc = u32::from_le_bytes(header[16..20].try_into().expect("4 bytes"));
+    if crc32fast::hash(&header[..16]) != crc {
+        return Err("its header is damaged");
+    }
+    let size = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
+    Ok((Some(size), SEGMENT_HEADER))
 }
 
 /// Builds one record: the batch's changes, in revision order.
@@ -125,19 +190,10 @@ impl RecordBuilder {
     /// Seals the record with the compaction point after the batch and
     /// returns its bytes, ready to append.
     pub(super) fn finish(&mut self, compacted: Revision) -> Vec<u8> {
-        let payload_len = self.bytes.len() - RECORD_HEADER;
         let header = RECORD_HEADER + 8;
         self.bytes[header..header + 8].copy_from_slice(&compacted.to_le_bytes());
         self.bytes[header + 8..header + 12].copy_from_slice(&self.entries.to_le_bytes());
-        let crc = crc32fast::hash(&self.bytes[RECORD_HEADER..]);
-        self.bytes[..4].copy_from_slice(
-            &u32::try_from(payload_len)
-                .expect("a batch is far below 4 GiB")
-                .to_le_bytes(),
-        );
-        self.bytes[12..16].copy_from_slice(&crc.to_le_bytes());
-        // The sequence and header CRC are set by `seal` when the log knows
-        // which segment the record goes to.
+        checksum_payload(&mut self.bytes);
         std::mem::take(&mut self.bytes)
     }
 
@@ -146,6 +202,29 @@ impl RecordBuilder {
         buffer.clear();
         self.bytes = buffer;
     }
+}
+
+/// Fills in a record's payload length and payload CRC.
+fn checksum_payload(record: &mut [u8]) {
+    let payload_len = record.len() - RECORD_HEADER;
+    let crc = crc32fast::hash(&record[RECORD_HEADER..]);
+    record[..4].copy_from_slice(
+        &u32::try_from(payload_len)
+            .expect("a batch is far below 4 GiB")
+            .to_le_bytes(),
+    );
+    record[12..16].copy_from_slice(&crc.to_le_bytes());
+    // The sequence and header CRC are set by `seal` when the log knows
+    // which segment the record goes to.
+}
+
+/// The next record naming segment `next`, sealed for segment `sequence`.
+fn next_record(sequence: u64, next: u64) -> [u8; NEXT_RECORD] {
+    let mut record = [0; NEXT_RECORD];
+    record[RECORD_HEADER..].copy_from_slice(&next.to_le_bytes());
+    checksum_payload(&mut record);
+    seal(&mut record, sequence);
+    record
 }
 
 /// Stamps a finished record with the sequence of the segment it is written
@@ -199,6 +278,8 @@ fn decode_payload<'a>(payload: &'a [u8], file: &Path) -> Option<Record<'a>> {
 enum Parsed<'a> {
     /// A whole, valid record and its length in bytes.
     Record(Record<'a>, usize),
+    /// A whole, valid next record: the segment continues in the one named.
+    Next(u64),
     /// Only zeros are left: space prepared for records not yet written.
     End,
     /// Not a valid record, for the reason given.
@@ -230,6 +311,9 @@ fn parse_record<'a>(rest: &'a [u8], sequence: u64, file: &Path) -> Parsed<'a> {
     if crc32fast::hash(payload) != word(12) {
         return Parsed::Invalid("fails its checksum");
     }
+    if let Ok(next) = <[u8; NEXT_PAYLOAD]>::try_from(payload) {
+        return Parsed::Next(u64::from_le_bytes(next));
+    }
     match decode_payload(payload, file) {
         Some(record) => Parsed::Record(record, RECORD_HEADER + len),
         None => Parsed::Invalid("has a valid checksum but a wrong structure"),
@@ -252,144 +336,7 @@ fn valid_record_after(rest: &[u8], sequence: u64, file: &Path) -> Option<usize> 
                 == u32::from_le_bytes(header[16..].try_into().expect("4 bytes"))
             && matches!(
                 parse_record(&rest[at..], sequence, file),
-                Parsed::Record(..)
+                Parsed::Record(..) | Parsed::Next(_)
             )
     })
-}
-
-/// The log found in a data directory at open.
-#[derive(Debug, Default)]
-pub(super) struct Found {
-    /// Segment files, oldest first, with their contents.
-    segments: Vec<(u64, PathBuf, Vec<u8>)>,
-    /// The highest segment sequence number seen.
-    last_sequence: u64,
-    /// Temporary files of segments being prepared or created: never used.
-    leftovers: Vec<PathBuf>,
-}
-
-/// What reading the log found: the records to apply, in order.
-#[derive(Debug)]
-pub(super) struct Replay<'a> {
-    pub records: Vec<Record<'a>>,
-    /// Bytes after the newest segment's last record that are neither zeros
-    /// nor a whole record: an append the crash interrupted, or what is left
-    /// from the file's earlier use as an older segment.
-    pub torn_bytes: usize,
-}
-
-impl Found {
-    /// Reads every segment of `dir` (without changing anything). Leftover
-    /// temporary segments are ignored (and removed by [`Wal::create`]).
-    pub(super) fn read(dir: &Path) -> Result<Self> {
-        let mut numbered = Vec::new();
-        let mut found = Found::default();
-        let listing =
-            fs::read_dir(dir).map_err(|e| io_context(e, format!("listing {}", dir.display())))?;
-        for entry in listing {
-            let entry = entry.map_err(|e| io_context(e, format!("listing {}", dir.display())))?;
-            let name = entry.file_name();
-            let name = name.to_str().unwrap_or_default();
-            if let Some(sequence) = segment_sequence(name) {
-                numbered.push((sequence, entry.path()));
-            } else if name
-                .strip_suffix(".log.tmp")
-                .and_then(|stem| segment_sequence(&format!("{stem}.log")))
-                .is_some()
-            {
-                found.leftovers.push(entry.path());
-            }
-        }
-        numbered.sort();
-        for (sequence, path) in numbered {
-            let bytes = fs::read(&path)
-                .map_err(|e| io_context(e, format!("reading {}", path.display())))?;
-            found.last_sequence = sequence;
-            found.segments.push((sequence, path, bytes));
-        }
-        Ok(found)
-    }
-
-    /// Whether there is no log at all (a clean close, or a new store).
-    pub(super) fn is_empty(&self) -> bool {
-        self.segments.is_empty()
-    }
-
-    /// Parses the segments into the records that follow `revision` (the
-    /// database's), checking that they continue it without a gap.
-    pub(super) fn replay(&self, revision: Revision) -> Result<Replay<'_>> {
-        let mut records = Vec::new();
-        let mut torn_bytes = 0;
-        let mut expected = None::<Revision>;
-        let newest = self.segments.len().saturating_sub(1);
-        for (n, (sequence, path, bytes)) in self.segments.iter().enumerate() {
-            let corrupt = |what: String| {
-                Error::Corrupt(format!(
-                    "{} is damaged: {what}. It was left untouched: restore the data directory \
-                     from a backup",
-                    path.display()
-                ))
-            };
-            let Some(mut rest) = bytes.strip_prefix(MAGIC.as_slice()) else {
-                return Err(corrupt("it does not start with the log header".into()));
-            };
-            let mut offset = MAGIC.len();
-            while !rest.is_empty() {
-                let (record, len) = match parse_record(rest, *sequence, path) {
-                    Parsed::Record(record, len) => (record, len),
-                    Parsed::End => break,
-                    Parsed::Invalid(what) => {
-                        if let Some(at) = valid_record_after(rest, *sequence, path) {
-                            return Err(corrupt(format!(
-                                "the record at byte {offset} {what}, yet a valid record follows \
-                                 at byte {}",
-                                offset + at
-                            )));
-                        }
-                        if n != newest {
-                            return Err(corrupt(format!(
-                                "the record at byte {offset} {what}, and newer log segments \
-                                 follow"
-                            )));
-                        }
-                        // The append the crash interrupted: never acknowledged.
-                        torn_bytes = rest.iter().rposition(|&b| b != 0).map_or(0, |end| end + 1);
-                        break;
-                    }
-                };
-                if let Some(expected) = expected
-                    && record.first_revision != expected
-                {
-                    return Err(corrupt(format!(
-                        "the record at byte {offset} starts at revision {} where {expected} \
-                         was expected",
-                        record.first_revision
-                    )));
-                }
-                expected = Some(record.last_revision() + 1);
-                // A record without entries (a compaction) is news if it was
-                // written after the database's revision.
-                if record.last_revision() > revision
-                    || (record.entries.is_empty() && record.first_revision > revision)
-                {
-                    records.push(record);
-                }
-                rest = &rest[len..];
-                offset += len;
-            }
-        }
-        if let Some(first) = records.first()
-            && first.first_revision > revision + 1
-        {
-            return Err(Error::Corrupt(format!(
-                "the write-ahead log resumes at revision {} but the database ends at {revision}: \
-                 the revisions between are missing. The data directory was left untouched",
-                first.first_revision
-            )));
-        }
-        Ok(Replay {
-            records,
-            torn_bytes,
-        })
-    }
 }

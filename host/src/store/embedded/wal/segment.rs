@@ -1,61 +1,101 @@
 //! The log's files and its thread: the segment being appended to, segments
-//! prepared ahead of use ([`Wal`]), and the
-//! thread that appends and syncs records for the writer ([`Syncer`]).
+//! prepared ahead of use ([`Wal`]), and the thread that appends and syncs
+//! records for the writer ([`Syncer`]). Every file operation goes through
+//! the I/O seam ([`LogIo`]).
 
-use std::fs::{self, File};
-use std::io::{self, Write};
-use std::os::unix::fs::FileExt;
+use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
+use std::thread::JoinHandle;
 
-use super::{CHECKPOINT_BYTES, Found, MAGIC, seal, segment_name};
+use super::io::{LogFile, LogIo, is_no_space};
+use super::{
+    CHECKPOINT_BYTES, NEXT_RECORD, SEGMENT_HEADER, next_record, seal, segment_header, segment_name,
+};
 use crate::store::embedded::open::io_context;
 use crate::store::{Error, Result};
 
-/// The first segment prepared after open; each next one is twice as large,
-/// up to [`SEGMENT_MAX`], so that a store that writes little writes few
-/// zeros.
+/// The first segment's size; each next one is twice as large, up to
+/// [`SEGMENT_MAX`], so that a store that writes little reserves little.
 const SEGMENT_FIRST: u64 = 1 << 20;
 
 /// The largest segment prepared: a checkpoint's worth of log and some room.
 const SEGMENT_MAX: u64 = CHECKPOINT_BYTES + (8 << 20);
 
+/// Why the log did not take a record (or a checkpoint's new segment).
+#[derive(Debug)]
+pub(in crate::store::embedded) enum LogError {
+    /// Nothing was written: the log is as it was and takes the next record
+    /// (no room could be made for it, most often because the disk is full).
+    NotWritten(Error),
+    /// The record may be on disk, or a sync failed and the file system may
+    /// have dropped what the log holds: writes must stop.
+    MaybeWritten(Error),
+}
+
+impl LogError {
+    /// The error to answer callers with.
+    pub(in crate::store::embedded) fn into_error(self) -> Error {
+        match self {
+            LogError::NotWritten(err) | LogError::MaybeWritten(err) => err,
+        }
+    }
+
+    /// An I/O failure while `doing`: nothing written if it says the disk is
+    /// full, possibly written otherwise.
+    fn write(err: io::Error, doing: String) -> Self {
+        if is_no_space(&err) {
+            LogError::NotWritten(no_space(err, doing))
+        } else {
+            LogError::MaybeWritten(io_context(err, doing))
+        }
+    }
+}
+
+/// The error for a log that found no room: [`Error::InsufficientStorage`].
+fn no_space(err: io::Error, doing: String) -> Error {
+    Error::InsufficientStorage(format!("{doing}: {err}"))
+}
+
 /// A segment made ready ahead of use, under a temporary name until it is
-/// used: its header, then allocated space.
-struct Prepared {
-    file: File,
+/// used: its size allocated, its header written and synced.
+struct Prepared<F> {
+    file: F,
     tmp: PathBuf,
     size: u64,
 }
 
-/// Makes segment space ready under `tmp`: a new file with its header and
-/// `size` bytes allocated.
+/// Makes a segment of `size` bytes ready under `tmp`.
 ///
-/// Why: appending changes file-system metadata, which costs a journal commit
-/// per sync (~260 µs for a 64 KiB record here, and far more while other
-/// processes write to the same file system); writing into allocated space
-/// (`fallocate`) costs ~180 µs. Allocated and already written blocks would
-/// cost ~130 µs, but zero-filling cost as much writing as the log itself,
-/// and recycling old segments needs an end marker first (a segment left
-/// before it is full would otherwise end in stale records).
-fn prepare(tmp: &Path, size: u64) -> io::Result<Prepared> {
-    let mut file = File::options()
-        .create(true)
-        .truncate(true)
-        .read(true)
-        .write(true)
-        .open(tmp)?;
-    file.write_all(MAGIC)?;
-    let len = file.metadata()?.len();
-    if len < size {
-        allocate(&file, size);
+/// Why allocated: appending changes file-system metadata, which costs a
+/// journal commit per sync (~260 µs for a 64 KiB record here, and far more
+/// while other processes write to the same file system); writing into
+/// allocated space (`fallocate`) costs ~180 µs. Allocating also makes a
+/// full disk show up here, before a record is written, and lets a reader
+/// tell a segment cut short from one the log did not fill. Allocated and
+/// already written blocks would cost ~130 µs, but zero-filling cost as much
+/// writing as the log itself, and recycling old segments needs care for
+/// their stale records.
+fn prepare<I: LogIo>(io: &I, tmp: &Path, size: u64) -> io::Result<Prepared<I::File>> {
+    let made = io.create(tmp).and_then(|mut file| {
+        file.allocate(size)?;
+        file.write_at(&segment_header(size), 0)?;
+        file.sync_all()?;
+        Ok(file)
+    });
+    match made {
+        Ok(file) => Ok(Prepared {
+            file,
+            tmp: tmp.to_owned(),
+            size,
+        }),
+        Err(err) => {
+            // Gives back whatever it had reserved.
+            let _ = io.remove(tmp);
+            Err(err)
+        }
     }
-    file.sync_all()?;
-    Ok(Prepared {
-        file,
-        tmp: tmp.to_owned(),
-        size: size.max(len).max(MAGIC.len() as u64),
-    })
 }
 
 /// The temporary name of segment `sequence` while it is being prepared.
@@ -63,150 +103,213 @@ fn tmp_name(dir: &Path, sequence: u64) -> PathBuf {
     dir.join(segment_name(sequence)).with_extension("log.tmp")
 }
 
-/// Puts a prepared segment in place as segment `sequence` (a durable
-/// rename, so a `.log` file always has a whole header) and returns its
-/// file, path and prepared size.
-fn publish(dir: &Path, prepared: Prepared, sequence: u64) -> io::Result<(File, PathBuf, u64)> {
-    let path = dir.join(segment_name(sequence));
-    fs::rename(&prepared.tmp, &path)?;
-    File::open(dir)?.sync_all()?;
-    Ok((prepared.file, path, prepared.size))
-}
-
-/// Allocates `size` bytes for `file` without writing them; where the file
-/// system cannot, records simply extend the file.
-fn allocate(file: &File, size: u64) {
-    if let Err(err) = rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, size) {
-        tracing::debug!(error = %err, "allocating space for a log segment failed");
-    }
+/// The next segment: being prepared on another thread, or ready.
+enum Next<F> {
+    Preparing(JoinHandle<io::Result<Prepared<F>>>),
+    Ready(Prepared<F>),
 }
 
 /// The segment being appended to, older segments not yet checkpointed, and
 /// the next segment being prepared.
-pub(in crate::store::embedded) struct Wal {
+pub(in crate::store::embedded) struct Wal<I: LogIo> {
+    io: Arc<I>,
     dir: PathBuf,
-    file: File,
+    file: I::File,
     path: PathBuf,
     pub(super) sequence: u64,
     /// Where the next record goes.
     offset: u64,
-    /// The file's prepared size; records beyond it extend the file.
+    /// The segment's size: records and the next record stay inside it.
     size: u64,
     /// Earlier segments whose records are not checkpointed yet, oldest
     /// first, with their sequence numbers.
     older: Vec<(u64, PathBuf)>,
-    /// Segment `sequence + 1`, being prepared.
-    next: Option<std::thread::JoinHandle<io::Result<Prepared>>>,
+    /// Segment `sequence + 1`; `None` after preparing it failed.
+    next: Option<Next<I::File>>,
     next_size: u64,
 }
 
-impl Wal {
-    /// Starts a fresh segment after `found`'s newest and deletes the ones in
-    /// `found` (and leftover temporary files): call it only once their
-    /// records are in the durable database. The segment is not prepared, so
-    /// that opening a store stays quick; the next one is prepared meanwhile.
-    pub(in crate::store::embedded) fn create(dir: &Path, found: &Found) -> Result<Self> {
-        let sequence = found.last_sequence + 1;
-        let (file, path, size) = prepare(&tmp_name(dir, sequence), 0)
-            .and_then(|prepared| publish(dir, prepared, sequence))
+impl<I: LogIo> Wal<I> {
+    /// Starts segment `sequence` in `dir` (after every segment found there)
+    /// and prepares the next one meanwhile.
+    pub(in crate::store::embedded) fn create(io: I, dir: &Path, sequence: u64) -> Result<Self> {
+        let io = Arc::new(io);
+        let (file, path, size) = prepare(&*io, &tmp_name(dir, sequence), SEGMENT_FIRST)
+            .and_then(|prepared| publish(&*io, dir, prepared, sequence))
             .map_err(|e| {
                 io_context(
                     e,
                     format!("creating log segment {sequence} in {}", dir.display()),
                 )
             })?;
-        for (_, old, _) in &found.segments {
-            remove(old)?;
-        }
-        for leftover in &found.leftovers {
-            remove(leftover)?;
-        }
         let mut wal = Self {
+            io,
             dir: dir.to_owned(),
             file,
             path,
             sequence,
-            offset: MAGIC.len() as u64,
+            offset: SEGMENT_HEADER as u64,
             size,
             older: Vec::new(),
             next: None,
-            next_size: SEGMENT_FIRST,
+            next_size: SEGMENT_FIRST * 2,
         };
         wal.prepare_next();
         Ok(wal)
     }
 
+    /// Deletes `files` (the log found at open, oldest first): call it only
+    /// once their records are in the durable database.
+    pub(in crate::store::embedded) fn forget<'a>(
+        &self,
+        files: impl Iterator<Item = &'a Path>,
+    ) -> Result<()> {
+        for file in files {
+            remove(&*self.io, file)?;
+        }
+        Ok(())
+    }
+
+    /// The sequence of the segment being appended to.
+    pub(in crate::store::embedded) fn sequence(&self) -> u64 {
+        self.sequence
+    }
+
     /// Starts preparing segment `sequence + 1` on another thread.
     fn prepare_next(&mut self) {
+        let io = self.io.clone();
         let tmp = tmp_name(&self.dir, self.sequence + 1);
         let size = self.next_size;
-        self.next_size = (self.next_size * 2).min(SEGMENT_MAX);
         self.next = std::thread::Builder::new()
             .name("store-wal-prep".into())
-            .spawn(move || prepare(&tmp, size))
-            .ok();
+            .spawn(move || prepare(&*io, &tmp, size))
+            .ok()
+            .map(Next::Preparing);
     }
 
-    /// Takes the prepared next segment if it is ready (or, with `wait`, once
-    /// it is) and continues in it; the current one joins `older`.
-    fn switch(&mut self, wait: bool) -> io::Result<bool> {
-        if !wait && !self.next.as_ref().is_some_and(|next| next.is_finished()) {
-            return Ok(false);
-        }
-        let prepared = match self.next.take() {
-            Some(handle) => handle
-                .join()
-                .unwrap_or_else(|_| Err(io::Error::other("preparing a log segment panicked"))),
-            None => return Ok(false),
+    /// The prepared next segment, waiting for it; `None` if preparing it
+    /// failed (logged) or was not started.
+    fn take_next(&mut self) -> Option<Prepared<I::File>> {
+        let preparing = match self.next.take()? {
+            Next::Ready(prepared) => return Some(prepared),
+            Next::Preparing(preparing) => preparing,
         };
-        let sequence = self.sequence + 1;
-        let prepared = match prepared {
-            Ok(prepared) => prepared,
-            Err(err) => {
-                tracing::warn!(error = %err, "preparing the next log segment failed; appending instead");
-                prepare(&tmp_name(&self.dir, sequence), 0)?
+        let result = preparing
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("preparing a log segment panicked")));
+        result
+            .inspect_err(
+                |err| tracing::debug!(error = %err, "preparing the next log segment failed"),
+            )
+            .ok()
+    }
+
+    /// The next segment with room for a record of `len` bytes: the one
+    /// prepared in the background, or one made now. Not finding room is
+    /// [`LogError::NotWritten`]: nothing changed.
+    fn ready_next(&mut self, len: usize) -> Result<Prepared<I::File>, LogError> {
+        let needed = (SEGMENT_HEADER + len + NEXT_RECORD) as u64;
+        match self.take_next() {
+            Some(prepared) if prepared.size >= needed => return Ok(prepared),
+            Some(small) => {
+                let _ = self.io.remove(&small.tmp);
             }
-        };
-        let (file, path, size) = publish(&self.dir, prepared, sequence)?;
+            None => {}
+        }
+        let sequence = self.sequence + 1;
+        prepare(
+            &*self.io,
+            &tmp_name(&self.dir, sequence),
+            needed.max(self.next_size),
+        )
+        .map_err(|err| {
+            let doing = format!(
+                "making log segment {} ready in {}",
+                segment_name(sequence),
+                self.dir.display()
+            );
+            match LogError::write(err, doing) {
+                // Nothing was named or appended to: only a file that is
+                // never used was touched.
+                LogError::MaybeWritten(err) => LogError::NotWritten(err),
+                not_written => not_written,
+            }
+        })
+    }
+
+    /// Moves the log to segment `sequence + 1`, with room for a record of
+    /// `len` bytes. The new segment gets its name (durably) before the
+    /// current one ends with the next record naming it, so that a next
+    /// record always names a file that was there.
+    fn rotate(&mut self, len: usize) -> Result<(), LogError> {
+        let prepared = self.ready_next(len)?;
+        let sequence = self.sequence + 1;
+        let path = self.dir.join(segment_name(sequence));
+        if let Err(err) = self.io.rename(&prepared.tmp, &path) {
+            let _ = self.io.remove(&prepared.tmp);
+            return Err(
+                match LogError::write(err, format!("naming {}", path.display())) {
+                    LogError::MaybeWritten(err) => LogError::NotWritten(err),
+                    not_written => not_written,
+                },
+            );
+        }
+        self.io.sync_dir(&self.dir).map_err(|e| {
+            LogError::MaybeWritten(io_context(e, format!("syncing {}", self.dir.display())))
+        })?;
+        let next = next_record(self.sequence, sequence);
+        self.file
+            .write_at(&next, self.offset)
+            .and_then(|()| self.file.sync_data())
+            .map_err(|e| {
+                LogError::MaybeWritten(io_context(
+                    e,
+                    format!("ending {} with a next record", self.path.display()),
+                ))
+            })?;
         let old = std::mem::replace(&mut self.path, path);
         self.older.push((self.sequence, old));
-        self.file = file;
+        self.file = prepared.file;
         self.sequence = sequence;
-        self.offset = MAGIC.len() as u64;
-        self.size = size;
+        self.offset = SEGMENT_HEADER as u64;
+        self.size = prepared.size;
+        self.next_size = (self.next_size * 2).min(SEGMENT_MAX);
         self.prepare_next();
-        Ok(true)
+        Ok(())
     }
 
-    /// Appends a record and waits until it is on disk. A record that would
-    /// grow the current segment goes to the prepared next one if it is
-    /// ready.
-    fn append(&mut self, record: &mut [u8]) -> io::Result<()> {
-        if self.offset + record.len() as u64 > self.size {
-            self.switch(false)?;
+    /// Appends a record and waits until it is on disk. A record that does
+    /// not fit the current segment (with room left for a next record) goes
+    /// to the next one.
+    fn append(&mut self, record: &mut [u8]) -> Result<(), LogError> {
+        if self.offset + (record.len() + NEXT_RECORD) as u64 > self.size {
+            self.rotate(record.len())?;
         }
         seal(record, self.sequence);
-        self.file.write_all_at(record, self.offset)?;
-        self.file.sync_data()?;
+        // A write that found the disk full left at most part of the record,
+        // which the next record overwrites (the offset stays), and a crash
+        // meanwhile leaves as a torn append.
+        self.file
+            .write_at(record, self.offset)
+            .map_err(|e| LogError::write(e, format!("writing {}", self.path.display())))?;
+        self.file.sync_data().map_err(|e| {
+            LogError::MaybeWritten(io_context(e, format!("syncing {}", self.path.display())))
+        })?;
         self.offset += record.len() as u64;
+        Ok(())
+    }
+
+    /// Makes sure the next segment can be had: after the disk was full,
+    /// whether there is room again.
+    fn make_room(&mut self) -> Result<(), LogError> {
+        let prepared = self.ready_next(0)?;
+        self.next = Some(Next::Ready(prepared));
         Ok(())
     }
 
     /// Bytes of records in the current segment.
     fn records_len(&self) -> u64 {
-        self.offset - MAGIC.len() as u64
-    }
-
-    /// When a checkpoint starts: continues in a new segment, so that every
-    /// older one holds only records the checkpoint covers.
-    fn start_checkpoint(&mut self) -> Result<()> {
-        let current = self.path.clone();
-        self.switch(true).map(|_| ()).map_err(|e| {
-            io_context(
-                e,
-                format!("starting a log segment after {}", current.display()),
-            )
-        })
+        self.offset - SEGMENT_HEADER as u64
     }
 
     /// Once a checkpoint is durable: deletes the segments before
@@ -216,30 +319,43 @@ impl Wal {
             && *older < sequence
         {
             let (_, path) = self.older.remove(0);
-            remove(&path)?;
+            remove(&*self.io, &path)?;
         }
         Ok(())
     }
 
     /// At a clean close, after the final checkpoint: no log is left.
     fn remove(mut self) -> Result<()> {
-        if let Some(next) = self.next.take()
-            && let Ok(Ok(prepared)) = next.join()
-        {
-            remove(&prepared.tmp)?;
+        if let Some(prepared) = self.take_next() {
+            remove(&*self.io, &prepared.tmp)?;
         }
         for (_, old) in std::mem::take(&mut self.older) {
-            remove(&old)?;
+            remove(&*self.io, &old)?;
         }
-        remove(&self.path)?;
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
+        remove(&*self.io, &self.path)?;
+        self.io
+            .sync_dir(&self.dir)
             .map_err(|e| io_context(e, format!("syncing directory {}", self.dir.display())))
     }
 }
 
-fn remove(path: &Path) -> Result<()> {
-    match fs::remove_file(path) {
+/// Puts a prepared segment in place as segment `sequence` (a durable
+/// rename, so a `.log` file always has its whole size and header) and
+/// returns its file, path and size.
+fn publish<I: LogIo>(
+    io: &I,
+    dir: &Path,
+    prepared: Prepared<I::File>,
+    sequence: u64,
+) -> io::Result<(I::File, PathBuf, u64)> {
+    let path = dir.join(segment_name(sequence));
+    io.rename(&prepared.tmp, &path)?;
+    io.sync_dir(dir)?;
+    Ok((prepared.file, path, prepared.size))
+}
+
+fn remove<I: LogIo>(io: &I, path: &Path) -> Result<()> {
+    match io.remove(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(io_context(e, format!("removing {}", path.display()))),
@@ -251,12 +367,13 @@ enum Job {
     Append(Vec<u8>),
     StartCheckpoint,
     DropBefore(u64),
+    MakeRoom,
     Remove,
 }
 
 /// What the log thread answers a job with: its outcome, the record's
 /// buffer (for reuse) and the sequence of the segment appended to now.
-type Answer = (Result<()>, Option<Vec<u8>>, u64);
+type Answer = (Result<(), LogError>, Option<Vec<u8>>, u64);
 
 /// The log's own thread: appends and syncs records, and moves to new
 /// segments and deletes old ones around checkpoints.
@@ -273,9 +390,9 @@ pub(in crate::store::embedded) struct Syncer {
 impl Syncer {
     /// Starts the thread that owns `wal`; it adds the time it spends
     /// appending and syncing to `log_nanos`.
-    pub(in crate::store::embedded) fn spawn(
-        wal: Wal,
-        log_nanos: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    pub(in crate::store::embedded) fn spawn<I: LogIo>(
+        wal: Wal<I>,
+        log_nanos: Arc<std::sync::atomic::AtomicU64>,
         checkpoint_bytes: u64,
     ) -> Result<Self> {
         let (jobs, job_rx) = channel::<Job>();
@@ -288,38 +405,42 @@ impl Syncer {
                 let mut wal = Some(wal);
                 let mut sequence = wal.as_ref().map_or(0, |w| w.sequence);
                 for job in job_rx {
-                    let (result, buffer) = match (job, wal.take()) {
-                        (Job::Append(mut record), Some(mut log)) => {
+                    let Some(mut log) = wal.take() else {
+                        let gone = Error::Unavailable("the store's log was removed".into());
+                        if done_tx
+                            .send((Err(LogError::MaybeWritten(gone)), None, sequence))
+                            .is_err()
+                        {
+                            break;
+                        }
+                        continue;
+                    };
+                    let (result, buffer) = match job {
+                        Job::Append(mut record) => {
                             let started = std::time::Instant::now();
-                            let result = log.append(&mut record).map_err(|e| {
-                                io_context(e, format!("writing {}", log.path.display()))
-                            });
+                            let result = log.append(&mut record);
                             log_nanos.fetch_add(
                                 started.elapsed().as_nanos() as u64,
                                 std::sync::atomic::Ordering::Relaxed,
                             );
-                            wal = Some(log);
                             (result, Some(record))
                         }
-                        (Job::StartCheckpoint, Some(mut log)) => {
-                            let result = log.start_checkpoint();
-                            wal = Some(log);
-                            (result, None)
-                        }
-                        (Job::DropBefore(before), Some(mut log)) => {
-                            let result = log.drop_before(before);
-                            wal = Some(log);
-                            (result, None)
-                        }
-                        (Job::Remove, Some(log)) => (log.remove(), None),
-                        (_, None) => (
-                            Err(Error::Unavailable("the store's log was removed".into())),
+                        Job::StartCheckpoint => (log.rotate(0), None),
+                        Job::MakeRoom => (log.make_room(), None),
+                        Job::DropBefore(before) => (
+                            log.drop_before(before).map_err(LogError::MaybeWritten),
                             None,
                         ),
+                        Job::Remove => {
+                            let result = log.remove().map_err(LogError::MaybeWritten);
+                            if done_tx.send((result, None, sequence)).is_err() {
+                                break;
+                            }
+                            continue;
+                        }
                     };
-                    if let Some(log) = &wal {
-                        sequence = log.sequence;
-                    }
+                    sequence = log.sequence;
+                    wal = Some(log);
                     if done_tx.send((result, buffer, sequence)).is_err() {
                         break;
                     }
@@ -342,7 +463,7 @@ impl Syncer {
     }
 
     /// Waits for the last job; returns the record's buffer for reuse.
-    pub(in crate::store::embedded) fn wait(&self) -> (Result<()>, Option<Vec<u8>>) {
+    pub(in crate::store::embedded) fn wait(&self) -> (Result<(), LogError>, Option<Vec<u8>>) {
         let (result, buffer, _) = self.answer();
         (result, buffer)
     }
@@ -350,10 +471,10 @@ impl Syncer {
     fn answer(&self) -> Answer {
         self.done.recv().unwrap_or_else(|_| {
             (
-                Err(Error::Unavailable(format!(
+                Err(LogError::MaybeWritten(Error::Unavailable(format!(
                     "{}: the log thread stopped",
                     self.path.display()
-                ))),
+                )))),
                 None,
                 0,
             )
@@ -373,17 +494,26 @@ impl Syncer {
     /// Before a checkpoint: later records go to a new segment. Returns its
     /// sequence, for [`Syncer::checkpointed`] once the checkpoint is
     /// durable.
-    pub(in crate::store::embedded) fn start_checkpoint(&mut self) -> Result<u64> {
-        self.since_checkpoint = 0;
+    pub(in crate::store::embedded) fn start_checkpoint(&mut self) -> Result<u64, LogError> {
         let _ = self.jobs.send(Job::StartCheckpoint);
         let (result, _, sequence) = self.answer();
-        result.map(|()| sequence)
+        result.map(|()| {
+            self.since_checkpoint = 0;
+            sequence
+        })
     }
 
     /// After a durable checkpoint that [`Syncer::start_checkpoint`] began
     /// at segment `sequence`: deletes the segments before it.
     pub(in crate::store::embedded) fn checkpointed(&mut self, sequence: u64) -> Result<()> {
         let _ = self.jobs.send(Job::DropBefore(sequence));
+        self.wait().0.map_err(LogError::into_error)
+    }
+
+    /// After the disk was full: whether the log has room for its next
+    /// segment again.
+    pub(in crate::store::embedded) fn make_room(&mut self) -> Result<(), LogError> {
+        let _ = self.jobs.send(Job::MakeRoom);
         self.wait().0
     }
 
@@ -391,6 +521,6 @@ impl Syncer {
     pub(in crate::store::embedded) fn remove(&mut self) -> Result<()> {
         self.since_checkpoint = 0;
         let _ = self.jobs.send(Job::Remove);
-        self.wait().0
+        self.wait().0.map_err(LogError::into_error)
     }
 }

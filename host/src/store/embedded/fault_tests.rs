@@ -1,0 +1,490 @@
+//! Faults injected through the log's I/O seam (`wal/io.rs`) at exact
+//! points: a failed fsync, a write torn part-way, a full disk. What must
+//! hold: nothing unacknowledged is ever reported as written, a torn end is
+//! recovered from, and a full disk refuses writes with
+//! [`Error::InsufficientStorage`] (507 over HTTP) while reads go on,
+//! readiness says so, and writes come back once there is room, without a
+//! restart.
+
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use super::EmbeddedBackend;
+use super::wal::{Disk, LogFile, LogIo};
+use crate::store::{Backend, Condition, Error, Range};
+
+/// What the faulty file system does next.
+#[derive(Debug, Default)]
+struct Plan {
+    /// No room: allocating fails (writes into room allocated before still
+    /// work).
+    full: AtomicBool,
+    /// No room, on a file system that cannot allocate ahead: writes stop
+    /// half-way.
+    full_writes: AtomicBool,
+    /// The next data sync fails.
+    fail_sync: AtomicBool,
+    /// The next write stops half-way with an I/O error.
+    tear_write: AtomicBool,
+    /// Data syncs done.
+    syncs: AtomicUsize,
+}
+
+/// The real file system, failing as [`Plan`] says.
+#[derive(Debug, Clone, Default)]
+struct Faulty(Arc<Plan>);
+
+struct FaultyFile {
+    file: std::fs::File,
+    plan: Arc<Plan>,
+}
+
+fn no_space() -> io::Error {
+    io::Error::from(io::ErrorKind::StorageFull)
+}
+
+impl LogIo for Faulty {
+    type File = FaultyFile;
+
+    fn create(&self, path: &Path) -> io::Result<FaultyFile> {
+        Ok(FaultyFile {
+            file: Disk.create(path)?,
+            plan: self.0.clone(),
+        })
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        Disk.rename(from, to)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        Disk.sync_dir(dir)
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        Disk.remove(path)
+    }
+}
+
+impl LogFile for FaultyFile {
+    fn write_at(&mut self, bytes: &[u8], offset: u64) -> io::Result<()> {
+        let full = self.plan.full_writes.load(Ordering::Acquire);
+        if full || self.plan.tear_write.swap(false, Ordering::AcqRel) {
+            self.file.write_at(&bytes[..bytes.len() / 2], offset)?;
+            return Err(if full {
+                no_space()
+            } else {
+                io::Error::other("injected: the write stopped half-way")
+            });
+        }
+        self.file.write_at(bytes, offset)
+    }
+
+    fn allocate(&mut self, len: u64) -> io::Result<()> {
+        if self.plan.full.load(Ordering::Acquire) {
+            return Err(no_space());
+        }
+        self.file.allocate(len)
+    }
+
+    fn sync_data(&mut self) -> io::Result<()> {
+        self.plan.syncs.fetch_add(1, Ordering::Relaxed);
+        if self.plan.fail_sync.swap(false, Ordering::AcqRel) {
+            return Err(io::Error::other("injected: fsync failed"));
+        }
+        LogFile::sync_data(&mut self.file)
+    }
+
+    fn sync_all(&mut self) -> io::Result<()> {
+        LogFile::sync_all(&mut self.file)
+    }
+}
+
+fn open(dir: &Path, plan: &Faulty) -> EmbeddedBackend {
+    EmbeddedBackend::open_with(dir, super::wal::CHECKPOINT_BYTES, plan.clone()).unwrap()
+}
+
+async fn keys(store: &EmbeddedBackend) -> Vec<String> {
+    store
+        .range(Range {
+            prefix: "/".into(),
+            ..Range::default()
+        })
+        .await
+        .unwrap()
+        .kvs
+        .into_iter()
+        .map(|kv| kv.key)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_fsync_stops_acknowledgements_and_the_write_is_never_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = Faulty::default();
+    let store = open(dir.path(), &plan);
+    for i in 0..5 {
+        store
+            .put(&format!("/ok/{i}"), b"v".to_vec(), Condition::Any)
+            .await
+            .unwrap();
+    }
+    let mut watch = store.watch(5).await.unwrap();
+    plan.0.fail_sync.store(true, Ordering::Release);
+    let err = store
+        .put("/lost", b"v".to_vec(), Condition::Any)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Io(_)), "{err:?}");
+    // Not visible, not watched, not counted.
+    assert_eq!(store.get("/lost").await.unwrap(), None);
+    assert_eq!(store.current_revision().await.unwrap(), 5);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), watch.recv())
+            .await
+            .is_err(),
+        "a watcher saw an unacknowledged write"
+    );
+    // Acknowledgements stop, for good: the file system may have dropped
+    // what the log held.
+    let syncs = plan.0.syncs.load(Ordering::Relaxed);
+    let err = store
+        .put("/after", b"v".to_vec(), Condition::Any)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
+    assert_eq!(
+        plan.0.syncs.load(Ordering::Relaxed),
+        syncs,
+        "nothing more synced"
+    );
+    assert!(store.writable().is_err());
+    assert_eq!(keys(&store).await.len(), 5, "reads go on");
+    store.close().await.unwrap();
+
+    // The log stays for the next open: every acknowledged write is there.
+    // (The one whose fsync failed may be too: its outcome was unknown, like
+    // a write whose answer was lost.)
+    let store = EmbeddedBackend::open(dir.path()).unwrap();
+    let found = keys(&store).await;
+    for i in 0..5 {
+        assert!(found.contains(&format!("/ok/{i}")), "{found:?}");
+    }
+    assert!(!found.contains(&"/after".to_owned()), "{found:?}");
+    store.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_torn_by_a_failed_write_is_dropped_at_the_next_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = Faulty::default();
+    let store = open(dir.path(), &plan);
+    for i in 0..5 {
+        store
+            .put(&format!("/ok/{i}"), vec![b'v'; 4096], Condition::Any)
+            .await
+            .unwrap();
+    }
+    plan.0.tear_write.store(true, Ordering::Release);
+    store
+        .put("/torn", vec![b't'; 4096], Condition::Any)
+        .await
+        .unwrap_err();
+    assert_eq!(store.get("/torn").await.unwrap(), None);
+    store.close().await.unwrap();
+    // Half a record ends the newest segment, as a crash would leave it.
+    let store = EmbeddedBackend::open(dir.path()).unwrap();
+    let found = keys(&store).await;
+    assert_eq!(found.len(), 5, "{found:?}");
+    assert!(!found.contains(&"/torn".to_owned()));
+    assert_eq!(store.current_revision().await.unwrap(), 5);
+    let kv = store
+        .put("/next", b"v".to_vec(), Condition::Any)
+        .await
+        .unwrap();
+    assert_eq!(
+        kv.mod_revision, 6,
+        "revisions go on from the last whole record"
+    );
+    store.close().await.unwrap();
+}
+
+/// Writes 64 KiB values until one is refused for lack of room; returns the
+/// keys written and the refusal.
+async fn write_until_full(store: &EmbeddedBackend, prefix: &str) -> (Vec<String>, Error) {
+    let mut written = Vec::new();
+    for i in 0..100 {
+        let key = format!("{prefix}/{i:03}");
+        match store.put(&key, vec![b'x'; 64 << 10], Condition::Any).await {
+            Ok(_) => written.push(key),
+            Err(err) => return (written, err),
+        }
+    }
+    panic!("100 writes of 64 KiB fit: the log never needed a new segment");
+}
+
+/// Waits until the store takes writes again.
+async fn writable_again(store: &EmbeddedBackend) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Err(err) = store.writable() {
+        assert!(Instant::now() < deadline, "still not writable: {err}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_writes_keeps_reads_and_recovers_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = Faulty::default();
+    let store = open(dir.path(), &plan);
+    store
+        .put("/before", b"v".to_vec(), Condition::Any)
+        .await
+        .unwrap();
+    plan.0.full.store(true, Ordering::Release);
+    // The current segment takes what fits; the next one cannot be made.
+    let (written, err) = write_until_full(&store, "/full").await;
+    let Error::InsufficientStorage(msg) = &err else {
+        panic!("expected InsufficientStorage, got {err:?}");
+    };
+    assert!(
+        msg.contains("wal-") && msg.contains("writes are refused"),
+        "{msg}"
+    );
+    let revision = store.current_revision().await.unwrap();
+    assert_eq!(
+        revision,
+        1 + written.len() as i64,
+        "a refused write takes no revision"
+    );
+    // Refused again, reads go on, and the store says it cannot write.
+    assert!(matches!(
+        store.put("/again", b"v".to_vec(), Condition::Any).await,
+        Err(Error::InsufficientStorage(_))
+    ));
+    assert!(matches!(
+        store.writable(),
+        Err(Error::InsufficientStorage(_))
+    ));
+    assert_eq!(keys(&store).await.len(), 1 + written.len());
+    assert!(store.get("/before").await.unwrap().is_some());
+    let mut watch = store.watch(0).await.unwrap();
+    assert_eq!(watch.recv().await.unwrap().unwrap().kv.key, "/before");
+
+    // Room again: writes resume, without a restart.
+    plan.0.full.store(false, Ordering::Release);
+    writable_again(&store).await;
+    let kv = store
+        .put("/after", b"v".to_vec(), Condition::Any)
+        .await
+        .unwrap();
+    assert_eq!(kv.mod_revision, revision + 1);
+    let (more, _) = tokio::time::timeout(Duration::from_secs(30), async {
+        let mut more = Vec::new();
+        for i in 0..40 {
+            let key = format!("/more/{i:03}");
+            store
+                .put(&key, vec![b'y'; 64 << 10], Condition::Any)
+                .await
+                .unwrap();
+            more.push(key);
+        }
+        (more, ())
+    })
+    .await
+    .unwrap();
+    store.close().await.unwrap();
+    let store = EmbeddedBackend::open(dir.path()).unwrap();
+    let found = keys(&store).await;
+    for key in written.iter().chain(&more) {
+        assert!(found.contains(key), "{key} lost");
+    }
+    assert!(!found.contains(&"/again".to_owned()));
+    store.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_found_the_disk_full_half_way_is_overwritten_by_the_next() {
+    // A file system that cannot reserve room fails the write itself.
+    let dir = tempfile::tempdir().unwrap();
+    let plan = Faulty::default();
+    let store = open(dir.path(), &plan);
+    store
+        .put("/a", vec![b'a'; 8192], Condition::Any)
+        .await
+        .unwrap();
+    plan.0.full.store(true, Ordering::Release);
+    plan.0.full_writes.store(true, Ordering::Release);
+    let err = store
+        .put("/refused", vec![b'r'; 8192], Condition::Any)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InsufficientStorage(_)), "{err:?}");
+    plan.0.full.store(false, Ordering::Release);
+    plan.0.full_writes.store(false, Ordering::Release);
+    writable_again(&store).await;
+    store
+        .put("/b", b"short".to_vec(), Condition::Any)
+        .await
+        .unwrap();
+    assert_eq!(keys(&store).await, ["/a", "/b"]);
+    // A crash now: the log ends in the refused record's second half.
+    let image = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() && entry.file_name() != "LOCK" {
+            std::fs::copy(entry.path(), image.path().join(entry.file_name())).unwrap();
+        }
+    }
+    store.close().await.unwrap();
+    let reopened = EmbeddedBackend::open(image.path()).unwrap();
+    assert_eq!(keys(&reopened).await, ["/a", "/b"]);
+    assert_eq!(reopened.current_revision().await.unwrap(), 2);
+    reopened.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_wait_while_the_disk_is_full_and_a_close_keeps_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = Faulty::default();
+    // A checkpoint every 64 KiB: due at once.
+    let store = EmbeddedBackend::open_with(dir.path(), 64 << 10, plan.clone()).unwrap();
+    store
+        .put("/a", vec![b'a'; 8192], Condition::Any)
+        .await
+        .unwrap();
+    plan.0.full.store(true, Ordering::Release);
+    let (written, _) = write_until_full(&store, "/x").await;
+    let checkpoints = store.stats().checkpoints;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        store.stats().checkpoints,
+        checkpoints,
+        "no checkpoint while the disk is full"
+    );
+    // Closing without room: no final checkpoint, the log stays.
+    store.close().await.unwrap();
+    assert!(
+        std::fs::read_dir(dir.path()).unwrap().any(|e| e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .ends_with(".log")),
+        "the log is kept"
+    );
+    let store = EmbeddedBackend::open(dir.path()).unwrap();
+    let found = keys(&store).await;
+    assert_eq!(found.len(), 1 + written.len());
+    store.close().await.unwrap();
+}
+
+/// One HTTP request to `url`; the status and body.
+async fn call(method: &str, url: &str, body: Option<serde_json::Value>) -> (u16, String) {
+    use http_body_util::BodyExt;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Full<axum::body::Bytes>>();
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let request = axum::http::Request::builder()
+        .method(method)
+        .uri(url)
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(axum::body::Bytes::from(body)))
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_a_full_disk_is_507_reads_stay_200_and_readyz_says_not_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = Faulty::default();
+    let store = open(dir.path(), &plan);
+    let host = Arc::new(
+        crate::Host::builder()
+            .backend(Arc::new(store.clone()))
+            .build()
+            .await
+            .unwrap(),
+    );
+    let listener = crate::server::bind_loopback("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(crate::server::serve(
+        listener,
+        host.clone(),
+        std::future::pending(),
+    ));
+    let crd = serde_json::json!({"apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition", "metadata": {"name": "notes.test.setpoint.dev"},
+        "spec": {"group": "test.setpoint.dev", "scope": "Namespaced",
+          "names": {"kind": "Note", "plural": "notes", "singular": "note"},
+          "versions": [{"name": "v1", "served": true, "storage": true,
+            "schema": {"openAPIV3Schema": {"type": "object",
+              "x-kubernetes-preserve-unknown-fields": true}}}]}});
+    let crds = format!("{url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions");
+    assert_eq!(call("POST", &crds, Some(crd)).await.0, 201);
+    let notes = format!("{url}/apis/test.setpoint.dev/v1/namespaces/default/notes");
+    let note = |name: &str| {
+        serde_json::json!({"apiVersion": "test.setpoint.dev/v1", "kind": "Note",
+            "metadata": {"name": name}, "spec": {"text": "x".repeat(64 << 10)}})
+    };
+    // The kind is served once the definition is followed.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while call("POST", &notes, Some(note("first"))).await.0 != 201 {
+        assert!(Instant::now() < deadline, "the kind was never served");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        call("GET", &format!("{url}/readyz"), None).await,
+        (200, "ok".into())
+    );
+
+    plan.0.full.store(true, Ordering::Release);
+    let mut created = vec!["first".to_owned()];
+    let refused = loop {
+        assert!(created.len() < 100, "never out of room");
+        let name = format!("n{}", created.len());
+        let (status, body) = call("POST", &notes, Some(note(&name))).await;
+        match status {
+            201 => created.push(name),
+            _ => break (status, body),
+        }
+    };
+    assert_eq!(refused.0, 507, "{}", refused.1);
+    let status: serde_json::Value = serde_json::from_str(&refused.1).unwrap();
+    assert_eq!(status["reason"], "InsufficientStorage", "{status}");
+    assert_eq!(status["code"], 507);
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("writes are refused"),
+        "{status}"
+    );
+    // Reads are served; readiness says why writes are not.
+    let (code, body) = call("GET", &notes, None).await;
+    assert_eq!(code, 200, "{body}");
+    let list: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(list["items"].as_array().unwrap().len(), created.len());
+    assert_eq!(call("GET", &format!("{notes}/first"), None).await.0, 200);
+    let (code, body) = call("GET", &format!("{url}/readyz"), None).await;
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("out of disk space"), "{body}");
+
+    // Room again: ready, and writes are taken, with no restart.
+    plan.0.full.store(false, Ordering::Release);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while call("GET", &format!("{url}/readyz"), None).await.0 != 200 {
+        assert!(Instant::now() < deadline, "never ready again");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(call("POST", &notes, Some(note("later"))).await.0, 201);
+    host.shutdown().await;
+    store.close().await.unwrap();
+}
