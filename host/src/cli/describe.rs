@@ -204,6 +204,7 @@ pub fn render(resource: &Resource, object: &Value, history: &[Value], events: &[
                     .map(|s| format!("retry in {s:.3}s"))
                     .unwrap_or_default();
                 let detail = match r["error"].as_str() {
+                    _ if r["outcome"] == "InProgress" => "still running".to_owned(),
                     Some(error) if next.is_empty() => error.to_owned(),
                     Some(error) => format!("{error} ({next})"),
                     None => next,
@@ -318,5 +319,18 @@ mod tests {
         assert!(text.contains("Conditions:\n  <none>"));
         assert!(text.contains("Reconciles (most recent last):\n  <none recorded by this host>"));
         assert!(text.contains("Events:\n  <none>"));
+    }
+
+    #[test]
+    fn a_reconcile_in_progress_is_shown_as_such() {
+        let object = json!({"metadata": {"name": "x", "namespace": "default"}});
+        let history = [json!({"started": 1_767_225_600.0, "durationSeconds": 12.5,
+            "outcome": "InProgress"})];
+        let text = render(&stack_resource(), &object, &history, &[]);
+        let row = text.lines().find(|l| l.contains("InProgress")).unwrap();
+        assert!(
+            row.contains("12500.0ms") && row.contains("still running"),
+            "{row}"
+        );
     }
 }
