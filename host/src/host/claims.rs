@@ -15,10 +15,11 @@
 //!   otherwise be silently ignored, or, loaded first, change the meaning of
 //!   another plugin's kind.
 //! - **Precedence within one look at the directory.** Files loaded together
-//!   (at start-up) claim in this order: plugins that bring the definition of
-//!   the kind they reconcile first, then the others, each group by file
-//!   name. So a plugin that squats on another's kind or definition cannot win
-//!   by sorting first.
+//!   (at start-up) claim by file name, except that a plugin *yields* to
+//!   another of them, claiming after it, when the other reconciles a kind
+//!   whose definition the first brings differently, or when both reconcile
+//!   one kind and only the other brings its definition. So a plugin that
+//!   squats on another's kind or definition cannot win by sorting first.
 //! - **At most [`MAX_DEFINITIONS`] definitions per plugin.**
 //! - **When a plugin goes** (its file is removed, or it is refused on
 //!   reload with another name), each definition it owned passes to another
@@ -81,13 +82,38 @@ fn definitions_of(manifest: &Manifest) -> BTreeMap<String, Value> {
         .collect()
 }
 
-/// Whether `manifest` brings the definition of the kind it reconciles (such
-/// plugins claim first; see the module documentation).
-pub(super) fn defines_its_own_kind(manifest: &Manifest) -> bool {
-    let (group, kind) = kind_of(manifest);
-    manifest.definitions.iter().any(|d| {
+/// The definition `manifest` brings for `group`/`kind`, if any.
+fn definition_for<'a>(
+    manifest: &'a Manifest,
+    (group, kind): &(String, String),
+) -> Option<&'a Value> {
+    manifest.definitions.iter().find(|d| {
         d["spec"]["group"] == group.as_str() && d["spec"]["names"]["kind"] == kind.as_str()
     })
+}
+
+/// Whether `manifest` must let `other`, loaded at the same time, claim
+/// first (see the module documentation): `other` reconciles a kind whose
+/// definition `manifest` brings differently without reconciling it, or
+/// both reconcile one kind and only `other` brings its definition.
+fn yields_to(manifest: &Manifest, other: &Manifest) -> bool {
+    let theirs = kind_of(other);
+    let Some(their_definition) = definition_for(other, &theirs) else {
+        return false;
+    };
+    let mine = definition_for(manifest, &theirs);
+    if kind_of(manifest) == theirs {
+        return mine.is_none();
+    }
+    mine.is_some_and(|d| d["spec"] != their_definition["spec"])
+}
+
+/// Whether `manifest` yields to any of `others` (loaded together with it):
+/// such plugins claim after the rest.
+pub(super) fn yields(manifest: &Manifest, others: &[&Manifest]) -> bool {
+    others
+        .iter()
+        .any(|other| other.name != manifest.name && yields_to(manifest, other))
 }
 
 impl Claims {
@@ -112,7 +138,10 @@ impl Claims {
         {
             return Err(Error::KindTaken {
                 plugin: name.to_owned(),
-                kind: manifest.reconciles.to_string(),
+                kind: format!(
+                    "{} {}",
+                    manifest.reconciles.api_version, manifest.reconciles.kind
+                ),
                 owner: owner.clone(),
             });
         }
@@ -188,14 +217,6 @@ impl Claims {
             }
         }
         orphaned
-    }
-
-    /// The plugin that reconciles `group`/`kind`, if any.
-    pub fn reconciler_of(&self, group: &str, kind: &str) -> Option<&str> {
-        self.plugins
-            .iter()
-            .find(|(_, held)| held.kind.0 == group && held.kind.1 == kind)
-            .map(|(name, _)| name.as_str())
     }
 }
 
@@ -320,7 +341,8 @@ mod tests {
             Vec::<String>::new(),
             "rs carries it"
         );
-        assert_eq!(claims.reconciler_of("demo.setpoint.dev", "Pod"), None);
+        let podsim2 = manifest("podsim2", ("demo.setpoint.dev/v1", "Pod"), vec![]);
+        claims.check(&podsim2, None).unwrap();
         let narrower = crd("pods", "demo.setpoint.dev", "Pod", json!({"max": 1}));
         let squat = manifest("squat", ("test.setpoint.dev/v1", "Squat"), vec![narrower]);
         assert!(claims.check(&squat, None).is_err(), "rs owns it now");
@@ -334,16 +356,42 @@ mod tests {
     }
 
     #[test]
-    fn plugins_that_define_their_own_kind_are_told_apart() {
-        assert!(defines_its_own_kind(&manifest(
-            "podsim",
-            ("demo.setpoint.dev/v1", "Pod"),
-            vec![pods()]
-        )));
-        assert!(!defines_its_own_kind(&manifest(
+    fn squatters_and_hijackers_yield_to_the_plugin_whose_kind_it_is() {
+        let rs_crd = crd(
+            "replicasets",
+            "demo.setpoint.dev",
+            "ReplicaSet",
+            json!(null),
+        );
+        let narrow_rs = crd(
+            "replicasets",
+            "demo.setpoint.dev",
+            "ReplicaSet",
+            json!({"max": 1}),
+        );
+        let squats = crd("squats", "test.setpoint.dev", "Squat", json!(null));
+        let podsim = manifest("podsim", ("demo.setpoint.dev/v1", "Pod"), vec![pods()]);
+        let rs = manifest(
+            "rs",
+            ("demo.setpoint.dev/v1", "ReplicaSet"),
+            vec![rs_crd, pods()],
+        );
+        let squat = manifest(
             "squat",
             ("test.setpoint.dev/v1", "Squat"),
-            vec![pods()]
-        )));
+            vec![squats, narrow_rs],
+        );
+        let hijack = manifest("hijack", ("demo.setpoint.dev/v1", "Pod"), vec![]);
+        let all = [&podsim, &rs, &squat, &hijack];
+        assert!(yields(&squat, &all), "a different definition of rs's kind");
+        assert!(
+            yields(&hijack, &all),
+            "podsim's kind, and podsim brings its definition"
+        );
+        assert!(
+            !yields(&rs, &all),
+            "carrying podsim's very definition is fine"
+        );
+        assert!(!yields(&podsim, &all));
     }
 }

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::controller::Reconciler;
+use crate::controller::{self, Reconciler};
 use crate::plugins::{self, Counted, Counts, LoadedFile, PluginState, PluginStatus};
 
 use super::{Error, Shared, claims};
@@ -124,16 +124,31 @@ impl Shared {
             };
             looked.push((path, stamp, outcome));
         }
-        // Removed files give up their claims first; then plugins that bring
-        // the definition of their own kind claim before the others
+        // Removed files give up their claims first; then plugins claim by
+        // file name, except those that yield to another loaded with them
         // (`claims`), so squatting on another plugin's kind or definition
         // never wins by the file's name.
-        looked.sort_by_key(|(_, _, outcome)| match outcome {
-            Looked::Gone => 0,
-            Looked::Loaded(l) if claims::defines_its_own_kind(l.plugin.manifest()) => 1,
-            Looked::Loaded(_) => 2,
-            Looked::Failed(_) => 3,
-        });
+        let order: Vec<u8> = {
+            let manifests: Vec<&controller::Manifest> = looked
+                .iter()
+                .filter_map(|(_, _, outcome)| match outcome {
+                    Looked::Loaded(l) => Some(l.plugin.manifest()),
+                    _ => None,
+                })
+                .collect();
+            looked
+                .iter()
+                .map(|(_, _, outcome)| match outcome {
+                    Looked::Gone => 0,
+                    Looked::Loaded(l) if claims::yields(l.plugin.manifest(), &manifests) => 2,
+                    Looked::Loaded(_) => 1,
+                    Looked::Failed(_) => 3,
+                })
+                .collect()
+        };
+        let mut ordered: Vec<(u8, _)> = order.into_iter().zip(looked).collect();
+        ordered.sort_by_key(|(rank, _)| *rank);
+        let looked = ordered.into_iter().map(|(_, l)| l);
         let mut claimed = Vec::with_capacity(looked.len());
         let mut names = std::collections::HashSet::new();
         for (path, stamp, mut outcome) in looked {
