@@ -176,7 +176,10 @@ struct Shared {
 /// the object that wants each: a change to such a name (its holder deleted,
 /// say) queues that key, so a clash heals by itself.
 #[derive(Default)]
-struct ClashWatch(std::sync::Mutex<HashMap<(String, Option<String>, String), ObjectKey>>);
+struct ClashWatch(std::sync::Mutex<HashMap<ClashedName, ObjectKey>>);
+
+/// A child's `group/plural`, namespace and name.
+type ClashedName = (String, Option<String>, String);
 
 impl ClashWatch {
     /// `key`'s clashes are now `clashes` (none: it waits for nothing).
