@@ -25,7 +25,8 @@
 //!   reload with another name), each definition it owned passes to another
 //!   running plugin that carries the same one; if none does, it is
 //!   *orphaned*: the host deletes it when no object of its kind is stored,
-//!   and keeps it (objects are data) otherwise.
+//!   and keeps it (objects are data) otherwise, or when it is one host of a
+//!   cluster (the others may still run the plugin).
 //!
 //! This module keeps the bookkeeping only; the host decides when to check,
 //! claim and release (`reload.rs`, `Host::add_reconciler`).

@@ -409,8 +409,15 @@ impl Shared {
     /// The rule for a definition whose owner went and that no running
     /// plugin carries: deleted when no object of its kind is stored (a
     /// plugin's kinds go with it), kept otherwise (objects are data; the
-    /// user decides).
+    /// user decides). A host in a cluster keeps it: other hosts may still
+    /// run the plugin.
     async fn remove_orphans(&self, definitions: Vec<String>) {
+        if self.cluster.is_some() {
+            for name in definitions {
+                tracing::info!(definition = %name, "definition kept: other hosts of the cluster may still run a plugin that brings it");
+            }
+            return;
+        }
         let crd_kind = self
             .api
             .kinds()
