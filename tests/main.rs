@@ -16,6 +16,10 @@ mod api_writes;
 mod cli;
 /// Three hosts sharing work on one etcd: kill -9, partition, no overlap.
 mod cluster;
+/// No plugin can hurt the host or its neighbours: kinds and definitions
+/// with one owner, plugin files checked before they are parsed, hot loops,
+/// blocking calls, clashes.
+mod containment;
 /// Controller runtime fidelity: rollouts, stacks, finalizers, GC, coalescing,
 /// per-key exclusion and the hot-loop breaker.
 mod controller;

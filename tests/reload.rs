@@ -146,7 +146,7 @@ async fn a_broken_replacement_is_reported_and_the_old_version_keeps_serving() {
             .last_error
             .as_deref()
             .unwrap()
-            .contains("cannot compile plugin"),
+            .contains("not a plugin file: unknown WebAssembly version"),
         "{status:?}"
     );
 

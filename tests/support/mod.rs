@@ -28,6 +28,8 @@ const PLUGINS: &[&str] = &[
     "stack",
     "flaky",
     "zoo",
+    "hijack",
+    "squat",
     "rawjson",
     "oldworld",
     "noworld",

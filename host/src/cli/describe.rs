@@ -19,7 +19,7 @@ pub async fn describe(
     let resource = client.resolve(kind).await?;
     let namespace = resource.namespaced.then_some(namespace);
     let object = client.get(&resource, namespace, name).await?;
-    let history = fetch_history(client, &resource, namespace, name).await;
+    let (history, unreconciled) = fetch_history(client, &resource, namespace, name).await;
     let events = client.resolve("events").await?;
     let events = client.list(&events, namespace, None).await?;
     let uid = object["metadata"]["uid"].as_str().unwrap_or_default();
@@ -41,7 +41,20 @@ pub async fn describe(
             .as_str()
             .cmp(&b["lastTimestamp"].as_str())
     });
-    Ok(render(&resource, &object, &history, &about))
+    let mut text = render(&resource, &object, &history, &about);
+    if unreconciled {
+        text.push_str(NO_RECONCILER);
+    }
+    Ok(text)
+}
+
+/// Said below a description when no running plugin reconciles the kind.
+const NO_RECONCILER: &str = "Reconciler:       none; no running plugin reconciles this kind (was its plugin removed?), so nothing acts on this object\n";
+
+/// Whether a `/setpoint/v1/history` answer says that no running plugin
+/// reconciles the kind (an older host does not say: then it does).
+fn reconciler_missing(body: &Value) -> bool {
+    body["reconciler"] == Value::Bool(false)
 }
 
 async fn fetch_history(
@@ -49,7 +62,7 @@ async fn fetch_history(
     resource: &Resource,
     namespace: Option<&str>,
     name: &str,
-) -> Vec<Value> {
+) -> (Vec<Value>, bool) {
     let api_version = resource.api_version();
     let mut pairs = vec![
         ("apiVersion", api_version.as_str()),
@@ -63,10 +76,13 @@ async fn fetch_history(
         .get_json(&format!("/setpoint/v1/history{}", query(&pairs)))
         .await
     {
-        Ok(Some(body)) => body["records"].as_array().cloned().unwrap_or_default(),
+        Ok(Some(body)) => (
+            body["records"].as_array().cloned().unwrap_or_default(),
+            reconciler_missing(&body),
+        ),
         // An older host without the endpoint, or a token that may not read
         // it: describe without history.
-        _ => Vec::new(),
+        _ => (Vec::new(), false),
     }
 }
 
@@ -204,6 +220,7 @@ pub fn render(resource: &Resource, object: &Value, history: &[Value], events: &[
                     .map(|s| format!("retry in {s:.3}s"))
                     .unwrap_or_default();
                 let detail = match r["error"].as_str() {
+                    _ if r["outcome"] == "InProgress" => "still running".to_owned(),
                     Some(error) if next.is_empty() => error.to_owned(),
                     Some(error) => format!("{error} ({next})"),
                     None => next,
@@ -318,5 +335,32 @@ mod tests {
         assert!(text.contains("Conditions:\n  <none>"));
         assert!(text.contains("Reconciles (most recent last):\n  <none recorded by this host>"));
         assert!(text.contains("Events:\n  <none>"));
+    }
+
+    #[test]
+    fn a_reconcile_in_progress_is_shown_as_such() {
+        let object = json!({"metadata": {"name": "x", "namespace": "default"}});
+        let history = [json!({"started": 1_767_225_600.0, "durationSeconds": 12.5,
+            "outcome": "InProgress"})];
+        let text = render(&stack_resource(), &object, &history, &[]);
+        let row = text.lines().find(|l| l.contains("InProgress")).unwrap();
+        assert!(
+            row.contains("12500.0ms") && row.contains("still running"),
+            "{row}"
+        );
+    }
+
+    #[test]
+    fn a_kind_without_a_reconciler_is_noticed_only_when_the_host_says_so() {
+        assert!(reconciler_missing(
+            &json!({"records": [], "reconciler": false})
+        ));
+        assert!(!reconciler_missing(
+            &json!({"records": [], "reconciler": true})
+        ));
+        assert!(
+            !reconciler_missing(&json!({"records": []})),
+            "an older host"
+        );
     }
 }

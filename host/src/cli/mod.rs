@@ -338,8 +338,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 root.display()
             );
             println!("  test:   cargo test");
+            // The same file name as the guide (docs/plugins.md), so that
+            // following both never loads two copies.
             println!(
-                "  deploy: cp target/wasm32-unknown-unknown/release/{}.wasm <plugins dir>/",
+                "  deploy: cp target/wasm32-unknown-unknown/release/{}.wasm <plugins dir>/{name}.wasm",
                 name.replace('-', "_")
             );
             Ok(ExitCode::SUCCESS)

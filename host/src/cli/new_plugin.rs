@@ -91,7 +91,9 @@ pub fn generate(name: &str, dir: &Path, sdk: &SdkSource) -> anyhow::Result<PathB
         (".cargo/config.toml", CARGO_CONFIG.to_owned()),
         ("src/lib.rs", lib_rs(name, &kind)),
         ("example.yaml", example_yaml(&kind)),
-        (".gitignore", "/target\n".to_owned()),
+        // The guide's commands, run in the crate, put the plugins directory
+        // and the host's data there.
+        (".gitignore", "/target\n/plugins/\n/.setpoint/\n".to_owned()),
     ];
     for (path, text) in files {
         let path = root.join(path);
@@ -295,6 +297,14 @@ mod tests {
     }
 
     #[test]
+    fn a_new_greeting_is_logged() {
+        let ctx = FakeCtx::new().with_now_unix_ms(1_000);
+        let response = __KIND__Reconciler.reconcile(&object("Hello"), &ctx).unwrap();
+        assert_eq!(response.status.unwrap().published, "Hello");
+        assert!(ctx.logs().iter().any(|(_, line)| line.contains("publishing \"Hello\"")));
+    }
+
+    #[test]
     fn an_empty_greeting_is_a_permanent_error() {
         let err = __KIND__Reconciler
             .reconcile(&object(""), &FakeCtx::new())
@@ -370,5 +380,37 @@ mod tests {
             assert!(validate_name(bad).is_err(), "{bad:?}");
         }
         validate_name("web-app2").unwrap();
+    }
+
+    /// The guide's unit-test snippet (docs/plugins.md, section 3), line by
+    /// line, is the generated crate's own test, so it passes against it.
+    #[test]
+    fn the_guides_unit_test_snippet_is_the_templates_own_test() {
+        let guide = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/plugins.md");
+        let guide = std::fs::read_to_string(guide).unwrap();
+        let section = guide.split("## 3.").nth(1).unwrap();
+        let snippet = section.split("```rust").nth(1).unwrap();
+        let snippet = snippet.split("```").next().unwrap();
+        let mut checked = 0;
+        for line in snippet.lines() {
+            let code = line.split("  //").next().unwrap().trim();
+            if code.is_empty() || code.starts_with("//") || code.starts_with("use ") {
+                continue;
+            }
+            let code = code.replace("HelloWorld", "__KIND__");
+            assert!(TEMPLATE.contains(&code), "not in the template: {code}");
+            checked += 1;
+        }
+        assert!(checked >= 3, "{snippet}");
+    }
+
+    #[test]
+    fn a_new_crate_ignores_what_the_guides_commands_put_in_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = generate("ignored", dir.path(), &SdkSource::Version("0.1.0".into())).unwrap();
+        let ignore = std::fs::read_to_string(root.join(".gitignore")).unwrap();
+        for entry in ["/target", "/plugins/", "/.setpoint/"] {
+            assert!(ignore.lines().any(|l| l == entry), "{entry}: {ignore}");
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! `setpoint plugins`: list a running host's plugins (name, kind, version,
 //! content hash, loaded-at, state with reason, reconcile counts and errors)
-//! from `GET /setpoint/v1/plugins`. Owns the rendering only.
+//! and the kinds no plugin reconciles, from `GET /setpoint/v1/plugins`.
+//! Owns the rendering only.
 
 use std::fmt::Write;
 
@@ -92,6 +93,13 @@ pub fn render(list: &Value) -> String {
     for note in notes {
         let _ = writeln!(out, "{note}");
     }
+    for kind in list["unreconciledKinds"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "{}: no plugin reconciles this kind; its objects are kept, and new ones accepted, but nothing acts on them",
+            text(kind)
+        );
+    }
     out
 }
 
@@ -120,6 +128,16 @@ mod tests {
         );
         assert!(
             out.contains("previous version still running: cannot compile plugin: bad"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn kinds_without_a_reconciler_are_spelled_out() {
+        let list = json!({"plugins": [], "unreconciledKinds": ["test.setpoint.dev/v1 Zoo"]});
+        let out = render(&list);
+        assert!(
+            out.contains("test.setpoint.dev/v1 Zoo: no plugin reconciles this kind"),
             "{out}"
         );
     }

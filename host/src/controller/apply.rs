@@ -3,6 +3,11 @@
 //! deleted), the status merge patch written with the resource version the
 //! reconciler saw, events recorded, the finalizer removed. Anything equal to
 //! what is stored is not written, so a converged object costs no writes.
+//!
+//! Children are applied one by one: a desired child whose name another
+//! owner's object already holds is a [`Clash`], set aside while the other
+//! children, the status and the events are applied; the controller reports
+//! it on the object and tries again when the name frees up.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,6 +31,52 @@ pub(super) struct Applier<'a> {
     /// Store revisions this applier wrote, per kind: the next reconcile of
     /// the same key waits until the informers have seen them.
     pub written: std::sync::Mutex<Writes>,
+    /// Events recorded (writes the breaker counts, with no revision to
+    /// wait for).
+    pub events: std::sync::atomic::AtomicUsize,
+    /// Desired children that could not be created: their names belong to
+    /// someone else.
+    pub clashes: std::sync::Mutex<Vec<Clash>>,
+}
+
+/// A desired child whose name another object holds.
+#[derive(Debug, Clone)]
+pub(super) struct Clash {
+    /// The child's kind.
+    pub kind: Arc<KindInfo>,
+    /// Its namespace, for a namespaced kind.
+    pub namespace: Option<String>,
+    /// Its name.
+    pub name: String,
+    /// Who holds the name: the controller of the existing object, or that
+    /// it has none.
+    pub holder: String,
+}
+
+impl Clash {
+    /// One line for a condition or an event.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} {:?} already exists and is {}",
+            self.kind.kind, self.name, self.holder
+        )
+    }
+}
+
+/// Who controls `object`, in words: "controlled by Zoo \"other\"", or
+/// "not controlled by this {parent_kind}" when no controller is named.
+fn holder_of(object: &Object, parent_kind: &str) -> String {
+    meta::owner_references(object)
+        .iter()
+        .find(|r| r["controller"].as_bool() == Some(true))
+        .map(|r| {
+            format!(
+                "controlled by {} {:?}",
+                r["kind"].as_str().unwrap_or("?"),
+                r["name"].as_str().unwrap_or("?")
+            )
+        })
+        .unwrap_or_else(|| format!("not controlled by this {parent_kind} (it has no controller)"))
 }
 
 impl Applier<'_> {
@@ -52,10 +103,14 @@ impl Applier<'_> {
             self.apply_status(parent, status_patch).await?;
         }
         for event in &response.events {
-            if let Err(err) =
-                super::events::record(self.api, &self.manifest.name, parent, event).await
-            {
-                tracing::warn!(plugin = %self.manifest.name, %err, "could not record event");
+            match super::events::record(self.api, &self.manifest.name, parent, event).await {
+                Ok(()) => {
+                    self.events
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                Err(err) => {
+                    tracing::warn!(plugin = %self.manifest.name, %err, "could not record event");
+                }
             }
         }
         Ok(())
@@ -158,7 +213,14 @@ impl Applier<'_> {
             );
             match existing.remove(&id) {
                 Some(current) => self.update_child_if_changed(&kind, current, &child).await?,
-                None => self.create_child(parent, &kind, child).await?,
+                None => {
+                    if let Some(clash) = self.create_child(parent, &kind, child).await? {
+                        self.clashes
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push(clash);
+                    }
+                }
             }
         }
         for (_, stale) in existing {
@@ -187,33 +249,42 @@ impl Applier<'_> {
         Ok(())
     }
 
+    /// Create `child`, or update it if it exists and is ours; a name held
+    /// by another object is returned as a [`Clash`].
     async fn create_child(
         &self,
         parent: &Object,
         kind: &Arc<KindInfo>,
         child: Object,
-    ) -> Result<(), Error> {
+    ) -> Result<Option<Clash>, Error> {
         match self.api.create(kind, child.clone()).await {
             Ok(created) => {
                 self.wrote(kind, &created);
-                Ok(())
+                Ok(None)
             }
             Err(api::Error::AlreadyExists { .. }) => {
                 // The cache had not seen it yet, or someone else owns it.
-                let live = self
+                let live = match self
                     .api
                     .get(kind, meta::namespace(&child), meta::name(&child))
-                    .await?;
+                    .await
+                {
+                    Ok(live) => live,
+                    // Gone again meanwhile: the next reconcile creates it.
+                    Err(api::Error::NotFound { .. }) => return Ok(None),
+                    Err(err) => return Err(err.into()),
+                };
                 if meta::controller_uid(&live) != Some(meta::uid(parent)) {
-                    return Err(Error::Refused(format!(
-                        "{} {:?} already exists and is not controlled by this {}",
-                        kind.kind,
-                        meta::name(&child),
-                        self.kind.kind
-                    )));
+                    return Ok(Some(Clash {
+                        kind: kind.clone(),
+                        namespace: meta::namespace(&child).map(str::to_owned),
+                        name: meta::name(&child).to_owned(),
+                        holder: holder_of(&live, &self.kind.kind),
+                    }));
                 }
                 self.update_child_if_changed(kind, &Arc::new(live), &child)
                     .await
+                    .map(|()| None)
             }
             Err(err) => Err(err.into()),
         }

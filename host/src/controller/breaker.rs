@@ -5,25 +5,31 @@
 //!
 //! # Rule
 //!
-//! A reconcile that wrote something (a child, the status, a finalizer) at
-//! generation `g`, and saw the same owned children as the previous one,
-//! counts towards the object's streak; one that wrote nothing, a new
-//! generation or a change among the children ends the streak. So progress
+//! A reconcile that wrote something (a child, the status, a finalizer, an
+//! event) at generation `g`, and saw no change among the owned children
+//! that someone else made since the previous one, counts towards the
+//! object's streak; one that wrote nothing, a new generation or a change
+//! among the children made by another writer ends the streak. So progress
 //! driven by children (Pods becoming ready one by one) never trips it; a
-//! reconcile fed only by its own writes to the object does. When a streak holds more than
+//! reconcile fed only by its own writes, to the object or to its children
+//! (a desired child that flips between two states on every call), does.
+//! A child's change is the reconciler's own when the child is at a revision
+//! one of the streak's reconciles wrote. When a streak holds more than
 //! [`HotLoopConfig::max_writes`] writing reconciles within
 //! [`HotLoopConfig::window`], the breaker opens for generation `g`: the
 //! object is not reconciled again until its generation moves on (a spec
 //! change), which closes the breaker. Time is [`tokio::time`]'s, so paused
 //! test time works.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::object::ObjectKey;
+use std::sync::Arc;
+
+use crate::object::{Object, ObjectKey, meta};
 
 /// When the breaker opens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,11 +53,30 @@ impl Default for HotLoopConfig {
 #[derive(Debug, Default)]
 struct Streak {
     generation: i64,
-    /// A fingerprint of the owned children the reconciles saw.
-    children: u64,
+    /// A fingerprint of the owned children the last reconcile saw, leaving
+    /// out those at a revision the streak wrote itself.
+    children: Option<u64>,
+    /// Store revisions the streak's reconciles wrote (bounded by
+    /// [`MAX_OWN_REVISIONS`]).
+    own: HashSet<i64>,
     writes: VecDeque<Instant>,
     /// The breaker is open for `generation`.
     open: bool,
+}
+
+/// The most revisions a streak remembers as its own; past that it forgets
+/// them all and children changes count as progress again (a reconcile that
+/// writes thousands of children per call is not a fast loop).
+const MAX_OWN_REVISIONS: usize = 4096;
+
+/// A child's uid and revision.
+fn uid_and_revision(child: &Object) -> (&str, i64) {
+    (
+        meta::uid(child),
+        meta::resource_version(child)
+            .and_then(|rv| rv.parse().ok())
+            .unwrap_or_default(),
+    )
 }
 
 /// Per-object hot-loop bookkeeping.
@@ -84,13 +109,15 @@ impl Breaker {
     }
 
     /// Records the end of a reconcile of `key` at `generation` that saw
-    /// children with fingerprint `children`; returns `true` when this
-    /// reconcile opened the breaker.
+    /// `children` and wrote the store revisions `written` (`wrote` is also
+    /// true for writes without a revision to wait for, such as events);
+    /// returns `true` when this reconcile opened the breaker.
     pub(super) fn record(
         &self,
         key: &ObjectKey,
         generation: i64,
-        children: u64,
+        children: &[Arc<Object>],
+        written: &[i64],
         wrote: bool,
     ) -> bool {
         let mut streaks = self.streaks.lock().unwrap_or_else(|p| p.into_inner());
@@ -100,13 +127,26 @@ impl Breaker {
         }
         let now = Instant::now();
         let streak = streaks.entry(key.clone()).or_default();
-        if streak.generation != generation || streak.children != children {
+        if streak.generation != generation {
             *streak = Streak {
                 generation,
-                children,
                 ..Streak::default()
             };
         }
+        let foreign = fingerprint(
+            children
+                .iter()
+                .map(|c| uid_and_revision(c))
+                .filter(|(_, rv)| !streak.own.contains(rv)),
+        );
+        if streak.children != Some(foreign) {
+            streak.children = Some(foreign);
+            streak.writes.clear();
+        }
+        if streak.own.len() + written.len() > MAX_OWN_REVISIONS {
+            streak.own.clear();
+        }
+        streak.own.extend(written);
         streak.writes.push_back(now);
         while streak
             .writes
@@ -131,6 +171,15 @@ impl Breaker {
     }
 }
 
+fn fingerprint<'a>(children: impl Iterator<Item = (&'a str, i64)>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut seen: Vec<(&str, i64)> = children.collect();
+    seen.sort_unstable();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    seen.hash(&mut hasher);
+    hasher.finish()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,44 +195,54 @@ mod tests {
         ObjectKey::new(Some("default"), "web")
     }
 
+    fn child(uid: &str, revision: i64) -> Arc<Object> {
+        Arc::new(serde_json::json!({
+            "metadata": {"uid": uid, "resourceVersion": revision.to_string()}
+        }))
+    }
+
     #[tokio::test(start_paused = true)]
     async fn more_writing_reconciles_than_allowed_at_one_generation_open_the_breaker() {
         let b = breaker(3);
         for _ in 0..3 {
-            assert!(!b.record(&key(), 1, 0, true));
+            assert!(!b.record(&key(), 1, &[], &[], true));
         }
         assert!(!b.is_open(&key(), 1));
-        assert!(b.record(&key(), 1, 0, true), "the fourth write trips it");
+        assert!(
+            b.record(&key(), 1, &[], &[], true),
+            "the fourth write trips it"
+        );
         assert!(b.is_open(&key(), 1));
-        assert!(!b.record(&key(), 1, 0, true), "it trips once");
+        assert!(!b.record(&key(), 1, &[], &[], true), "it trips once");
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_spec_change_closes_the_breaker() {
         let b = breaker(1);
-        b.record(&key(), 1, 0, true);
-        assert!(b.record(&key(), 1, 0, true));
+        b.record(&key(), 1, &[], &[], true);
+        assert!(b.record(&key(), 1, &[], &[], true));
         assert!(b.is_open(&key(), 1));
         assert!(!b.is_open(&key(), 2), "a new generation closes it");
-        assert!(!b.record(&key(), 2, 0, true));
+        assert!(!b.record(&key(), 2, &[], &[], true));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_reconcile_that_writes_nothing_ends_the_streak() {
         let b = breaker(2);
-        b.record(&key(), 1, 0, true);
-        b.record(&key(), 1, 0, true);
-        b.record(&key(), 1, 0, false);
-        assert!(!b.record(&key(), 1, 0, true));
-        assert!(!b.record(&key(), 1, 0, true));
+        b.record(&key(), 1, &[], &[], true);
+        b.record(&key(), 1, &[], &[], true);
+        b.record(&key(), 1, &[], &[], false);
+        assert!(!b.record(&key(), 1, &[], &[], true));
+        assert!(!b.record(&key(), 1, &[], &[], true));
         assert!(!b.is_open(&key(), 1));
     }
 
     #[tokio::test(start_paused = true)]
     async fn progress_among_the_children_never_trips_it() {
         let b = breaker(2);
-        for children in 0..50 {
-            assert!(!b.record(&key(), 1, children, true));
+        for revision in 0..50 {
+            let children = [child("pod-0", revision)];
+            assert!(!b.record(&key(), 1, &children, &[1000 + revision], true));
         }
         assert!(!b.is_open(&key(), 1));
     }
@@ -192,8 +251,32 @@ mod tests {
     async fn writes_spread_wider_than_the_window_do_not_trip_it() {
         let b = breaker(2);
         for _ in 0..10 {
-            assert!(!b.record(&key(), 1, 0, true));
+            assert!(!b.record(&key(), 1, &[], &[], true));
             tokio::time::advance(Duration::from_secs(6)).await;
+        }
+        assert!(!b.is_open(&key(), 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn children_changed_only_by_its_own_writes_are_no_progress() {
+        let b = breaker(3);
+        // A desired child that flips on every call: each reconcile sees the
+        // revision the previous one wrote, and writes the next.
+        let tripped: Vec<bool> = (0..6)
+            .map(|i| b.record(&key(), 1, &[child("child", 10 + i)], &[11 + i], true))
+            .collect();
+        assert!(tripped.contains(&true), "{tripped:?}");
+        assert!(b.is_open(&key(), 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn children_changed_by_another_writer_between_own_writes_are_progress() {
+        let b = breaker(3);
+        for i in 0..20 {
+            // Each call sees the child at a revision someone else wrote
+            // (even numbers), and writes the status (odd numbers).
+            let children = [child("pod", 2 * i)];
+            assert!(!b.record(&key(), 1, &children, &[2 * i + 1], true));
         }
         assert!(!b.is_open(&key(), 1));
     }

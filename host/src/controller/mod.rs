@@ -18,9 +18,12 @@
 //!    backoff; a permanent error is recorded as a warning event and a
 //!    `Ready=False` condition and waits for the object to change.
 //! 6. An object whose reconciles keep writing at one generation, with its
-//!    children unchanged, is stopped by the circuit breaker (see
-//!    [`HotLoopConfig`]): a warning event and `Ready=False` with reason
+//!    children unchanged by anyone else, is stopped by the circuit breaker
+//!    (see [`HotLoopConfig`]): a warning event and `Ready=False` with reason
 //!    `HotLoop`, and no reconcile until its spec changes.
+//! 7. A requested requeue waits at least a floor, and one that keeps
+//!    finding nothing to do is slowed down (see [`RequeueConfig`]), with a
+//!    warning event `RequeueThrottled` when that starts.
 //!
 //! Real changes are queued at normal priority; the initial list, late
 //! handler replays and the periodic resync ([`Config::resync`]) at low
@@ -36,10 +39,11 @@ pub mod history;
 mod native;
 pub(crate) mod pool;
 mod reconciler;
+mod requeue;
 mod view;
 mod worker;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -50,6 +54,7 @@ pub use native::Native;
 pub use reconciler::{
     CacheView, EventRecord, Manifest, ReconcileError, Reconciler, Request, Response, Severity,
 };
+pub use requeue::RequeueConfig;
 
 use crate::api::{self, Api};
 use crate::cluster::{Cluster, Ownership};
@@ -89,6 +94,8 @@ pub struct Config {
     pub resync: Option<Duration>,
     /// The hot-loop circuit breaker's limits.
     pub hot_loop: HotLoopConfig,
+    /// The floor and per-key rate of requested requeues.
+    pub requeue: RequeueConfig,
 }
 
 impl Default for Config {
@@ -98,6 +105,7 @@ impl Default for Config {
             queue: queue::Config::default(),
             resync: Some(Duration::from_secs(600)),
             hot_loop: HotLoopConfig::default(),
+            requeue: RequeueConfig::default(),
         }
     }
 }
@@ -139,10 +147,16 @@ struct Shared {
     /// [`wait_for_own_writes`].
     pending_writes: std::sync::Mutex<HashMap<ObjectKey, apply::Writes>>,
     breaker: breaker::Breaker,
+    /// Names of desired children another object holds, to requeue their
+    /// would-be owner when they change.
+    clash_watch: Arc<ClashWatch>,
+    /// Idle requeues per key.
+    requeues: requeue::Requeues,
     /// Keys waiting for a change after a permanent error.
     failures: failures::Failures,
     /// Keys being reconciled right now, to check that none is reconciled twice at once.
-    in_flight: std::sync::Mutex<HashSet<ObjectKey>>,
+    /// Since when, for `Controller::in_progress`.
+    in_flight: std::sync::Mutex<HashMap<ObjectKey, std::time::SystemTime>>,
     /// With several hosts on one etcd: which keys are this host's, and the
     /// fenced API to write them through.
     cluster: Option<Cluster>,
@@ -156,6 +170,50 @@ struct Shared {
     reconciles: AtomicU64,
     concurrent: AtomicU64,
     hot_loops: AtomicU64,
+}
+
+/// The names of desired children that other objects hold, and the key of
+/// the object that wants each: a change to such a name (its holder deleted,
+/// say) queues that key, so a clash heals by itself.
+#[derive(Default)]
+struct ClashWatch(std::sync::Mutex<HashMap<ClashedName, ObjectKey>>);
+
+/// A child's `group/plural`, namespace and name.
+type ClashedName = (String, Option<String>, String);
+
+impl ClashWatch {
+    /// `key`'s clashes are now `clashes` (none: it waits for nothing).
+    fn watch(&self, key: &ObjectKey, clashes: &[apply::Clash]) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if map.is_empty() && clashes.is_empty() {
+            return;
+        }
+        map.retain(|_, k| k != key);
+        for clash in clashes {
+            map.insert(
+                (
+                    format!("{}/{}", clash.kind.group, clash.kind.plural),
+                    clash.namespace.clone(),
+                    clash.name.clone(),
+                ),
+                key.clone(),
+            );
+        }
+    }
+
+    /// The key waiting for `object`'s name, if any.
+    fn waiting_for(&self, kind: &KindInfo, object: &crate::object::Object) -> Option<ObjectKey> {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if map.is_empty() {
+            return None;
+        }
+        map.get(&(
+            format!("{}/{}", kind.group, kind.plural),
+            meta::namespace(object).map(str::to_owned),
+            meta::name(object).to_owned(),
+        ))
+        .cloned()
+    }
 }
 
 /// Queue a key at the priority its change deserves.
@@ -216,6 +274,7 @@ impl Controller {
             .map(resolve)
             .collect::<Result<Vec<_>, _>>()?;
         let queue = WorkQueue::new(config.queue.clone());
+        let clash_watch = Arc::new(ClashWatch::default());
         let informer = informers.for_kind(kind.clone());
         let owned_informers: Vec<Informer> = owned_kinds
             .iter()
@@ -243,8 +302,14 @@ impl Controller {
             let q = queue.clone();
             let (owner_api_version, owner_kind) = (kind.api_version(), kind.kind.clone());
             let mine = ownership_filter(&cluster, &kind);
+            let clashes = clash_watch.clone();
+            let child_kind = child_informer.kind().clone();
             let id = child_informer.add_handler(move |change: &Change| {
                 let child = change.object();
+                // A name a desired child could not take changed hands.
+                if let Some(key) = clashes.waiting_for(&child_kind, child) {
+                    enqueue(&q, change, key);
+                }
                 for owner in meta::owner_references(child) {
                     if owner["controller"].as_bool() == Some(true)
                         && owner["kind"].as_str() == Some(owner_kind.as_str())
@@ -287,6 +352,8 @@ impl Controller {
             pending_writes: Default::default(),
             failures: Default::default(),
             breaker: breaker::Breaker::new(config.hot_loop),
+            clash_watch,
+            requeues: requeue::Requeues::new(config.requeue),
             in_flight: Default::default(),
             cluster,
             pool,
@@ -357,6 +424,16 @@ impl Controller {
     /// Recent reconcile results of one object.
     pub fn history(&self, key: &ObjectKey) -> Vec<ReconcileRecord> {
         self.shared.history.of(key)
+    }
+
+    /// When the reconcile of `key` in progress started, if one is.
+    pub fn in_progress(&self, key: &ObjectKey) -> Option<std::time::SystemTime> {
+        self.shared
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .copied()
     }
 
     /// The controller's workqueue (for metrics and tests).

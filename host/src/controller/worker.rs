@@ -12,7 +12,7 @@ use serde_json::json;
 use super::failures::Seen;
 use super::{
     Error, EventRecord, Manifest, Outcome, ReconcileError, ReconcileRecord, Reconciler, Request,
-    Severity, Shared, apply, events,
+    Severity, Shared, apply, events, requeue,
 };
 use crate::api::{self, Api};
 use crate::cluster::{Ownership, ShardClaim};
@@ -39,8 +39,13 @@ enum Step {
     Applied {
         requeue_after: Option<Duration>,
         generation: i64,
-        /// Fingerprint of the owned children the reconciler saw.
-        children: u64,
+        /// The owned children the reconciler saw.
+        children: Vec<Arc<crate::object::Object>>,
+        /// A fingerprint of the object and children the reconciler saw.
+        seen: u64,
+        /// Store revisions the response's writes made.
+        written: Vec<i64>,
+        /// Whether it wrote anything (events included).
         wrote: bool,
     },
 }
@@ -55,6 +60,14 @@ fn fingerprint(children: &[Arc<crate::object::Object>]) -> u64 {
     ids.sort_unstable();
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     ids.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// A fingerprint of an object's version and its children's.
+fn seen_fingerprint(object: &crate::object::Object, children: u64) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (meta::resource_version(object), children).hash(&mut hasher);
     hasher.finish()
 }
 
@@ -78,11 +91,12 @@ pub(super) async fn worker(shared: Arc<Shared>) {
         let api = claim.as_ref().map_or(&shared.api, |c| c.api());
         let started = SystemTime::now();
         let clock = Instant::now();
-        if !shared
+        if shared
             .in_flight
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(key.clone())
+            .insert(key.clone(), started)
+            .is_some()
         {
             shared.concurrent.fetch_add(1, Ordering::Relaxed);
             tracing::error!(object = %key, "a key was handed to two workers at once");
@@ -104,6 +118,8 @@ pub(super) async fn worker(shared: Arc<Shared>) {
                 shared.queue.forget(&key);
                 shared.breaker.forget(&key);
                 shared.failures.forget(&key);
+                shared.requeues.forget(&key);
+                shared.clash_watch.watch(&key, &[]);
                 (None, None)
             }
             Ok(Step::Stopped | Step::StillFailed) => {
@@ -121,11 +137,17 @@ pub(super) async fn worker(shared: Arc<Shared>) {
                 requeue_after,
                 generation,
                 children,
+                seen,
+                written,
                 wrote,
             }) => {
                 shared.queue.forget(&key);
-                if shared.breaker.record(&key, generation, children, wrote) {
+                if shared
+                    .breaker
+                    .record(&key, generation, &children, &written, wrote)
+                {
                     shared.hot_loops.fetch_add(1, Ordering::Relaxed);
+                    shared.requeues.forget(&key);
                     let message = format!(
                         "reconciles keep writing while the spec stays at generation {generation}: stopped until the spec changes"
                     );
@@ -140,11 +162,29 @@ pub(super) async fn worker(shared: Arc<Shared>) {
                     )
                     .await;
                     (Some(Outcome::PermanentError(message)), None)
-                } else {
-                    if let Some(after) = requeue_after {
-                        shared.queue.add_after(key.clone(), after);
+                } else if let Some(requested) = requeue_after {
+                    let delay = shared.requeues.delay(
+                        &key,
+                        requested,
+                        wrote,
+                        requeue::Seen { fingerprint: seen },
+                    );
+                    if delay.started_throttling {
+                        report_throttled(
+                            &shared,
+                            api,
+                            reconciler.manifest(),
+                            &key,
+                            requested,
+                            delay.after,
+                        )
+                        .await;
                     }
-                    (Some(Outcome::Success), requeue_after)
+                    shared.queue.add_after(key.clone(), delay.after);
+                    (Some(Outcome::Success), Some(delay.after))
+                } else {
+                    shared.requeues.forget(&key);
+                    (Some(Outcome::Success), None)
                 }
             }
             Err(ReconcileError::Transient(_))
@@ -284,6 +324,8 @@ async fn reconcile_key(
         owned_kinds: &shared.owned_kinds,
         kind: &shared.kind,
         written: Default::default(),
+        events: Default::default(),
+        clashes: Default::default(),
     };
     let mut finalizing = false;
     if let Some(finalizer) = &manifest.finalizer {
@@ -299,11 +341,13 @@ async fn reconcile_key(
             };
             if added {
                 // The write requeues the key through the informer.
-                remember_writes(shared, key, &applier);
+                let written = remember_writes(shared, key, &applier);
                 return Ok(Step::Applied {
                     requeue_after: None,
                     generation,
-                    children: 0,
+                    children: Vec::new(),
+                    seen: 0,
+                    written,
                     wrote: true,
                 });
             }
@@ -332,7 +376,7 @@ async fn reconcile_key(
         finalizing,
         now_unix_ms: time::now_unix_ms(),
     };
-    let reconciler = reconciler.clone();
+    let callee = reconciler.clone();
     if claim.is_some_and(|c| !c.is_fresh()) {
         // Waiting for the caches took long enough that the lease may lapse
         // during the call; whoever holds the shard then reconciles it.
@@ -344,14 +388,14 @@ async fn reconcile_key(
         children,
     });
     shared.reconciles.fetch_add(1, Ordering::Relaxed);
-    let inline = reconciler.runs_inline();
+    let inline = callee.runs_inline();
     let view = if inline {
         shared.inline_view.clone()
     } else {
         shared.view.clone()
     };
     let call = move || {
-        let response = reconciler.reconcile(&request, &view);
+        let response = callee.reconcile(&request, &view);
         (request, response)
     };
     let (request, response) = if inline {
@@ -366,10 +410,12 @@ async fn reconcile_key(
     let response = response?;
 
     let result = applier.apply(&object, &request.owned, &response).await;
-    let wrote = remember_writes(shared, key, &applier);
+    let mut written = remember_writes(shared, key, &applier);
+    let events_written = applier.events.load(Ordering::Relaxed) > 0;
     match result {
         Ok(()) => {}
         Err(Error::Refused(msg)) => {
+            reconciler.response_failed();
             let event = EventRecord {
                 severity: Severity::Warning,
                 reason: "ResponseRefused".into(),
@@ -378,7 +424,21 @@ async fn reconcile_key(
             let _ = events::record(api, &manifest.name, &object, &event).await;
             return Err(ReconcileError::Permanent(msg));
         }
-        Err(err) => return write_failed(err),
+        Err(err) => {
+            if !matches!(err, Error::Api(api::Error::Conflict { .. })) {
+                reconciler.response_failed();
+            }
+            return write_failed(err);
+        }
+    }
+    if response.children.is_some() {
+        let clashes =
+            std::mem::take(&mut *applier.clashes.lock().unwrap_or_else(|p| p.into_inner()));
+        if !clashes.is_empty() {
+            reconciler.response_failed();
+        }
+        shared.clash_watch.watch(key, &clashes);
+        report_clashes(shared, api, manifest, key, &clashes).await;
     }
     if finalizing
         && response.remove_finalizer
@@ -398,25 +458,169 @@ async fn reconcile_key(
         }
         // The next reconcile of the key (queued by the status write, say)
         // must see the finalizer gone, not call the plugin to finalize again.
-        remember_writes(shared, key, &applier);
+        written.extend(remember_writes(shared, key, &applier));
     }
     Ok(Step::Applied {
         requeue_after: response.requeue_after,
         generation,
-        children,
-        wrote,
+        children: request.owned,
+        seen: seen_fingerprint(&object, children),
+        wrote: !written.is_empty() || events_written,
+        written,
     })
+}
+
+/// The condition that reports desired children whose names another object
+/// holds.
+const CLASH_CONDITION: &str = "ChildrenApplied";
+
+/// Report desired children whose names another object holds: a warning
+/// event naming the holder for each, and `ChildrenApplied=False` with all of
+/// them; once none is left, the condition goes.
+async fn report_clashes(
+    shared: &Shared,
+    api: &Api,
+    manifest: &Manifest,
+    key: &ObjectKey,
+    clashes: &[apply::Clash],
+) {
+    let Some(object) = shared.informer.get(key) else {
+        return;
+    };
+    let has_condition = object["status"]["conditions"]
+        .as_array()
+        .is_some_and(|c| c.iter().any(|c| c["type"] == CLASH_CONDITION));
+    if clashes.is_empty() && !has_condition {
+        return;
+    }
+    for clash in clashes {
+        let event = EventRecord {
+            severity: Severity::Warning,
+            reason: "ChildNameClash".into(),
+            message: format!(
+                "{}; the other children were applied, and this one will be when the name is free",
+                clash.describe()
+            ),
+        };
+        if let Err(err) = events::record(api, &manifest.name, &object, &event).await {
+            tracing::warn!(%err, "could not record event");
+        }
+    }
+    let condition = (!clashes.is_empty()).then(|| {
+        let described: Vec<String> = clashes.iter().map(apply::Clash::describe).collect();
+        json!({
+            "type": CLASH_CONDITION, "status": "False", "reason": "NameClash",
+            "message": format!("{}; the other children were applied", described.join("; ")),
+        })
+    });
+    for _ in 0..5 {
+        let latest = match api
+            .get(&shared.kind, key.namespace.as_deref(), &key.name)
+            .await
+        {
+            Ok(latest) => latest,
+            Err(_) => return,
+        };
+        let Some(next) = with_condition(&latest, CLASH_CONDITION, condition.clone()) else {
+            return;
+        };
+        let result = if shared.kind.status_subresource {
+            api.update_status(&shared.kind, next).await
+        } else {
+            api.update(&shared.kind, next).await
+        };
+        match result {
+            Err(api::Error::Conflict { .. }) => continue,
+            Err(err) => {
+                tracing::debug!(%err, "could not write the {CLASH_CONDITION} condition");
+                return;
+            }
+            Ok(_) => return,
+        }
+    }
+}
+
+/// `object` with the condition of type `kind` replaced by `condition` (or
+/// removed, for `None`); `None` if that changes nothing.
+fn with_condition(
+    object: &crate::object::Object,
+    kind: &str,
+    condition: Option<serde_json::Value>,
+) -> Option<crate::object::Object> {
+    let mut conditions: Vec<serde_json::Value> = object["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let position = conditions.iter().position(|c| c["type"] == kind);
+    match (position, condition) {
+        (None, None) => return None,
+        (Some(i), None) => {
+            conditions.remove(i);
+        }
+        (Some(i), Some(mut next)) => {
+            let current = &conditions[i];
+            if ["status", "reason", "message"]
+                .iter()
+                .all(|f| current[*f] == next[*f])
+            {
+                return None;
+            }
+            next["lastTransitionTime"] = if current["status"] == next["status"] {
+                current["lastTransitionTime"].clone()
+            } else {
+                json!(time::now_rfc3339())
+            };
+            conditions[i] = next;
+        }
+        (None, Some(mut next)) => {
+            next["lastTransitionTime"] = json!(time::now_rfc3339());
+            conditions.push(next);
+        }
+    }
+    let mut next = object.clone();
+    next["status"]["conditions"] = json!(conditions);
+    Some(next)
+}
+
+/// Report on the object that its requeues are being slowed down: a
+/// warning event (once per idle streak, see `requeue`).
+async fn report_throttled(
+    shared: &Shared,
+    api: &Api,
+    manifest: &Manifest,
+    key: &ObjectKey,
+    requested: Duration,
+    after: Duration,
+) {
+    let Some(object) = shared.informer.get(key) else {
+        return;
+    };
+    let message = format!(
+        "the reconciler keeps asking to be called again after {requested:?} with nothing to do; \
+         its calls of this object are slowed down (next in {after:?}, at most one every {:?}) until something changes",
+        shared.requeues.ceiling()
+    );
+    tracing::warn!(plugin = %manifest.name, object = %key, "{message}");
+    let event = EventRecord {
+        severity: Severity::Warning,
+        reason: "RequeueThrottled".into(),
+        message,
+    };
+    if let Err(err) = events::record(api, &manifest.name, &object, &event).await {
+        tracing::warn!(%err, "could not record event");
+    }
 }
 
 /// How long a reconcile waits for the caches to show its key's last writes.
 const OWN_WRITES_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Remember what a reconcile wrote; returns whether it wrote anything.
-fn remember_writes(shared: &Shared, key: &ObjectKey, applier: &apply::Applier<'_>) -> bool {
+/// Remember what a reconcile wrote; returns the store revisions it wrote.
+fn remember_writes(shared: &Shared, key: &ObjectKey, applier: &apply::Applier<'_>) -> Vec<i64> {
     let written = std::mem::take(&mut *applier.written.lock().unwrap_or_else(|p| p.into_inner()));
     if written.is_empty() {
-        return false;
+        return Vec::new();
     }
+    let revisions = written.iter().map(|(_, rv)| *rv).collect();
     shared
         .pending_writes
         .lock()
@@ -424,7 +628,7 @@ fn remember_writes(shared: &Shared, key: &ObjectKey, applier: &apply::Applier<'_
         .entry(key.clone())
         .or_default()
         .extend(written);
-    true
+    revisions
 }
 
 /// Read your own writes: before reconciling a key again, wait until the

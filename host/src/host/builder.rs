@@ -219,6 +219,7 @@ impl HostBuilder {
                 ),
                 controllers: Mutex::default(),
                 plugins: Mutex::default(),
+                claims: Default::default(),
                 sync: Mutex::default(),
             }),
             background: std::sync::Mutex::new(background),

@@ -19,9 +19,11 @@ use crate::plugins::{self, PluginStatus};
 use crate::runtime::{self, Runtime};
 
 mod builder;
+mod claims;
 mod reload;
 
 pub use builder::HostBuilder;
+pub use claims::MAX_DEFINITIONS;
 use reload::PluginEntry;
 
 /// Why a host could not start or a reconciler could not be added.
@@ -40,6 +42,41 @@ pub enum Error {
     /// A reconciler with that name is already running.
     #[error("a reconciler named {0:?} is already running")]
     Duplicate(String),
+    /// Another plugin already reconciles the kind (one reconciler per kind).
+    #[error(
+        "plugin {plugin:?} reconciles {kind}, which is already reconciled by plugin {owner:?}; one plugin per kind"
+    )]
+    KindTaken {
+        /// The refused plugin.
+        plugin: String,
+        /// The kind it asked for.
+        kind: String,
+        /// The plugin that reconciles it.
+        owner: String,
+    },
+    /// Another plugin owns a definition of that name, and this one differs.
+    #[error(
+        "plugin {plugin:?} brings a definition of {definition} that differs from the one plugin {owner:?} brought; a definition has one owner"
+    )]
+    DefinitionTaken {
+        /// The refused plugin.
+        plugin: String,
+        /// The definition's name (`plural.group`).
+        definition: String,
+        /// The plugin that owns it.
+        owner: String,
+    },
+    /// A plugin brings more definitions than a plugin may.
+    #[error(
+        "plugin {plugin:?} brings {count} definitions; at most {max} are accepted",
+        max = claims::MAX_DEFINITIONS
+    )]
+    TooManyDefinitions {
+        /// The refused plugin.
+        plugin: String,
+        /// How many it brings.
+        count: usize,
+    },
     /// Reading the plugins directory failed.
     #[error("plugins directory {path}: {source}")]
     PluginsDir {
@@ -76,6 +113,8 @@ struct Shared {
     pool: CallPool,
     controllers: Mutex<BTreeMap<String, Controller>>,
     plugins: Mutex<BTreeMap<PathBuf, PluginEntry>>,
+    /// Which plugin reconciles each kind and owns each definition.
+    claims: std::sync::Mutex<claims::Claims>,
     /// One directory sync at a time.
     sync: Mutex<()>,
 }
@@ -152,11 +191,29 @@ impl Host {
 
     /// Register a reconciler's CustomResourceDefinitions (those whose kind is
     /// not known yet) and start its controller.
+    ///
+    /// Refused when another reconciler already reconciles its kind
+    /// ([`Error::KindTaken`]), owns a definition of the same name that
+    /// differs ([`Error::DefinitionTaken`]), or when it brings more than
+    /// [`MAX_DEFINITIONS`] definitions.
     pub async fn add_reconciler(&self, reconciler: Arc<dyn Reconciler>) -> Result<(), Error> {
-        self.shared
-            .register_definitions(reconciler.manifest())
-            .await?;
-        self.shared.start_controller(reconciler).await
+        let _sync = self.shared.sync.lock().await;
+        let manifest = reconciler.manifest().clone();
+        if self
+            .shared
+            .controllers
+            .lock()
+            .await
+            .contains_key(&manifest.name)
+        {
+            return Err(Error::Duplicate(manifest.name));
+        }
+        self.shared.claim(&manifest, None).await?;
+        let started = self.shared.start_controller(reconciler).await;
+        if started.is_err() {
+            self.shared.release(&manifest.name).await;
+        }
+        started
     }
 
     /// Load every `*.wasm` of `dir` (and bring the running plugins of `dir`
@@ -240,6 +297,57 @@ impl Host {
             .collect()
     }
 
+    /// When the reconcile of an object in progress started, if one is (a
+    /// call that does not return shows here, not in [`Host::history`]).
+    pub async fn in_progress(
+        &self,
+        api_version: &str,
+        kind: &str,
+        key: &ObjectKey,
+    ) -> Option<std::time::SystemTime> {
+        let controllers = self.shared.controllers.lock().await;
+        controllers
+            .values()
+            .filter(|c| {
+                let m = c.manifest();
+                m.reconciles.api_version == api_version && m.reconciles.kind == kind
+            })
+            .find_map(|c| c.in_progress(key))
+    }
+
+    /// The registered custom kinds (from definitions) that no running
+    /// reconciler reconciles or owns, as `apiVersion Kind`: their objects
+    /// are stored, and new ones accepted, but nothing acts on them (their
+    /// plugin was removed, say).
+    pub async fn unreconciled_kinds(&self) -> Vec<String> {
+        let controllers = self.shared.controllers.lock().await;
+        let reconciled: Vec<crate::object::GroupVersionKind> = controllers
+            .values()
+            .flat_map(|c| {
+                let m = c.manifest();
+                std::iter::once(m.reconciles.gvk())
+                    .chain(m.owns.iter().map(crate::object::KindRef::gvk))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let mut kinds: Vec<String> = self
+            .shared
+            .api
+            .kinds()
+            .all()
+            .into_iter()
+            .filter(|k| k.group.contains('.') && k.group != api::kinds::CRD_GROUP)
+            .filter(|k| {
+                !reconciled
+                    .iter()
+                    .any(|r| r.group == k.group && r.kind == k.kind)
+            })
+            .map(|k| format!("{} {}", k.api_version(), k.kind))
+            .collect();
+        kinds.sort();
+        kinds
+    }
+
     /// Queue every object of every reconciled kind again (a resync):
     /// level-triggered reconcilers repair anything a missed event left behind.
     pub async fn resync(&self) {
@@ -272,6 +380,88 @@ impl Host {
 }
 
 impl Shared {
+    fn claims(&self) -> std::sync::MutexGuard<'_, claims::Claims> {
+        self.claims.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Check that `manifest` may claim its kind and definitions (see
+    /// `claims`), register its definitions and record its claims.
+    /// `replacing` is the plugin it replaces, whose claims it inherits.
+    async fn claim(
+        &self,
+        manifest: &controller::Manifest,
+        replacing: Option<&str>,
+    ) -> Result<(), Error> {
+        self.claims().check(manifest, replacing)?;
+        self.register_definitions(manifest).await?;
+        let orphaned = self.claims().claim(manifest);
+        self.remove_orphans(orphaned).await;
+        Ok(())
+    }
+
+    /// Forget `plugin`'s claims, and deal with the definitions nobody
+    /// carries any more.
+    async fn release(&self, plugin: &str) {
+        let orphaned = self.claims().release(plugin);
+        self.remove_orphans(orphaned).await;
+    }
+
+    /// The rule for a definition whose owner went and that no running
+    /// plugin carries: deleted when no object of its kind is stored (a
+    /// plugin's kinds go with it), kept otherwise (objects are data; the
+    /// user decides). A host in a cluster keeps it: other hosts may still
+    /// run the plugin.
+    async fn remove_orphans(&self, definitions: Vec<String>) {
+        if self.cluster.is_some() {
+            for name in definitions {
+                tracing::info!(definition = %name, "definition kept: other hosts of the cluster may still run a plugin that brings it");
+            }
+            return;
+        }
+        let crd_kind = self
+            .api
+            .kinds()
+            .by_plural(api::kinds::CRD_GROUP, "customresourcedefinitions")
+            .expect("built-in kind");
+        for name in definitions {
+            let Ok(stored) = self.api.get(&crd_kind, None, &name).await else {
+                continue;
+            };
+            let Ok(info) = api::kinds::kind_from_crd(&stored) else {
+                continue;
+            };
+            let Some(kind) = self.api.kinds().by_plural(&info.group, &info.plural) else {
+                continue;
+            };
+            let options = api::ListOptions {
+                limit: 1,
+                ..Default::default()
+            };
+            match self.api.list(&kind, &options).await {
+                Ok(list) if list.items.is_empty() => {
+                    match self
+                        .api
+                        .delete(&crd_kind, None, &name, &api::DeleteOptions::default())
+                        .await
+                    {
+                        Ok(_) => {
+                            tracing::info!(definition = %name, "definition removed with the last plugin that brought it")
+                        }
+                        Err(err) => {
+                            tracing::warn!(definition = %name, %err, "could not remove a definition no plugin brings any more")
+                        }
+                    }
+                }
+                Ok(_) => {
+                    tracing::info!(definition = %name, "definition kept: no plugin brings it any more, but objects of its kind are stored")
+                }
+                Err(err) => {
+                    tracing::warn!(definition = %name, %err, "could not list the objects of a definition no plugin brings any more")
+                }
+            }
+        }
+    }
+
     async fn register_definitions(&self, manifest: &controller::Manifest) -> Result<(), Error> {
         let crd_kind = self
             .api

@@ -10,7 +10,9 @@
 //! 1. A new or changed file is read (a file still being written is skipped
 //!    until its write settles), compiled and asked for its manifest on a
 //!    blocking thread, while the old version keeps reconciling.
-//! 2. If that fails, the old version keeps running and the failure is
+//! 2. If that fails, or the plugin claims a kind or a definition another
+//!    plugin has (`claims`: one reconciler per kind, one owner per
+//!    definition), the old version keeps running and the failure is
 //!    reported as the file's `last_error` (or as `Failed` when nothing of
 //!    it runs yet).
 //! 3. If it reconciles and owns the same kinds as the running version, the
@@ -19,17 +21,19 @@
 //!    object of the kind is queued again so the new logic applies to all.
 //! 4. If its name or kinds changed, the old controller stops (in-flight
 //!    reconciles finish) and a new one starts.
-//! 5. A removed file's controller stops; its objects are left alone.
+//! 5. A removed file's controller stops; its objects are left alone. The
+//!    definitions it owned pass to another plugin that carries them, or
+//!    are removed when no object of their kind is stored (`claims`).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::controller::Reconciler;
+use crate::controller::{self, Reconciler};
 use crate::plugins::{self, Counted, Counts, LoadedFile, PluginState, PluginStatus};
 
-use super::{Error, Shared};
+use super::{Error, Shared, claims};
 
 /// What the host knows about one plugin file.
 pub(super) struct PluginEntry {
@@ -108,10 +112,7 @@ impl Shared {
                             }
                             continue;
                         }
-                        match self.register_definitions(loaded.plugin.manifest()).await {
-                            Ok(()) => Looked::Loaded(loaded),
-                            Err(err) => Looked::Failed(err.to_string()),
-                        }
+                        Looked::Loaded(loaded)
                     }
                     Err(plugins::LoadError::Unsettled(_)) => {
                         // Its write's own events bring us back.
@@ -123,7 +124,67 @@ impl Shared {
             };
             looked.push((path, stamp, outcome));
         }
-        for (path, stamp, outcome) in looked {
+        // Removed files give up their claims first; then plugins claim by
+        // file name, except those that yield to another loaded with them
+        // (`claims`), so squatting on another plugin's kind or definition
+        // never wins by the file's name.
+        let order: Vec<u8> = {
+            let manifests: Vec<&controller::Manifest> = looked
+                .iter()
+                .filter_map(|(_, _, outcome)| match outcome {
+                    Looked::Loaded(l) => Some(l.plugin.manifest()),
+                    _ => None,
+                })
+                .collect();
+            looked
+                .iter()
+                .map(|(_, _, outcome)| match outcome {
+                    Looked::Gone => 0,
+                    Looked::Loaded(l) if claims::yields(l.plugin.manifest(), &manifests) => 2,
+                    Looked::Loaded(_) => 1,
+                    Looked::Failed(_) => 3,
+                })
+                .collect()
+        };
+        let mut ordered: Vec<(u8, _)> = order.into_iter().zip(looked).collect();
+        ordered.sort_by_key(|(rank, _)| *rank);
+        let looked = ordered.into_iter().map(|(_, l)| l);
+        let mut claimed = Vec::with_capacity(looked.len());
+        let mut names = std::collections::HashSet::new();
+        for (path, stamp, mut outcome) in looked {
+            let running = self
+                .plugins
+                .lock()
+                .await
+                .get(&path)
+                .and_then(|e| e.controller.clone());
+            match &outcome {
+                Looked::Gone => {
+                    self.apply(path, stamp, outcome).await;
+                    continue;
+                }
+                Looked::Loaded(loaded) => {
+                    let manifest = loaded.plugin.manifest();
+                    let taken = running.as_deref() != Some(manifest.name.as_str())
+                        && (names.contains(&manifest.name)
+                            || self.controllers.lock().await.contains_key(&manifest.name));
+                    let result = if taken {
+                        Err(Error::Duplicate(manifest.name.clone()))
+                    } else {
+                        self.claim(manifest, running.as_deref()).await
+                    };
+                    match result {
+                        Ok(()) => {
+                            names.insert(manifest.name.clone());
+                        }
+                        Err(err) => outcome = Looked::Failed(err.to_string()),
+                    }
+                }
+                Looked::Failed(_) => {}
+            }
+            claimed.push((path, stamp, outcome));
+        }
+        for (path, stamp, outcome) in claimed {
             self.apply(path, stamp, outcome).await;
         }
         Ok(())
@@ -144,6 +205,7 @@ impl Shared {
             Looked::Gone => {
                 if let Some(name) = running {
                     self.stop_controller(&name).await;
+                    self.release(&name).await;
                 }
                 self.plugins.lock().await.remove(&path);
                 tracing::info!(path = %path.display(), "plugin file removed; its objects are left as they are");
@@ -191,6 +253,9 @@ impl Shared {
                 } else {
                     if let Some(name) = &running {
                         self.stop_controller(name).await;
+                        if name != &manifest.name {
+                            self.release(name).await;
+                        }
                     }
                     self.start_controller(reconciler).await.inspect(|()| {
                         tracing::info!(plugin = %manifest.name, version = %manifest.version, hash = %plugin.content_hash(), "plugin running");
@@ -213,6 +278,7 @@ impl Shared {
                     Err(err) => {
                         tracing::error!(plugin = %manifest.name, %err, "plugin failed to start");
                         status.state = PluginState::Failed(err.to_string());
+                        self.release(&manifest.name).await;
                         None
                     }
                 };

@@ -49,7 +49,8 @@ pub struct PluginStatus {
     pub last_error: Option<String>,
     /// Reconcile calls so far, across reloads of this file.
     pub reconciles: u64,
-    /// Of those, how many failed.
+    /// Of those, how many failed: the call itself, or applying its response
+    /// (refused, or a write that failed other than by a conflict).
     pub errors: u64,
 }
 
@@ -186,5 +187,10 @@ impl Reconciler for Counted {
             self.counts.errors.fetch_add(1, Ordering::Relaxed);
         }
         result
+    }
+
+    fn response_failed(&self) {
+        self.counts.errors.fetch_add(1, Ordering::Relaxed);
+        self.inner.response_failed();
     }
 }

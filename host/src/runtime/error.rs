@@ -7,6 +7,10 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// The file is not a complete WebAssembly binary (empty, truncated,
+    /// text, or something else altogether); nothing parsed it.
+    #[error("not a plugin file: {0}")]
+    InvalidFile(String),
     /// The file is not a valid component for this engine.
     #[error("cannot compile plugin: {0}")]
     Compile(String),

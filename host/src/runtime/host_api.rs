@@ -13,6 +13,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::setpoint::plugin::{host, types};
 use super::limits::{FixedWallClock, FrozenMonotonicClock, Limiter};
+use super::wasi_calls;
 use crate::controller::CacheView;
 use crate::object::codec::json_text;
 
@@ -41,6 +42,10 @@ pub(super) struct WasiSetup {
     pub host_clock: bool,
     /// What the wall clock reads otherwise.
     pub now_unix_ms: u64,
+    /// When the call's deadline passes: a wait never lasts past it.
+    pub deadline: tokio::time::Instant,
+    /// Seeds the guest's random numbers (`wasi_calls::seed_of`).
+    pub seed: u64,
 }
 
 /// A guest's captured stdout and stderr.
@@ -73,7 +78,8 @@ impl HostState {
 
 impl WasiSetup {
     /// No preopens, environment, arguments or network; captured output;
-    /// the request's time on a clock that stands still unless granted.
+    /// the request's time on a clock that stands still unless granted;
+    /// random numbers that are a function of the request.
     fn build(&self) -> (WasiCtx, Output) {
         let output = Output {
             stdout: MemoryOutputPipe::new(self.output_bytes),
@@ -85,11 +91,36 @@ impl WasiSetup {
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false);
-        if !self.host_clock {
+        if self.host_clock {
+            wasi.monotonic_clock(wasi_calls::HostMonotonic);
+        } else {
             wasi.wall_clock(FixedWallClock(Duration::from_millis(self.now_unix_ms)))
                 .monotonic_clock(FrozenMonotonicClock);
         }
+        wasi.secure_random(wasi_calls::seeded_random(self.seed))
+            .insecure_random(wasi_calls::seeded_random(!self.seed))
+            .insecure_random_seed(u128::from(self.seed) << 64 | u128::from(!self.seed));
         (wasi.build(), output)
+    }
+}
+
+impl HostState {
+    /// What the guest's monotonic clock reads now.
+    pub fn monotonic_now(&self) -> u64 {
+        use wasmtime_wasi::HostMonotonicClock;
+        if self.wasi_setup.host_clock {
+            wasi_calls::HostMonotonic.now()
+        } else {
+            FrozenMonotonicClock.now()
+        }
+    }
+
+    /// The call's deadline, when the guest's waits take real time (the
+    /// host's clocks are granted); `None` when they end at once.
+    pub fn host_clock_deadline(&self) -> Option<tokio::time::Instant> {
+        self.wasi_setup
+            .host_clock
+            .then_some(self.wasi_setup.deadline)
     }
 }
 

@@ -8,16 +8,24 @@
 //!   on-demand allocation where the machine cannot reserve the pool).
 //! - A plugin file is a component, or a core module built without WASI
 //!   that carries its world's types (wrapped into a component on load,
-//!   `componentize`).
+//!   `componentize`). Its outer structure (magic number, version,
+//!   complete sections) is checked before anything parses it, and a core
+//!   module is validated before it is wrapped (`file_check`).
 //! - A component is compiled once; every reconcile gets a fresh store and
 //!   instance from a pre-instantiated template, so no state survives a call.
 //! - Each call has a deadline and a memory cap ([`Limits`]); hitting either
 //!   ends that call with an error for that key only.
+//! - Calls that run past their first epoch tick share half the cores,
+//!   taking turns tick by tick (`long_calls`), so plugins that spin slow
+//!   each other down, not everyone.
 //! - Guests get no preopened directories, no environment, no arguments and
 //!   no network; stdout and stderr are captured and logged with the plugin's
 //!   name and the object's key.
 //! - Guests get no host clock unless granted ([`Limits::host_clock`]): the
 //!   wall clock reads the request's time and the monotonic clock stands still.
+//!   No WASI call can wait past the deadline (a sleep returns at once, or
+//!   at the deadline with the host's clocks), and WASI randomness is a
+//!   function of the request (`wasi_calls`).
 //! - Fuel metering is optional ([`RuntimeConfig::fuel_metering`]): with it,
 //!   each call gets [`Limits::fuel`] units and stops when they run out.
 //! - A guest fault (deadline, memory, fuel, trap, bad response) fails that
@@ -34,11 +42,14 @@
 mod bindings;
 mod componentize;
 mod error;
+mod file_check;
 mod host_api;
 mod limits;
+mod long_calls;
 mod metrics;
 mod plugin;
 mod slot_reset;
+mod wasi_calls;
 mod wit;
 
 use std::collections::HashMap;
@@ -115,6 +126,17 @@ struct Inner {
     compiled: Mutex<HashMap<[u8; 32], Component>>,
     /// Reconcile call durations and guest faults, by plugin name.
     calls: metrics::CallMetrics,
+    /// The CPU that calls running past their first tick share.
+    long_calls: long_calls::LongCalls,
+}
+
+/// How calls that run long share the CPU (see [`Runtime::long_call_stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LongCallStats {
+    /// How many calls past their first epoch tick may run at once.
+    pub permits: usize,
+    /// The most that ever ran at once.
+    pub peak: usize,
 }
 
 impl Runtime {
@@ -148,6 +170,7 @@ impl Runtime {
         };
         let mut linker = Linker::<HostState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(error::engine)?;
+        wasi_calls::link(&mut linker).map_err(error::engine)?;
         bindings::Reconciler::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
             &mut linker,
             |s| s,
@@ -163,6 +186,7 @@ impl Runtime {
                 disk_cache,
                 compiled: Mutex::default(),
                 calls: metrics::CallMetrics::default(),
+                long_calls: long_calls::LongCalls::for_this_machine(),
             }),
         })
     }
@@ -190,6 +214,18 @@ impl Runtime {
             .unwrap_or_default()
     }
 
+    /// How calls that run past their first epoch tick share the CPU: at
+    /// most [`LongCallStats::permits`] (half the cores) run at once, taking
+    /// turns tick by tick, so plugins that compute until their deadline
+    /// slow each other down and leave the rest of the machine to calls that
+    /// finish quickly.
+    pub fn long_call_stats(&self) -> LongCallStats {
+        LongCallStats {
+            permits: self.inner.long_calls.permits(),
+            peak: self.inner.long_calls.peak(),
+        }
+    }
+
     /// Each plugin's reconcile call durations and guest faults so far, by
     /// plugin name (for `/metrics`).
     pub fn plugin_call_stats(&self) -> Vec<PluginCallStats> {
@@ -213,6 +249,15 @@ impl Runtime {
             None => {
                 let before = self.cache_stats();
                 let started = std::time::Instant::now();
+                // Validated before anything parses it: the componentizer
+                // assumes a well-formed module (it panicked on a truncated
+                // one), and wasmtime reads text too, so it reports foreign
+                // bytes as bad text.
+                if file_check::check(bytes)? == file_check::Shape::CoreModule {
+                    wasmtime::Module::validate(&self.inner.engine, bytes).map_err(|e| {
+                        Error::InvalidFile(format!("not a valid WebAssembly module: {e:#}"))
+                    })?;
+                }
                 let bytes = componentize::to_component(bytes)?;
                 let component =
                     Component::new(&self.inner.engine, &bytes).map_err(error::compile)?;

@@ -8,12 +8,13 @@ use std::time::Duration;
 use serde_json::Value;
 use wasmtime::Store;
 
+use super::Runtime;
 use super::bindings::setpoint::plugin::types as wit;
 use super::bindings::{Reconciler as Bindings, ReconcilerPre};
 use super::error::{CallFacts, Error, classify};
 use super::host_api::{HostState, WasiSetup};
 use super::limits::{Limiter, Limits};
-use super::{EPOCH_TICK, Runtime};
+use super::long_calls::Turn;
 use crate::controller::{
     self, CacheView, EventRecord, Manifest, ReconcileError, Request, Response, Severity,
 };
@@ -52,7 +53,7 @@ impl WasmPlugin {
             limits,
             name: Arc::from("(loading)"),
         };
-        let manifest = plugin.call(None, String::new(), 0, |bindings, store| {
+        let manifest = plugin.call(None, String::new(), 0, 0, |bindings, store| {
             bindings.call_manifest(store)
         })?;
         plugin.manifest = convert_manifest(manifest)?;
@@ -76,12 +77,14 @@ impl WasmPlugin {
     }
 
     /// Run `f` against a fresh instance with the plugin's limits. `now_unix_ms`
-    /// is what the guest's wall clock reads unless the host clock is granted.
+    /// is what the guest's wall clock reads unless the host clock is granted;
+    /// `seed` seeds its random numbers.
     fn call<T>(
         &self,
         cache: Option<Arc<dyn CacheView>>,
         object: String,
         now_unix_ms: u64,
+        seed: u64,
         f: impl FnOnce(&Bindings, &mut Store<HostState>) -> wasmtime::Result<T>,
     ) -> Result<T, Error> {
         let _slot = self.runtime.inner.slots.acquire();
@@ -90,6 +93,8 @@ impl WasmPlugin {
                 output_bytes: self.limits.output_bytes,
                 host_clock: self.limits.host_clock,
                 now_unix_ms,
+                deadline: tokio::time::Instant::now() + self.limits.deadline,
+                seed,
             },
             Limiter {
                 memory_cap: self.limits.memory_bytes,
@@ -101,15 +106,19 @@ impl WasmPlugin {
         );
         let mut store = Store::new(&self.runtime.inner.engine, state);
         store.limiter(|s| &mut s.limiter);
-        // The deadline must be set before instantiation: start-up code runs too.
-        let ticks = self
-            .limits
-            .deadline
-            .as_nanos()
-            .div_ceil(EPOCH_TICK.as_nanos())
-            .max(1) as u64;
-        store.set_epoch_deadline(ticks);
-        store.epoch_deadline_trap();
+        // The deadline must be set before instantiation: start-up code runs
+        // too. Checked at every epoch tick, where a call that runs long also
+        // takes its turn for the CPU long calls share (`long_calls`).
+        let deadline = std::time::Instant::now() + self.limits.deadline;
+        let long_calls = self.runtime.inner.long_calls.clone();
+        let mut turn = Turn::default();
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            if std::time::Instant::now() >= deadline || !long_calls.tick(&mut turn, deadline) {
+                return Err(wasmtime::Trap::Interrupt.into());
+            }
+            Ok(wasmtime::UpdateDeadline::Continue(1))
+        });
         let fuel = self
             .runtime
             .inner
@@ -291,10 +300,16 @@ impl controller::Reconciler for WasmPlugin {
             finalizing: request.finalizing,
             now_unix_ms: request.now_unix_ms,
         };
+        let seed = super::wasi_calls::seed_of(
+            &key,
+            crate::object::meta::resource_version(&request.object).unwrap_or_default(),
+            request.now_unix_ms,
+        );
         let result = self.call(
             Some(cache.clone()),
             key.clone(),
             request.now_unix_ms,
+            seed,
             |bindings, store| bindings.call_reconcile(store, &input),
         );
         let result = match result {

@@ -24,7 +24,8 @@ fn unix_seconds(time: std::time::SystemTime) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// `GET /setpoint/v1/plugins`: every plugin file the host has seen.
+/// `GET /setpoint/v1/plugins`: every plugin file the host has seen, and
+/// the custom kinds no running plugin reconciles (`unreconciledKinds`).
 pub(super) async fn plugins(State(host): State<Arc<Host>>) -> Json<Value> {
     let plugins: Vec<Value> = host
         .plugins()
@@ -50,11 +51,14 @@ pub(super) async fn plugins(State(host): State<Arc<Host>>) -> Json<Value> {
             })
         })
         .collect();
-    Json(json!({"plugins": plugins}))
+    let unreconciled = host.unreconciled_kinds().await;
+    Json(json!({"plugins": plugins, "unreconciledKinds": unreconciled}))
 }
 
 /// `GET /setpoint/v1/history?apiVersion=…&kind=…&namespace=…&name=…`: the
-/// last reconcile results of one object, oldest first.
+/// last reconcile results of one object, oldest first, then the reconcile
+/// in progress (outcome `InProgress`, its duration so far), if one is; and
+/// `reconciler: false` when no running plugin reconciles the kind.
 pub(super) async fn history(
     State(host): State<Arc<Host>>,
     Query(query): Query<HashMap<String, String>>,
@@ -97,7 +101,19 @@ pub(super) async fn history(
             })
         })
         .collect();
-    Json(json!({"records": records})).into_response()
+    let mut records = records;
+    if let Some(started) = host.in_progress(api_version, kind, &key).await {
+        records.push(json!({
+            "started": unix_seconds(started),
+            "durationSeconds": started.elapsed().map(|d| d.as_secs_f64()).unwrap_or(0.0),
+            "outcome": "InProgress",
+        }));
+    }
+    let reconciled = !host
+        .unreconciled_kinds()
+        .await
+        .contains(&format!("{api_version} {kind}"));
+    Json(json!({"records": records, "reconciler": reconciled})).into_response()
 }
 
 /// `GET /setpoint/v1/cluster`: this host's view of the cluster it shares

@@ -199,7 +199,9 @@ where
     Status: DeserializeOwned + Default,
 {
     /// Parses an object from JSON. Errors are permanent and name the part that
-    /// failed, e.g. `spec: missing field `replicas``.
+    /// failed, e.g. `spec: missing field `replicas``, and in the spec and the
+    /// status the field, e.g. `spec.port: invalid type: string "eighty",
+    /// expected u16`.
     pub fn from_value(value: Value) -> Result<Self, Error> {
         let Value::Object(mut fields) = value else {
             return Err(Error::permanent("object: expected a JSON object"));
@@ -220,11 +222,11 @@ where
             } else {
                 parse_part(metadata, "metadata")?
             },
-            spec: parse_part(spec, "spec")?,
+            spec: parse_typed_part(spec, "spec")?,
             status: if status.is_null() {
                 Status::default()
             } else {
-                parse_part(status, "status")?
+                parse_typed_part(status, "status")?
             },
         })
     }
@@ -244,7 +246,9 @@ where
         let parsed = serde::Deserializer::deserialize_map(&mut deserializer, fields)
             .and_then(|object| deserializer.end().map(|()| object));
         parsed.map_err(|e| match failed.take() {
-            Some(err) => err,
+            Some(err) => with_field_path::<Spec, Status>(err, || {
+                serde_json::from_str::<Value>(text).unwrap_or(Value::Null)
+            }),
             None if e.classify() == serde_json::error::Category::Data => {
                 Error::permanent("object: expected a JSON object")
             }
@@ -433,6 +437,46 @@ impl<Spec, Status> Object<Spec, Status> {
     /// Whether deletion has started (`metadata.deletionTimestamp` is set).
     pub fn is_deleting(&self) -> bool {
         self.metadata.deletion_timestamp.is_some()
+    }
+}
+
+/// [`parse_part`] for the spec and the status, whose errors name the field
+/// (`spec.port: invalid type: …`). Parsed from a borrowed value, so that
+/// the value is still there to find the field once the parse failed.
+fn parse_typed_part<T: DeserializeOwned>(value: Value, part: &str) -> Result<T, Error> {
+    T::deserialize(&value)
+        .map_err(|e| field_error::<T>(&value, part).unwrap_or_else(|| Error::from(e).context(part)))
+}
+
+/// The error of parsing `value` as the `part` (`spec` or `status`) of an
+/// object, naming the field that failed; `None` if no field is to blame.
+fn field_error<T: DeserializeOwned>(value: &Value, part: &str) -> Option<Error> {
+    let err = serde_path_to_error::deserialize::<_, T>(value).err()?;
+    let path = err.path().to_string();
+    if path.is_empty() || path == "." {
+        return None;
+    }
+    let message = err.inner().to_string();
+    Some(Error::permanent(without_position(&message)).context(format!("{part}.{path}")))
+}
+
+/// A part's error from [`Object::from_json`], with the field named when it
+/// is the spec's or the status's (parsed again, from `whole`, only now
+/// that it failed).
+fn with_field_path<Spec: DeserializeOwned, Status: DeserializeOwned>(
+    err: Error,
+    whole: impl FnOnce() -> Value,
+) -> Error {
+    let named = if err.message().starts_with("spec: ") {
+        field_error::<Spec>(&whole()["spec"], "spec")
+    } else if err.message().starts_with("status: ") {
+        field_error::<Status>(&whole()["status"], "status")
+    } else {
+        None
+    };
+    match named {
+        Some(named) if err.is_permanent() => named,
+        _ => err,
     }
 }
 

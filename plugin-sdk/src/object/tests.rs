@@ -71,7 +71,10 @@ fn typed_object_errors_name_the_part_that_failed() {
     let mut value = pod();
     value["status"] = json!({"readyReplicas": "two"});
     let err = Object::<Spec, Status>::from_value(value).unwrap_err();
-    assert!(err.message().starts_with("status: invalid type"), "{err}");
+    assert_eq!(
+        err.message(),
+        "status.readyReplicas: invalid type: string \"two\", expected u32"
+    );
 
     let mut value = pod();
     value["metadata"]["labels"] = json!(["a"]);
@@ -236,4 +239,37 @@ fn builds_a_child_without_empty_maps() {
         })
     );
     assert_eq!(DynamicObject::from_json(&child.to_json()).unwrap(), child);
+}
+
+#[derive(Debug, Deserialize)]
+struct Ports {
+    #[allow(dead_code)]
+    port: u16,
+    #[serde(default)]
+    #[allow(dead_code)]
+    names: Vec<String>,
+}
+
+#[test]
+fn a_spec_that_does_not_parse_names_the_field_either_way_it_is_read() {
+    let cases = [
+        (
+            json!({"port": "eighty"}),
+            "spec.port: invalid type: string \"eighty\", expected u16",
+        ),
+        (
+            json!({"port": 80, "names": ["a", 7]}),
+            "spec.names[1]: invalid type: integer `7`, expected a string",
+        ),
+        (json!({}), "spec: missing field `port`"),
+    ];
+    for (spec, expected) in cases {
+        let object = json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web"}, "spec": spec});
+        let err = Object::<Ports, ()>::from_json(&object.to_string()).unwrap_err();
+        assert_eq!(err.message(), expected);
+        assert!(err.is_permanent());
+        let err = Object::<Ports, ()>::from_value(object).unwrap_err();
+        assert_eq!(err.message(), expected);
+    }
 }

@@ -270,7 +270,10 @@ mod tests {
                            "spec": {"startupDelayMs": -1}});
         let err = Object::<PodSpec, PodStatus>::from_value(value).unwrap_err();
         assert!(
-            err.is_permanent() && err.message().starts_with("spec: invalid value"),
+            err.is_permanent()
+                && err
+                    .message()
+                    .starts_with("spec.startupDelayMs: invalid value"),
             "{err}"
         );
     }

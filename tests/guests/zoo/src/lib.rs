@@ -7,7 +7,11 @@
 //! writes a child of a kind it did not declare, `crossns` writes a child in
 //! another namespace, `escape` tries to read a file and open a socket, `clock`
 //! reports what its clocks say across busy work, `log`
-//! logs through the `log` import and stdout; anything else succeeds.
+//! logs through the `log` import and stdout, `requeue0` asks to be called
+//! again at once with nothing to do, `flip` flips its one child between two
+//! states on every call, `sleep` sleeps for `spec.seconds` (3600 by default)
+//! and reports its clocks and random numbers, `clash` wants three children,
+//! one of which may already belong to someone else; anything else succeeds.
 
 use serde::Deserialize;
 use setpoint_plugin_sdk::serde_json::{Value, json};
@@ -21,6 +25,9 @@ pub struct ZooSpec {
     /// Which fault to commit.
     #[serde(default)]
     pub fault: String,
+    /// How long `sleep` sleeps.
+    #[serde(default)]
+    pub seconds: Option<u64>,
 }
 
 const CRD: &str = r#"{
@@ -159,6 +166,56 @@ impl Reconciler for Zoo {
                 println!("zoo stdout for {}", object.name());
                 Ok(Response::new().status(json!({"logged": true})))
             }
+            "requeue0" => Ok(Response::new().requeue_after(std::time::Duration::ZERO)),
+            "flip" => {
+                let current = ctx
+                    .owned()
+                    .first()
+                    .and_then(|c| c.field("/data/a"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("b");
+                let next = if current == "a" { "b" } else { "a" };
+                let flipped = DynamicObject::from_value(json!({
+                    "apiVersion": "test.setpoint.dev/v1",
+                    "kind": "ZooChild",
+                    "metadata": {"name": object.name()},
+                    "data": {"a": next},
+                }))?;
+                Ok(Response::new().children(vec![flipped]))
+            }
+            "sleep" => {
+                let mono = std::time::Instant::now();
+                let random = std::collections::hash_map::RandomState::new();
+                use std::hash::BuildHasher;
+                let drawn = random.hash_one(18u64);
+                std::thread::sleep(std::time::Duration::from_secs(
+                    object.spec.seconds.unwrap_or(3600),
+                ));
+                let slept_ns = mono.elapsed().as_nanos() as u64;
+                let wall_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_millis() as u64)
+                    .unwrap_or(0);
+                Ok(Response::new().status(json!({
+                    "sleptNs": slept_ns,
+                    "wallMs": wall_ms,
+                    "requestMs": ctx.now().unix_ms(),
+                    "random": drawn.to_string(),
+                })))
+            }
+            "clash" => Ok(Response::new().children(
+                ["a", "b", "c"]
+                    .iter()
+                    .map(|n| {
+                        child(
+                            "test.setpoint.dev/v1",
+                            "ZooChild",
+                            &format!("{}-{n}", object.name()),
+                            None,
+                        )
+                    })
+                    .collect::<Result<_, _>>()?,
+            )),
             _ => Ok(Response::new().status(json!({"fine": true}))),
         }
     }

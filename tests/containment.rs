@@ -1,0 +1,635 @@
+//! No plugin can hurt the host or its neighbours (issue 18): each fault is
+//! a misbehaving plugin loaded beside well-behaved ones (replicaset and
+//! podsim), and each test asserts both containment (the neighbours
+//! converge) and what the user sees (the plugin's state, the object's
+//! condition and events).
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use setpoint::plugins::{PluginState, PluginStatus};
+use setpoint::runtime::RuntimeConfig;
+
+use crate::support::{
+    TestHost, built_plugins, eventually, logs, plugins_dir, replicaset, replicaset_ready,
+};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn copy_plugin(name: &str, dir: &Path, file: &str) {
+    std::fs::copy(built_plugins().join(format!("{name}.wasm")), dir.join(file)).unwrap();
+}
+
+fn failure(status: &PluginStatus) -> &str {
+    match &status.state {
+        PluginState::Failed(reason) => reason,
+        PluginState::Running => panic!("{} should have been refused: {status:?}", status.name),
+    }
+}
+
+/// A ReplicaSet of 3 becomes ready, and none of its Pods was touched by
+/// anyone but podsim.
+async fn neighbours_converge(host: &TestHost, name: &str) {
+    host.host
+        .api()
+        .create(&host.kind("ReplicaSet"), replicaset(name, 3, 0))
+        .await
+        .unwrap();
+    replicaset_ready(host, name, 3).await;
+    for pod in host.list("Pod").await {
+        assert_ne!(pod["status"]["phase"], "Failed", "{pod}");
+        assert!(pod["status"]["hijackedBy"].is_null(), "{pod}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_plugin_for_a_kind_is_refused_naming_the_owner_whichever_sorts_first() {
+    let dir = plugins_dir(&["replicaset", "podsim"]);
+    // Sorts before podsim: loading first must not make it the owner.
+    copy_plugin("hijack", dir.path(), "a-hijack.wasm");
+    let host = TestHost::start_in(dir, RuntimeConfig::default()).await;
+
+    let refused = host.plugin("a-hijack").await.unwrap();
+    let reason = failure(&refused);
+    assert!(
+        reason.contains("already reconciled by plugin \"podsim\""),
+        "{reason}"
+    );
+    assert!(reason.contains("demo.setpoint.dev/v1 Pod"), "{reason}");
+    assert_eq!(
+        host.plugin("podsim").await.unwrap().state,
+        PluginState::Running
+    );
+    assert_eq!(
+        host.host.reconcilers().await,
+        ["podsim".to_owned(), "replicaset".to_owned()]
+    );
+    neighbours_converge(&host, "web").await;
+
+    // Added to a running host, it is refused the same way.
+    copy_plugin("hijack", host.plugins_path(), "z-hijack.wasm");
+    host.host
+        .load_plugins_dir(host.plugins_path())
+        .await
+        .unwrap();
+    let late = host.plugin("z-hijack").await.unwrap();
+    assert!(
+        failure(&late).contains("already reconciled by plugin \"podsim\""),
+        "{late:?}"
+    );
+    neighbours_converge(&host, "later").await;
+    host.stop().await;
+}
+
+async fn stored_definition(host: &TestHost, name: &str) -> Option<Value> {
+    let api = host.host.api();
+    let crds = api
+        .kinds()
+        .by_plural("apiextensions.k8s.io", "customresourcedefinitions")
+        .unwrap();
+    api.get(&crds, None, name).await.ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_that_brings_a_different_definition_of_a_taken_kind_is_refused() {
+    let dir = plugins_dir(&["replicaset", "podsim"]);
+    copy_plugin("squat", dir.path(), "a-squat.wasm");
+    let host = TestHost::start_in(dir, RuntimeConfig::default()).await;
+
+    let refused = host.plugin("a-squat").await.unwrap();
+    let reason = failure(&refused);
+    assert!(
+        reason.contains("replicasets.demo.setpoint.dev")
+            && reason.contains("plugin \"replicaset\""),
+        "{reason}"
+    );
+    // The replicaset plugin's definition stands: three replicas are
+    // accepted, and the `rs` short name is there.
+    neighbours_converge(&host, "web").await;
+    let definition = stored_definition(&host, "replicasets.demo.setpoint.dev")
+        .await
+        .unwrap();
+    assert_eq!(definition["spec"]["names"]["shortNames"], json!(["rs"]));
+    // Nothing of the refused plugin was registered.
+    assert!(
+        stored_definition(&host, "squats.test.setpoint.dev")
+            .await
+            .is_none()
+    );
+    host.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_plugins_definitions_go_with_it_unless_objects_of_their_kind_remain() {
+    let host = TestHost::start(&["zoo"]).await;
+    let api = host.host.api();
+    let zoo = api.kinds().require("test.setpoint.dev/v1", "Zoo").unwrap();
+    api.create(
+        &zoo,
+        json!({"apiVersion": "test.setpoint.dev/v1", "kind": "Zoo",
+            "metadata": {"name": "kept", "namespace": "default"}, "spec": {}}),
+    )
+    .await
+    .unwrap();
+    std::fs::remove_file(host.plugins_path().join("zoo.wasm")).unwrap();
+    host.host
+        .load_plugins_dir(host.plugins_path())
+        .await
+        .unwrap();
+    assert!(host.plugin("zoo").await.is_none());
+    // ZooChild has no objects: its definition went with the plugin.
+    assert!(
+        stored_definition(&host, "zoochildren.test.setpoint.dev")
+            .await
+            .is_none()
+    );
+    // Zoo has one: its definition (and the object) stay.
+    assert!(
+        stored_definition(&host, "zoos.test.setpoint.dev")
+            .await
+            .is_some()
+    );
+    assert!(api.get(&zoo, Some("default"), "kept").await.is_ok());
+    host.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncated_empty_and_foreign_plugin_files_are_reported_clearly_and_a_complete_one_loads() {
+    logs::capture();
+    let dir = plugins_dir(&["replicaset", "podsim"]);
+    let whole = std::fs::read(built_plugins().join("deployment.wasm")).unwrap();
+    let noise: Vec<u8> = {
+        let mut rng = fastrand::Rng::with_seed(18);
+        (0..100_000).map(|_| rng.u8(..)).collect()
+    };
+    let cases: [(&str, Vec<u8>, &str); 5] = [
+        ("empty", vec![], "the file is empty (0 bytes)"),
+        ("noise", noise, "not a WebAssembly binary"),
+        ("text", b"(module)".to_vec(), "it looks like text"),
+        ("header", whole[..6].to_vec(), "the file is truncated"),
+        (
+            "half",
+            whole[..whole.len() / 2].to_vec(),
+            "the file is truncated or damaged",
+        ),
+    ];
+    for (name, bytes, _) in &cases {
+        std::fs::write(dir.path().join(format!("{name}.wasm")), bytes).unwrap();
+    }
+    let host = TestHost::start_in(dir, RuntimeConfig::default()).await;
+    for (name, _, expected) in &cases {
+        let status = host.plugin(name).await.unwrap();
+        let reason = failure(&status);
+        assert!(reason.contains(expected), "{name}: {reason}");
+        assert!(!reason.contains("panic"), "{name}: {reason}");
+        assert!(
+            !reason.contains("expected at least one module field")
+                && !reason.contains("aren't valid utf-8"),
+            "{name}: a text parser's message: {reason}"
+        );
+    }
+    assert!(logs::lines_with(&["panicked"]).is_empty());
+    neighbours_converge(&host, "web").await;
+
+    // The rest of the file arrives: it loads.
+    std::fs::write(host.plugins_path().join("half.wasm"), &whole).unwrap();
+    host.host
+        .load_plugins_dir(host.plugins_path())
+        .await
+        .unwrap();
+    eventually("the completed file loads", WAIT, || async {
+        let status = host.plugin("half").await.unwrap();
+        match status.state {
+            PluginState::Running => Ok(()),
+            _ => Err(format!("{status:?}")),
+        }
+    })
+    .await;
+    host.stop().await;
+}
+
+async fn create_zoo(host: &TestHost, name: &str, spec: Value) {
+    let api = host.host.api();
+    let info = api.kinds().require("test.setpoint.dev/v1", "Zoo").unwrap();
+    api.create(
+        &info,
+        json!({"apiVersion": "test.setpoint.dev/v1", "kind": "Zoo",
+            "metadata": {"name": name, "namespace": "default"}, "spec": spec}),
+    )
+    .await
+    .unwrap();
+}
+
+async fn zoo(host: &TestHost, name: &str) -> Value {
+    let api = host.host.api();
+    let info = api.kinds().require("test.setpoint.dev/v1", "Zoo").unwrap();
+    api.get(&info, Some("default"), name).await.unwrap()
+}
+
+async fn events_about(host: &TestHost, name: &str, reason: &str) -> Vec<Value> {
+    crate::support::warnings_about(host, name)
+        .await
+        .into_iter()
+        .filter(|e| e["reason"] == reason)
+        .collect()
+}
+
+/// The zoo's `requeue0` object asks to be called again at once, forever,
+/// with nothing to do. Its requeues are slowed down to the ceiling and the
+/// user is told; the neighbours converge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_that_always_asks_for_an_immediate_requeue_is_slowed_down_and_reported() {
+    let host = TestHost::start(&["replicaset", "podsim", "zoo"]).await;
+    create_zoo(&host, "eager", json!({"fault": "requeue0"})).await;
+    let key = setpoint::object::ObjectKey::new(Some("default"), "eager");
+    let ceiling = setpoint::controller::RequeueConfig::default().ceiling;
+    eventually("the requeues reach the ceiling", WAIT, || async {
+        let history = host.host.history("test.setpoint.dev/v1", "Zoo", &key).await;
+        match history.last() {
+            Some(last) if last.next_in == Some(ceiling) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let warned = events_about(&host, "eager", "RequeueThrottled").await;
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(
+        warned[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("asking to be called again after 0ns"),
+        "{warned:?}"
+    );
+    neighbours_converge(&host, "web").await;
+    host.stop().await;
+}
+
+/// The zoo's `flip` object changes its one child on every call, so every
+/// call changes the children it sees: only its own writes do. The breaker
+/// counts them and stops it; the neighbours converge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_whose_child_flips_on_every_call_is_stopped_by_the_breaker() {
+    let host = TestHost::start(&["replicaset", "podsim", "zoo"]).await;
+    create_zoo(&host, "flipper", json!({"fault": "flip"})).await;
+    eventually("the breaker opens", WAIT, || async {
+        let object = zoo(&host, "flipper").await;
+        match crate::support::ready_condition(&object) {
+            Some(c) if c["reason"] == "HotLoop" && c["status"] == "False" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(!events_about(&host, "flipper", "HotLoop").await.is_empty());
+    assert_eq!(
+        host.host.controller_stats("zoo").await.unwrap().hot_loops,
+        1
+    );
+    neighbours_converge(&host, "web").await;
+    host.stop().await;
+}
+
+/// A WASI plugin that sleeps an hour, reads its clocks and draws random
+/// numbers: its clocks stand still at the request's time, so the sleep
+/// returns at once and the reconcile completes; the neighbours converge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sleeping_wasi_plugin_sees_time_stand_still_and_holds_no_worker() {
+    let host = TestHost::start(&["replicaset", "podsim", "zoo"]).await;
+    create_zoo(&host, "sleepy", json!({"fault": "sleep"})).await;
+    create_zoo(&host, "sleepy2", json!({"fault": "sleep"})).await;
+    create_zoo(&host, "calm", json!({"fault": "none"})).await;
+    let status = eventually("the sleeper's report", WAIT, || async {
+        let object = zoo(&host, "sleepy").await;
+        if object["status"]["wallMs"].is_u64() {
+            Ok(object["status"].clone())
+        } else {
+            Err(object.to_string())
+        }
+    })
+    .await;
+    assert_eq!(status["sleptNs"], json!(0), "{status}");
+    assert_eq!(status["wallMs"], status["requestMs"], "{status}");
+    neighbours_converge(&host, "web").await;
+    eventually("a calm neighbour of the same plugin", WAIT, || async {
+        let calm = zoo(&host, "calm").await;
+        (calm["status"]["fine"] == json!(true))
+            .then_some(())
+            .ok_or_else(|| calm.to_string())
+    })
+    .await;
+    host.stop().await;
+}
+
+/// With the host's clocks granted, a sleep takes real time, but never past
+/// the call's deadline: the call fails with the deadline, not an hour
+/// later, and the plugin's other objects are reconciled meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_host_clocks_a_sleep_ends_at_the_calls_deadline() {
+    let dir = plugins_dir(&["zoo"]);
+    std::fs::write(
+        dir.path().join("zoo.toml"),
+        "deadline_ms = 300\nhost_clock = true\n",
+    )
+    .unwrap();
+    let host = TestHost::start_in(dir, RuntimeConfig::default()).await;
+    for name in ["sleepy", "sleepy2", "sleepy3"] {
+        create_zoo(&host, name, json!({"fault": "sleep"})).await;
+    }
+    create_zoo(&host, "calm", json!({"fault": "none"})).await;
+    for name in ["sleepy", "sleepy2", "sleepy3"] {
+        let message = eventually("the deadline", WAIT, || async {
+            let object = zoo(&host, name).await;
+            match crate::support::ready_condition(&object) {
+                Some(c) if c["status"] == "False" => Ok(c["message"].as_str().unwrap().to_owned()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+        assert!(
+            message.contains("exceeded its deadline of 300ms"),
+            "{message}"
+        );
+    }
+    eventually("a calm neighbour of the same plugin", WAIT, || async {
+        let calm = zoo(&host, "calm").await;
+        (calm["status"]["fine"] == json!(true))
+            .then_some(())
+            .ok_or_else(|| calm.to_string())
+    })
+    .await;
+    host.stop().await;
+}
+
+/// The reconcile of one request is a function of it: a WASI plugin that
+/// sleeps, reads its clocks and draws random numbers answers the same
+/// request the same way, and another request (a newer version of the
+/// object) with other numbers.
+#[test]
+fn a_wasi_plugin_answers_the_same_request_with_the_same_clocks_and_random_numbers() {
+    use std::sync::Arc;
+
+    use setpoint::controller::{CacheView, Reconciler, Request};
+
+    /// The zoo's `sleep` fault reads nothing from the host's caches.
+    struct NoCache;
+    impl CacheView for NoCache {
+        fn get(&self, _: &str, _: &str, _: Option<&str>, _: &str) -> Option<Arc<Value>> {
+            None
+        }
+        fn list(
+            &self,
+            _: &str,
+            _: &str,
+            _: Option<&str>,
+            _: &str,
+        ) -> Result<Vec<Arc<Value>>, String> {
+            Ok(Vec::new())
+        }
+    }
+
+    let bytes = std::fs::read(crate::support::built_wasi_plugins().join("zoo.wasm")).unwrap();
+    let runtime = setpoint::runtime::Runtime::new(RuntimeConfig::default()).unwrap();
+    let plugin = runtime.load(&bytes, None).unwrap();
+    let cache: Arc<dyn CacheView> = Arc::new(NoCache);
+    let request = |rv: &str| Request {
+        object: Arc::new(json!({
+            "apiVersion": "test.setpoint.dev/v1", "kind": "Zoo",
+            "metadata": {"name": "dice", "namespace": "default", "uid": "u-1", "resourceVersion": rv},
+            "spec": {"fault": "sleep", "seconds": 3600},
+        })),
+        owned: vec![],
+        finalizing: false,
+        now_unix_ms: 1_700_000_000_000,
+    };
+    let answer = |rv: &str| {
+        let response = plugin.reconcile(&request(rv), &cache).unwrap();
+        response.status.unwrap()
+    };
+    let first = answer("7");
+    assert_eq!(first, answer("7"));
+    assert_eq!(first["sleptNs"], json!(0), "{first}");
+    assert_eq!(first["wallMs"], json!(1_700_000_000_000u64), "{first}");
+    let other = answer("8");
+    assert_ne!(first["random"], other["random"], "{first} {other}");
+}
+
+/// The zoo's `clash` object wants three children; another object already
+/// holds the name of one. The other two are created, the clash is reported
+/// on the object naming the holder, and once the holder is gone the third
+/// child is created and the report goes, with no edit of the object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_clash_on_one_child_holds_back_only_that_child_and_heals_when_it_clears() {
+    let host = TestHost::start(&["replicaset", "podsim", "zoo"]).await;
+    let api = host.host.api();
+    let child_kind = api
+        .kinds()
+        .require("test.setpoint.dev/v1", "ZooChild")
+        .unwrap();
+    api.create(
+        &child_kind,
+        json!({"apiVersion": "test.setpoint.dev/v1", "kind": "ZooChild",
+            "metadata": {"name": "dup-b", "namespace": "default"}, "data": {"mine": "yes"}}),
+    )
+    .await
+    .unwrap();
+    create_zoo(&host, "dup", json!({"fault": "clash"})).await;
+    let children = || async {
+        let list = api
+            .list(
+                &child_kind,
+                &setpoint::api::ListOptions::default().in_namespace("default"),
+            )
+            .await
+            .unwrap()
+            .items;
+        let mut owned: Vec<String> = list
+            .iter()
+            .filter(|c| !setpoint::object::meta::owner_references(c).is_empty())
+            .map(|c| setpoint::object::meta::name(c).to_owned())
+            .collect();
+        owned.sort();
+        owned
+    };
+    let condition = eventually("the clash is reported", WAIT, || async {
+        let object = zoo(&host, "dup").await;
+        let condition = object["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "ChildrenApplied").cloned());
+        match condition {
+            Some(c) if c["status"] == "False" => Ok(c),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let message = condition["message"].as_str().unwrap();
+    assert!(
+        message.contains("ZooChild \"dup-b\" already exists") && message.contains("no controller"),
+        "{message}"
+    );
+    assert_eq!(children().await, ["dup-a", "dup-c"]);
+    let warned = events_about(&host, "dup", "ChildNameClash").await;
+    assert!(!warned.is_empty());
+    assert!(
+        warned[0]["message"].as_str().unwrap().contains("dup-b"),
+        "{warned:?}"
+    );
+
+    // The holder goes: the third child follows and the report clears.
+    api.delete(&child_kind, Some("default"), "dup-b", &Default::default())
+        .await
+        .unwrap();
+    eventually("the clash heals", WAIT, || async {
+        let object = zoo(&host, "dup").await;
+        let reported = object["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["type"] == "ChildrenApplied"));
+        let owned = children().await;
+        if !reported && owned == ["dup-a", "dup-b", "dup-c"] {
+            Ok(())
+        } else {
+            Err(format!("{owned:?} {}", object["status"]))
+        }
+    })
+    .await;
+    neighbours_converge(&host, "web").await;
+    host.stop().await;
+}
+
+async fn get_json(url: String) -> Value {
+    reqwest::get(url).await.unwrap().json().await.unwrap()
+}
+
+/// What the user sees: a call that does not return is shown in progress, a
+/// refused response counts as an error in `setpoint plugins`, and a kind
+/// whose plugin was removed is listed as having no reconciler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_books_show_refused_responses_the_call_in_progress_and_kinds_left_without_a_reconciler()
+{
+    let dir = plugins_dir(&["zoo"]);
+    std::fs::write(
+        dir.path().join("zoo.toml"),
+        "deadline_ms = 10000\nhost_clock = true\n",
+    )
+    .unwrap();
+    let host = TestHost::start_in(dir, RuntimeConfig::default()).await;
+    create_zoo(&host, "stuck", json!({"fault": "sleep"})).await;
+    let history = format!(
+        "{}/setpoint/v1/history?apiVersion=test.setpoint.dev/v1&kind=Zoo&namespace=default&name=stuck",
+        host.url
+    );
+    eventually("the call in progress", WAIT, || async {
+        let body = get_json(history.clone()).await;
+        let records = body["records"].as_array().cloned().unwrap_or_default();
+        match records.last() {
+            Some(r) if r["outcome"] == "InProgress" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    create_zoo(&host, "refused", json!({"fault": "undeclared"})).await;
+    eventually("the refused response counted", WAIT, || async {
+        let body = get_json(format!("{}/setpoint/v1/plugins", host.url)).await;
+        let zoo = body["plugins"]
+            .as_array()
+            .and_then(|p| p.iter().find(|p| p["name"] == "zoo").cloned())
+            .unwrap_or_default();
+        (zoo["errors"].as_u64() >= Some(1))
+            .then_some(())
+            .ok_or_else(|| zoo.to_string())
+    })
+    .await;
+
+    std::fs::remove_file(host.plugins_path().join("zoo.wasm")).unwrap();
+    host.host
+        .load_plugins_dir(host.plugins_path())
+        .await
+        .unwrap();
+    let body = get_json(format!("{}/setpoint/v1/plugins", host.url)).await;
+    assert_eq!(
+        body["unreconciledKinds"],
+        json!(["test.setpoint.dev/v1 Zoo"]),
+        "{body}"
+    );
+    let body = get_json(history).await;
+    assert_eq!(body["reconciler"], json!(false), "{body}");
+    host.stop().await;
+}
+
+/// Eight calls of one plugin spin until their deadline at once, on a
+/// machine with fewer cores. Calls that run long take turns on half the
+/// cores, so no more than that many spin at once, and a ReplicaSet beside
+/// them converges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugins_that_spin_share_half_the_cores_and_leave_the_rest_to_their_neighbours() {
+    let dir = plugins_dir(&["replicaset", "podsim", "zoo"]);
+    std::fs::write(dir.path().join("zoo.toml"), "deadline_ms = 3000\n").unwrap();
+    let spinners = setpoint::controller::Config {
+        workers: 8,
+        ..Default::default()
+    };
+    let host = std::sync::Arc::new(
+        setpoint::Host::builder()
+            .plugins_dir(dir.path())
+            .controller_for("zoo", spinners)
+            .build()
+            .await
+            .unwrap(),
+    );
+    let api = host.api();
+    let zoo_kind = api.kinds().require("test.setpoint.dev/v1", "Zoo").unwrap();
+    for i in 0..8 {
+        api.create(
+            &zoo_kind,
+            json!({"apiVersion": "test.setpoint.dev/v1", "kind": "Zoo",
+                "metadata": {"name": format!("spin-{i}"), "namespace": "default"},
+                "spec": {"fault": "spin"}}),
+        )
+        .await
+        .unwrap();
+    }
+    let rs_kind = api
+        .kinds()
+        .require("demo.setpoint.dev/v1", "ReplicaSet")
+        .unwrap();
+    api.create(&rs_kind, replicaset("web", 3, 0)).await.unwrap();
+    eventually(
+        "the replicaset beside the spinners is ready",
+        WAIT,
+        || async {
+            let rs = api
+                .get(&rs_kind, Some("default"), "web")
+                .await
+                .map_err(|e| e.to_string())?;
+            (rs["status"]["readyReplicas"] == json!(3))
+                .then_some(())
+                .ok_or_else(|| rs["status"].to_string())
+        },
+    )
+    .await;
+    eventually("every spinner hit its deadline", WAIT, || async {
+        let mut stuck = Vec::new();
+        for i in 0..8 {
+            let object = api
+                .get(&zoo_kind, Some("default"), &format!("spin-{i}"))
+                .await
+                .map_err(|e| e.to_string())?;
+            match crate::support::ready_condition(&object) {
+                Some(c)
+                    if c["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("exceeded its deadline")) => {}
+                other => stuck.push(format!("spin-{i}: {other:?}")),
+            }
+        }
+        stuck
+            .is_empty()
+            .then_some(())
+            .ok_or_else(|| stuck.join("; "))
+    })
+    .await;
+    let stats = host.runtime().long_call_stats();
+    assert!(stats.peak >= 1, "{stats:?}");
+    assert!(stats.peak <= stats.permits, "{stats:?}");
+    host.shutdown().await;
+}
