@@ -443,7 +443,9 @@ impl Api {
     /// object keeps: the size limit and [`shape::MAX_DEPTH`] (so that every
     /// stored object can be read back, see `object::shape`).
     fn encode_checked(&self, object: &Object) -> Result<Vec<u8>> {
-        if let Some(at) = shape::too_deep_at(object, shape::MAX_DEPTH) {
+        if shape::deeper_than(object, shape::MAX_DEPTH)
+            && let Some(at) = shape::too_deep_at(object, shape::MAX_DEPTH)
+        {
             return Err(Error::invalid(
                 meta::kind(object),
                 meta::name(object),

@@ -39,15 +39,44 @@ pub fn depth(value: &Value) -> usize {
     let mut deepest = 0;
     let mut stack: Vec<(&Value, usize)> = vec![(value, 0)];
     while let Some((value, level)) = stack.pop() {
-        let children: Box<dyn Iterator<Item = &Value>> = match value {
-            Value::Array(items) => Box::new(items.iter()),
-            Value::Object(members) => Box::new(members.values()),
-            _ => continue,
-        };
-        deepest = deepest.max(level + 1);
-        stack.extend(children.map(|child| (child, level + 1)));
+        if let Some(children) = containers_in(value) {
+            deepest = deepest.max(level + 1);
+            stack.extend(children.map(|child| (child, level + 1)));
+        }
     }
     deepest
+}
+
+/// The arrays and objects directly inside `value`, if it is a container:
+/// scalars never need a place on a walk's stack.
+fn containers_in(value: &Value) -> Option<impl Iterator<Item = &Value>> {
+    let is_container = |v: &&Value| v.is_array() || v.is_object();
+    match value {
+        Value::Array(items) => Some(Either::Left(items.iter().filter(is_container))),
+        Value::Object(members) => Some(Either::Right(members.values().filter(is_container))),
+        _ => None,
+    }
+}
+
+/// One of two iterators, without boxing either.
+enum Either<L, R> {
+    Left(L),
+    Right(R),
+}
+
+impl<'a, L, R> Iterator for Either<L, R>
+where
+    L: Iterator<Item = &'a Value>,
+    R: Iterator<Item = &'a Value>,
+{
+    type Item = &'a Value;
+
+    fn next(&mut self) -> Option<&'a Value> {
+        match self {
+            Either::Left(l) => l.next(),
+            Either::Right(r) => r.next(),
+        }
+    }
 }
 
 /// Whether `value` is nested deeper than `limit`, stopping as soon as it
@@ -60,17 +89,16 @@ pub fn depth(value: &Value) -> usize {
 /// assert!(deeper_than(&json!({"a": {"b": [1]}}), 2));
 /// ```
 pub fn deeper_than(value: &Value, limit: usize) -> bool {
+    // Every write asks this of the whole object: one stack allocation, and
+    // only containers pushed (see `encode_checked` in `api`).
     let mut stack: Vec<(&Value, usize)> = vec![(value, 0)];
     while let Some((value, level)) = stack.pop() {
-        let children: Box<dyn Iterator<Item = &Value>> = match value {
-            Value::Array(items) => Box::new(items.iter()),
-            Value::Object(members) => Box::new(members.values()),
-            _ => continue,
-        };
-        if level + 1 > limit {
-            return true;
+        if let Some(children) = containers_in(value) {
+            if level + 1 > limit {
+                return true;
+            }
+            stack.extend(children.map(|child| (child, level + 1)));
         }
-        stack.extend(children.map(|child| (child, level + 1)));
     }
     false
 }

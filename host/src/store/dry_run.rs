@@ -55,6 +55,9 @@ impl DryRunBackend {
     }
 
     async fn check_put(&self, key: &str, value: Vec<u8>, condition: Condition) -> Result<KeyValue> {
+        // A store that cannot take writes (a full disk) refuses the dry run
+        // as it would refuse the write.
+        self.inner.writable()?;
         let current = self.inner.get(key).await?;
         condition.check(key, current.as_ref().map(|kv| kv.mod_revision))?;
         Ok(KeyValue {
@@ -66,6 +69,7 @@ impl DryRunBackend {
     }
 
     async fn check_delete(&self, key: &str, condition: Condition) -> Result<Deleted> {
+        self.inner.writable()?;
         let current = self.inner.get(key).await?;
         // The order the backends check in: the condition, then existence.
         condition.check(key, current.as_ref().map(|kv| kv.mod_revision))?;
@@ -137,5 +141,14 @@ impl Backend for DryRunBackend {
 
     fn engine_metrics(&self) -> Vec<super::EngineMetric> {
         self.inner.engine_metrics()
+    }
+
+    fn writable(&self) -> Result<()> {
+        self.inner.writable()
+    }
+
+    async fn backup(&self) -> Result<super::Backup> {
+        // A backup only reads.
+        self.inner.backup().await
     }
 }

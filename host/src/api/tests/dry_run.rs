@@ -17,8 +17,10 @@ struct Quiet {
 
 impl Quiet {
     async fn start(api: &Api) -> Self {
+        // Subscribed after the store's revision rather than after waiting
+        // for the hub to reach it: on a shared etcd that revision may come
+        // from another prefix, which this hub never sees.
         let revision = api.current_revision().await.unwrap();
-        api.hub().wait_for(revision).await;
         Self {
             revision,
             subscription: api.hub().subscribe("/registry/", revision).unwrap(),
