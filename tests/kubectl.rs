@@ -135,6 +135,13 @@ impl Kubectl {
             .unwrap()
     }
 
+    /// Write `manifest` to `name` in kubectl's home; the file's path.
+    fn manifest_file(&self, name: &str, manifest: &Value) -> String {
+        let file = self.home.path().join(name);
+        std::fs::write(&file, serde_json::to_vec(manifest).unwrap()).unwrap();
+        file.to_str().unwrap().to_owned()
+    }
+
     /// Write `manifest` to a file and `kubectl apply` it with `extra` flags.
     async fn apply(&self, manifest: &Value, extra: &[&str]) -> Output {
         let file = self
@@ -826,13 +833,8 @@ async fn kubectl_diff_and_server_side_dry_runs_change_nothing() {
         serde_json::from_str(&kubectl.ok(&["get", "widget", "w1", "-o", "json"]).await).unwrap();
 
     // kubectl diff shows the change it would make (exit 1: differences)…
-    let file = kubectl.home.path().join("changed.json");
-    std::fs::write(
-        &file,
-        serde_json::to_vec(&widget("w1", json!(5), "green")).unwrap(),
-    )
-    .unwrap();
-    let file = file.to_str().unwrap();
+    let file = kubectl.manifest_file("changed.json", &widget("w1", json!(5), "green"));
+    let file = file.as_str();
     let quiet = quiet_from_here(&host).await;
     let out = kubectl.run(&["diff", "-f", file]).await;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
@@ -845,13 +847,8 @@ async fn kubectl_diff_and_server_side_dry_runs_change_nothing() {
     assert_nothing_changed(&host, quiet, "kubectl diff").await;
 
     // … and every --dry-run=server answers as the write would, writing nothing.
-    let new_file = kubectl.home.path().join("new.json");
-    std::fs::write(
-        &new_file,
-        serde_json::to_vec(&widget("w2", json!(1), "red")).unwrap(),
-    )
-    .unwrap();
-    let new_file = new_file.to_str().unwrap();
+    let new_file = kubectl.manifest_file("new.json", &widget("w2", json!(1), "red"));
+    let new_file = new_file.as_str();
     let quiet = quiet_from_here(&host).await;
     for (args, says) in [
         (
