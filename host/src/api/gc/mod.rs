@@ -562,9 +562,14 @@ impl Collector {
                 self.failures.remove(&item);
             }
             Err(err @ Error::NotFound { .. }) => {
-                // Gone while being worked on: nothing left to do.
-                tracing::debug!(%err, ?item, "garbage collection found the object gone");
-                self.failures.remove(&item);
+                // Something the item touched went while it was worked on:
+                // perhaps the item's own object (then the next attempt finds
+                // nothing to do), perhaps one of an owner's dependents (then
+                // the owner still needs its pass). Dropping the item here
+                // once left an owner in orphan deletion with its finalizer
+                // for good, so it is tried again.
+                tracing::debug!(%err, ?item, "garbage collection found an object gone; trying the item again");
+                self.delayed.push((Instant::now() + MIN_BACKOFF, item));
             }
             Err(err) => {
                 let failures = self.failures.entry(item.clone()).or_insert(0);
@@ -708,7 +713,11 @@ impl Collector {
             let only_owner: HashSet<String> = [uid.to_owned()].into();
             for dependent in self.graph.dependents_of(uid) {
                 if let Some((object, dep_kind)) = self.live(&dependent).await? {
-                    remove_owner_references(&self.api, &dep_kind, object, &only_owner).await?;
+                    match remove_owner_references(&self.api, &dep_kind, object, &only_owner).await {
+                        // Deleted meanwhile: nothing of it left to orphan.
+                        Err(Error::NotFound { .. }) => {}
+                        other => other?,
+                    }
                 }
                 self.heartbeat();
             }
