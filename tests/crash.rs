@@ -27,14 +27,14 @@ impl Server {
     }
 }
 
-const CRD: &str = r#"{"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+pub(crate) const CRD: &str = r#"{"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
   "metadata": {"name": "notes.test.setpoint.dev"},
   "spec": {"group": "test.setpoint.dev", "scope": "Namespaced",
     "names": {"kind": "Note", "plural": "notes", "singular": "note"},
     "versions": [{"name": "v1", "served": true, "storage": true,
       "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}}"#;
 
-const NOTES: &str = "/apis/test.setpoint.dev/v1/namespaces/default/notes";
+pub(crate) const NOTES: &str = "/apis/test.setpoint.dev/v1/namespaces/default/notes";
 
 /// An acknowledged write: the name and the resource version it was given.
 type Acked = Arc<Mutex<Vec<(String, i64)>>>;

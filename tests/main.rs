@@ -25,6 +25,9 @@ mod containment;
 mod controller;
 /// Durability of the embedded store: kill -9 and restart, damaged data.
 mod crash;
+/// The embedded store's data directory: clean stops, backups, a damaged or
+/// missing log, a full disk.
+mod durability;
 /// Embedding the host as a library: native and Wasm reconcilers, two hosts.
 mod embedding;
 /// The host on a real etcd.

@@ -38,13 +38,14 @@
 //! every [`SPACE_RETRY_BUSY`]) until there is room, when writes resume.
 
 mod apply;
+mod checkpoint;
 mod compact;
 mod tables;
 
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -55,7 +56,7 @@ pub(super) use self::tables::replay;
 use self::tables::{Change, Decider, Pending, Snapshot, Unapplied};
 use super::Shared;
 use super::open::Counters;
-use super::wal::{LogError, RecordBuilder, Syncer};
+use super::wal::{RecordBuilder, Syncer};
 use crate::store::{Condition, Deleted, Error, KeyValue, Result, Revision, WatchEvent};
 
 /// The most requests committed in one transaction.
@@ -138,9 +139,9 @@ pub(super) struct Writer {
     unapplied: Unapplied,
     /// The applier's queue and thread.
     applier: Option<(Sender<Job>, JoinHandle<()>)>,
-    /// The checkpoint in flight: the log segment it began, and where the
-    /// applier answers.
-    checkpointing: Option<(u64, Receiver<Result<()>>)>,
+    /// The checkpoint in flight: the log segment it began, the revision it
+    /// makes durable, and where the applier answers.
+    checkpointing: Option<(u64, Revision, Receiver<Result<()>>)>,
     /// When the writer last looked for room after the disk was full.
     space_checked: Instant,
 }
@@ -468,177 +469,6 @@ impl Writer {
              no more writes until it is reopened, which recovers from the log"
         );
         self.shared.fail(err);
-    }
-
-    /// What a failed append means: nothing written (a full disk: the store
-    /// refuses writes until there is room), or possibly written (writes
-    /// stop). Returns the error for the batch's callers.
-    fn log_failed(&mut self, err: LogError) -> Error {
-        match err {
-            LogError::NotWritten(Error::InsufficientStorage(why)) => {
-                self.shared.set_out_of_space(&why);
-                Error::InsufficientStorage(self.shared.out_of_space().unwrap_or(why))
-            }
-            LogError::NotWritten(err) => {
-                tracing::warn!(file = %self.shared.file.display(), error = %err, "the store's log could not take a batch; nothing was written");
-                err
-            }
-            LogError::MaybeWritten(err) => {
-                self.fail(&err);
-                err
-            }
-        }
-    }
-
-    /// While the disk is full: looks for room again (at most every
-    /// [`SPACE_RETRY_BUSY`]) and, if there still is none, returns the error
-    /// for `batch`'s writes. A batch holding only closes passes.
-    fn still_out_of_space(&mut self, batch: &[Queued]) -> Option<Error> {
-        if let Some(why) = self.shared.room.short() {
-            self.shared.set_out_of_space(&why);
-        }
-        let why = self.shared.out_of_space()?;
-        if batch
-            .iter()
-            .all(|queued| matches!(queued.request, Request::Close { .. }))
-        {
-            return None;
-        }
-        if self.space_checked.elapsed() >= SPACE_RETRY_BUSY && self.look_for_space() {
-            return None;
-        }
-        Some(Error::InsufficientStorage(
-            self.shared.out_of_space().unwrap_or(why),
-        ))
-    }
-
-    /// After the disk was full: whether there is room again for the log's
-    /// next segment (and so for the checkpoint, which may grow the
-    /// database file). If there is, writes resume.
-    fn look_for_space(&mut self) -> bool {
-        self.space_checked = Instant::now();
-        let database = super::room::retry(&self.shared.room, &self.shared.file).map_err(|e| {
-            LogError::NotWritten(Error::InsufficientStorage(format!(
-                "no room to grow {}: {e}",
-                self.shared.file.display()
-            )))
-        });
-        match database.and_then(|()| self.syncer.make_room()) {
-            Ok(()) => {
-                self.shared.clear_out_of_space();
-                // The checkpoints that waited for room.
-                if self.syncer.checkpoint_due() {
-                    self.start_checkpoint();
-                }
-                true
-            }
-            Err(err) => {
-                let err = self.log_failed(err);
-                if let Error::InsufficientStorage(_) = err {
-                    tracing::debug!(error = %err, "still no room for the store's log");
-                }
-                false
-            }
-        }
-    }
-
-    /// Makes the database durable with every logged batch and restarts the
-    /// log, waiting for it. Returns whether it succeeded (a failure stops
-    /// writes: the log is kept for recovery).
-    fn checkpoint(&mut self) -> bool {
-        self.finish_checkpoint(true);
-        self.start_checkpoint();
-        self.finish_checkpoint(true);
-        !self.shared.failed() && self.shared.out_of_space().is_none()
-    }
-
-    /// At close: makes the database durable with every logged batch and
-    /// records that it needs no log (which the close then deletes). Returns
-    /// whether it succeeded; otherwise the log stays, and the next open
-    /// recovers from it.
-    fn final_checkpoint(&mut self) -> bool {
-        self.finish_checkpoint(true);
-        if self.shared.out_of_space().is_some() && !self.look_for_space() {
-            tracing::warn!(
-                file = %self.shared.file.display(),
-                "closing without a final checkpoint: the disk is full; the write-ahead log is \
-                 kept and replayed at the next start"
-            );
-            return false;
-        }
-        if self.shared.failed() {
-            return false;
-        }
-        let (reply, outcome) = std::sync::mpsc::sync_channel(1);
-        self.hand_over(Job::Checkpoint {
-            log_segment: 0,
-            reply,
-        });
-        match outcome.recv() {
-            Ok(Ok(())) => true,
-            Ok(Err(err)) => {
-                if !self.shared.failed() {
-                    self.fail(&err);
-                }
-                false
-            }
-            Err(_) => false,
-        }
-    }
-
-    /// Starts a checkpoint unless one is in flight: later records go to a
-    /// new log segment while the applier commits the database durably with
-    /// every batch logged before, so writes go on meanwhile. Waits while
-    /// the disk is full.
-    fn start_checkpoint(&mut self) {
-        if self.checkpointing.is_some()
-            || self.shared.failed()
-            || self.shared.out_of_space().is_some()
-        {
-            return;
-        }
-        match self.syncer.start_checkpoint() {
-            Ok(segment) => {
-                let (reply, outcome) = std::sync::mpsc::sync_channel(1);
-                self.hand_over(Job::Checkpoint {
-                    log_segment: segment,
-                    reply,
-                });
-                self.checkpointing = Some((segment, outcome));
-            }
-            Err(err) => {
-                self.log_failed(err);
-            }
-        }
-    }
-
-    /// Completes the checkpoint in flight if the applier has made it
-    /// durable (or, with `wait`, once it has): deletes the log segments it
-    /// covers.
-    fn finish_checkpoint(&mut self, wait: bool) {
-        let Some((segment, outcome)) = &self.checkpointing else {
-            return;
-        };
-        let answer = if wait {
-            outcome.recv().map_err(|_| TryRecvError::Disconnected)
-        } else {
-            outcome.try_recv()
-        };
-        let segment = *segment;
-        let result = match answer {
-            Err(TryRecvError::Empty) => return,
-            Ok(result) => result,
-            Err(TryRecvError::Disconnected) => Err(Error::Unavailable(format!(
-                "{}: the store's applier thread stopped",
-                self.shared.file.display()
-            ))),
-        };
-        self.checkpointing = None;
-        if let Err(err) = result.and_then(|()| self.syncer.checkpointed(segment))
-            && !self.shared.failed()
-        {
-            self.fail(&err);
-        }
     }
 }
 

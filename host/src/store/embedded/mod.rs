@@ -15,7 +15,7 @@
 //! |---|---|---|
 //! | `revisions` | revision → create revision (i64 LE) ‖ key length (u32 LE) ‖ key ‖ value | every change since compaction, plus each live key's newest version at or below the compaction point; create revision 0 and no value mark a deletion |
 //! | `current` | key → (create revision, mod revision) | live keys only: current reads and write conditions |
-//! | `meta` | name → i64 | `format` (3; 1 and 2 are read and upgraded), `revision`, `compacted` (the compaction point), `cleaned` (how far compaction has physically removed entries) |
+//! | `meta` | name → i64 | `format` (4; 1 to 3 are read and upgraded), `revision`, `compacted` (the compaction point), `cleaned` (how far compaction has physically removed entries), `log_segment` (the log segment that follows the last checkpoint; 0 when the database needs no log) |
 //!
 //! Values are stored once, in `revisions`, which only ever grows at its end:
 //! whatever keys are written, a batch's values land on a few adjacent pages,
@@ -64,11 +64,12 @@
 //!
 //! At open, the log's records newer than the database are applied again in
 //! one durable commit. The log is read and checked against the database
-//! before anything is written: a damaged record (one followed by a valid
-//! record), a gap in revisions or a log without its database is
-//! [`Error::Corrupt`] and nothing is touched; an invalid record with no
-//! valid record after it is the append a crash interrupted (never
-//! acknowledged) and is dropped, with a warning.
+//! before anything is written (`wal/read.rs`): a damaged record (one
+//! followed by a valid record), a segment cut short, missing or out of
+//! order, a gap in revisions, a missing log or a log without its database
+//! is [`Error::Corrupt`] naming the file and the writes lost, and nothing is
+//! touched; an invalid record with no valid record after it is the append a
+//! crash interrupted (never acknowledged) and is dropped, with a warning.
 //!
 //! redb repairs files on open: after a crash it rebuilds its allocator state
 //! and, if the latest commit fails its checksums, rolls back to the previous
@@ -82,13 +83,25 @@
 //! untouched. Only after a crash may the latest commit be rolled back, if it
 //! fails its checksums as a commit torn by a power loss does (its fsync never
 //! completed); that is logged, and the log still holds every write since the
-//! checkpoint before. Damage to exactly the last record of the log looks
+//! checkpoint before (its segments are deleted only once a checkpoint is
+//! durable). A rolled-back commit the log does not continue was damaged
+//! after it was made, and is reported as damage to the database, not to
+//! the log. Damage to exactly the last record of the log looks
 //! like a torn append and loses that record's batch, as in any log. A new
 //! store is created under a temporary name and renamed into
 //! place once initialised, so `store.redb` is never legitimately empty.
 //!
 //! The check reads every live page on each open: about 0.2 s for 100,000
 //! keys of 1 KiB on the development VM.
+//!
+//! # Backups and a full disk
+//!
+//! [`Backend::backup`] copies one read snapshot into a new database file
+//! that needs no log (`backup.rs`), while writes go on. The log's segments
+//! and the database file have their disk space reserved before they are
+//! written (`wal/`, `room.rs`), so a full disk refuses a write before any of
+//! it is written ([`Error::InsufficientStorage`]) instead of failing the
+//! store; reads go on and writes resume once there is room (`commit.rs`).
 
 mod backup;
 mod commit;
@@ -98,6 +111,7 @@ mod overlay;
 mod read;
 mod room;
 mod schema;
+mod shared;
 mod stats;
 mod wal;
 mod watch;
@@ -109,21 +123,17 @@ mod tests;
 #[cfg(test)]
 mod upgrade_tests;
 
-use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{
-    Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard,
-};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redb::{Database, ReadTransaction, ReadableDatabase, WriteTransaction};
+use redb::ReadTransaction;
 use tokio::sync::{Semaphore, oneshot, watch as revision_watch};
 
 use self::commit::{Queued, Request, Writer};
-use self::history::History;
-use self::schema::Context;
+use self::shared::Shared;
 pub use self::stats::EmbeddedStats;
 use self::stats::Stats;
 use self::wal::Syncer;
@@ -164,222 +174,6 @@ impl std::fmt::Debug for EmbeddedBackend {
         f.debug_struct("EmbeddedBackend")
             .field("file", &self.shared.file)
             .finish_non_exhaustive()
-    }
-}
-
-/// What the writer, the readers and the watchers share.
-struct Shared {
-    /// The database file, named in errors.
-    file: PathBuf,
-    /// `None` once closed.
-    db: RwLock<Option<Database>>,
-    /// The directory lock, released at close.
-    lock: Mutex<Option<File>>,
-    /// The last acknowledged revision (its batch is in the log); watchers
-    /// wait on it.
-    revision_tx: revision_watch::Sender<Revision>,
-    /// The same, for reads' fast path.
-    acknowledged: AtomicI64,
-    /// The last revision the applier committed to the database: what reads
-    /// see.
-    committed: AtomicI64,
-    /// The same, for reads waiting for it.
-    committed_tx: revision_watch::Sender<Revision>,
-    /// Why the store takes no more writes, once a write failed half-way.
-    failure: OnceLock<String>,
-    /// Why writes are refused for now: the disk is full (nothing was
-    /// written; the writer looks for room again and clears it).
-    out_of_space: Mutex<Option<String>>,
-    /// The same, for the writer's check before every batch.
-    is_out_of_space: AtomicBool,
-    /// The room reserved on disk for the database file to grow into.
-    room: Arc<room::Room>,
-    /// The compaction point, as acknowledged.
-    compacted: AtomicI64,
-    /// The newest events, for live watchers.
-    recent: Mutex<Recent>,
-    /// Every key's versions since compaction.
-    history: RwLock<History>,
-    closed: AtomicBool,
-    stats: Stats,
-}
-
-impl Shared {
-    /// Marks `revision` as acknowledged: in the log, answered, told to
-    /// watchers.
-    fn set_acknowledged(&self, revision: Revision) {
-        self.acknowledged.store(revision, Ordering::Release);
-        self.revision_tx.send_replace(revision);
-    }
-
-    /// Acknowledged revisions the applier has not committed yet.
-    fn unapplied(&self) -> u64 {
-        // Committed first: it never passes acknowledged, so this order
-        // never yields a negative lag.
-        let committed = self.committed.load(Ordering::Acquire);
-        (self.acknowledged.load(Ordering::Acquire) - committed).max(0) as u64
-    }
-
-    /// Marks `revision` as committed to the database, visible to reads.
-    fn set_committed(&self, revision: Revision) {
-        self.committed.store(revision, Ordering::Release);
-        self.committed_tx.send_replace(revision);
-    }
-
-    /// Stops writes (and reads that wait for writes) for good: the database
-    /// may lag the log, which only reopening recovers.
-    /// The first failure's cause is the one reported.
-    fn fail(&self, cause: impl std::fmt::Display) {
-        let _ = self.failure.set(format!(
-            "{}: an earlier write failed ({cause}); the store takes no writes until it is \
-             reopened",
-            self.file.display()
-        ));
-        self.committed_tx.send_modify(|_| {});
-    }
-
-    /// Refuses writes until [`Shared::clear_out_of_space`]: the disk is
-    /// full, for the reason given.
-    fn set_out_of_space(&self, why: &str) {
-        let mut full = self
-            .out_of_space
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if full.is_none() {
-            tracing::warn!(
-                file = %self.file.display(),
-                error = why,
-                "the disk is full: the store refuses writes (reads go on) until there is room again"
-            );
-        }
-        *full = Some(format!(
-            "{why}; writes are refused until there is room again (reads go on)"
-        ));
-        self.is_out_of_space.store(true, Ordering::Release);
-    }
-
-    /// Takes writes again after the disk was full.
-    fn clear_out_of_space(&self) {
-        let mut full = self
-            .out_of_space
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        self.is_out_of_space.store(false, Ordering::Release);
-        let was = full.take();
-        if was.is_some() {
-            tracing::info!(file = %self.file.display(), "there is room on disk again: the store takes writes");
-        }
-    }
-
-    /// Why writes are refused for lack of room, if they are.
-    fn out_of_space(&self) -> Option<String> {
-        if !self.is_out_of_space.load(Ordering::Acquire) {
-            return None;
-        }
-        self.out_of_space
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Whether writes stopped after a failure.
-    fn failed(&self) -> bool {
-        self.failure.get().is_some()
-    }
-
-    /// The error for requests refused after a failure.
-    fn failure(&self) -> Error {
-        let why = self.failure.get().cloned();
-        Error::Unavailable(
-            why.unwrap_or_else(|| format!("{}: an earlier write failed", self.file.display())),
-        )
-    }
-
-    /// Waits until the database holds every write acknowledged so far, so
-    /// that a read started now sees them all. Acknowledgement runs ahead of
-    /// the applier's commit by about one batch; most reads do not wait.
-    async fn caught_up(&self) -> Result<()> {
-        let acknowledged = self.acknowledged.load(Ordering::Acquire);
-        if self.committed.load(Ordering::Acquire) >= acknowledged {
-            return Ok(());
-        }
-        let mut committed = self.committed_tx.subscribe();
-        loop {
-            if *committed.borrow_and_update() >= acknowledged {
-                return Ok(());
-            }
-            if self.failed() {
-                return Err(self.failure());
-            }
-            if self.is_closed() {
-                return Err(self.closed_error());
-            }
-            if committed.changed().await.is_err() {
-                return Err(self.closed_error());
-            }
-        }
-    }
-
-    fn history(&self) -> RwLockReadGuard<'_, History> {
-        // Every change leaves the index whole, even if a holder panicked.
-        self.history.read().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn history_mut(&self) -> RwLockWriteGuard<'_, History> {
-        self.history.write().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn recent(&self) -> MutexGuard<'_, Recent> {
-        // Pushes and reads leave the tail consistent even if a holder panicked.
-        self.recent.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn closed_error(&self) -> Error {
-        Error::Unavailable(format!("{}: store is closed", self.file.display()))
-    }
-
-    fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
-    }
-
-    fn begin_read(&self) -> Result<ReadTransaction> {
-        let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
-        let db = db.as_ref().ok_or_else(|| self.closed_error())?;
-        db.begin_read().ctx(&self.file)
-    }
-
-    /// A write transaction: durable at commit (a checkpoint) or, for every
-    /// ordinary batch, made durable by the write-ahead log instead.
-    fn begin_write(&self, durable: bool) -> Result<WriteTransaction> {
-        let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
-        let db = db.as_ref().ok_or_else(|| self.closed_error())?;
-        let mut txn = db.begin_write().ctx(&self.file)?;
-        if !durable {
-            txn.set_durability(redb::Durability::None).ctx(&self.file)?;
-        }
-        Ok(txn)
-    }
-
-    /// Closes the database (a clean shutdown), releases the directory lock
-    /// and wakes the watchers so that they end.
-    fn close(&self) {
-        let db = self
-            .db
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(db) = db
-            && let Err(e) = db.close()
-        {
-            tracing::warn!(file = %self.file.display(), error = %e, "closing the store failed");
-        }
-        self.lock
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        self.closed.store(true, Ordering::Release);
-        self.revision_tx.send_modify(|_| {});
-        self.committed_tx.send_modify(|_| {});
     }
 }
 

@@ -142,9 +142,9 @@ pub(super) fn open<I: LogIo>(dir: &Path, io: I) -> Result<Opened<I>> {
     }
     // The new segment is there before the database names it; the old ones
     // go once the database holds their records, durably.
-    let wal = Wal::create(io, dir, found.last_sequence() + 1)?;
+    let wal = Wal::create(io, dir, &found)?;
     let counters = commit::replay(&db, &replay.records, stored.counters, wal.sequence(), &file)?;
-    wal.forget(found.files())?;
+    wal.forget(&found)?;
     let history = load_history(&db, &file)?;
     Ok(Opened {
         db,

@@ -31,8 +31,13 @@
 //! the log moves on by naming the new segment (made ready under a
 //! temporary name, then renamed, durably) and only then writing the record
 //! that names it, so a segment that names a successor that is not there
-//! lost it. Segments made by builds before format 4 start with the
-//! previous magic, have no size and no next records, and are still read.
+//! lost it. Once a checkpoint is durable, a *checkpoint* record (16-byte
+//! payload: the revision the database now holds ‖ the segment it names) is
+//! appended before the older segments are deleted, so that a database
+//! found older than that (a damaged latest commit rolled back, an old copy
+//! put in its place) is told from a damaged log. Segments made by builds
+//! before format 4 start with the previous magic, have no size and no next
+//! or checkpoint records, and are still read.
 //!
 //! The segment written after open is new; the next ones are made ready in
 //! the background and taken when the current one is full. When a checkpoint
@@ -72,7 +77,9 @@ mod tests;
 
 use std::path::Path;
 
-pub(super) use self::io::{Disk, LogFile, LogIo, is_no_space, reserve};
+#[cfg(test)]
+pub(super) use self::io::LogFile;
+pub(super) use self::io::{Disk, LogIo, is_no_space, reserve};
 pub(super) use self::read::Found;
 pub(super) use self::segment::{LogError, Syncer, Wal};
 use super::schema::{Entry, encode, encoded_len};
@@ -103,6 +110,13 @@ const NEXT_PAYLOAD: usize = 8;
 
 /// The bytes of a next record, which every segment keeps room for.
 const NEXT_RECORD: usize = RECORD_HEADER + NEXT_PAYLOAD;
+
+/// The payload of a checkpoint record: the revision a durable checkpoint
+/// made the database hold, and the log segment it named.
+const CHECKPOINT_PAYLOAD: usize = 16;
+
+/// The bytes of a checkpoint record.
+const CHECKPOINT_RECORD: usize = RECORD_HEADER + CHECKPOINT_PAYLOAD;
 
 /// The largest payload a record may claim (a batch is at most 512 writes of
 /// objects far below this in total), so that a damaged length is caught
@@ -218,6 +232,16 @@ fn checksum_payload(record: &mut [u8]) {
     // which segment the record goes to.
 }
 
+/// The checkpoint record saying that the database durably holds every write
+/// up to `revision` and names `log_segment`, ready to append.
+fn checkpoint_record(revision: Revision, log_segment: u64) -> Vec<u8> {
+    let mut record = vec![0; CHECKPOINT_RECORD];
+    record[RECORD_HEADER..RECORD_HEADER + 8].copy_from_slice(&revision.to_le_bytes());
+    record[RECORD_HEADER + 8..].copy_from_slice(&log_segment.to_le_bytes());
+    checksum_payload(&mut record);
+    record
+}
+
 /// The next record naming segment `next`, sealed for segment `sequence`.
 fn next_record(sequence: u64, next: u64) -> [u8; NEXT_RECORD] {
     let mut record = [0; NEXT_RECORD];
@@ -280,6 +304,9 @@ enum Parsed<'a> {
     Record(Record<'a>, usize),
     /// A whole, valid next record: the segment continues in the one named.
     Next(u64),
+    /// A whole, valid checkpoint record: the database was made to hold
+    /// every write up to this revision, durably.
+    Checkpoint(Revision),
     /// Only zeros are left: space prepared for records not yet written.
     End,
     /// Not a valid record, for the reason given.
@@ -314,6 +341,10 @@ fn parse_record<'a>(rest: &'a [u8], sequence: u64, file: &Path) -> Parsed<'a> {
     if let Ok(next) = <[u8; NEXT_PAYLOAD]>::try_from(payload) {
         return Parsed::Next(u64::from_le_bytes(next));
     }
+    if let Ok(checkpoint) = <[u8; CHECKPOINT_PAYLOAD]>::try_from(payload) {
+        let revision = i64::from_le_bytes(checkpoint[..8].try_into().expect("8 bytes"));
+        return Parsed::Checkpoint(revision);
+    }
     match decode_payload(payload, file) {
         Some(record) => Parsed::Record(record, RECORD_HEADER + len),
         None => Parsed::Invalid("has a valid checksum but a wrong structure"),
@@ -336,7 +367,7 @@ fn valid_record_after(rest: &[u8], sequence: u64, file: &Path) -> Option<usize> 
                 == u32::from_le_bytes(header[16..].try_into().expect("4 bytes"))
             && matches!(
                 parse_record(&rest[at..], sequence, file),
-                Parsed::Record(..) | Parsed::Next(_)
+                Parsed::Record(..) | Parsed::Next(_) | Parsed::Checkpoint(_)
             )
     })
 }

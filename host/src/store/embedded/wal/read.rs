@@ -11,10 +11,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::{
-    NEXT_RECORD, Parsed, Record, parse_record, parse_segment_header, segment_name,
-    segment_sequence, valid_record_after,
+    CHECKPOINT_RECORD, NEXT_RECORD, Parsed, Record, parse_record, parse_segment_header,
+    segment_name, segment_sequence, valid_record_after,
 };
 use crate::store::embedded::open::io_context;
+use crate::store::embedded::schema::DB_FILE;
 use crate::store::{Error, Result, Revision};
 
 /// One segment file found at open, with its contents.
@@ -59,6 +60,9 @@ struct Scanned<'a> {
     invalid: Option<(usize, &'static str)>,
     /// Whether the segment says how long it was made (format 4).
     sized: bool,
+    /// The highest revision a checkpoint record in it says the database
+    /// durably holds.
+    checkpointed: Option<Revision>,
 }
 
 impl Scanned<'_> {
@@ -66,7 +70,7 @@ impl Scanned<'_> {
     /// a successor. Segments after the last such one are empty: made ready
     /// just before a crash.
     fn used(&self) -> bool {
-        !self.records.is_empty() || self.next.is_some()
+        !self.records.is_empty() || self.next.is_some() || self.checkpointed.is_some()
     }
 
     fn last_revision(&self) -> Option<Revision> {
@@ -93,7 +97,7 @@ fn lost(after: Revision, resumes: Option<Revision>) -> String {
 
 impl Found {
     /// Reads every segment of `dir` (without changing anything). Leftover
-    /// temporary segments are ignored (and removed by [`Found::remove`]).
+    /// temporary segments are ignored (and removed by `Wal::create`).
     pub(in crate::store::embedded) fn read(dir: &Path) -> Result<Self> {
         let mut numbered = Vec::new();
         let mut found = Found {
@@ -139,14 +143,17 @@ impl Found {
         self.segments.last().map_or(0, |s| s.sequence)
     }
 
-    /// Every file found: segments, oldest first, then leftover temporary
-    /// files. Once their records are in the durable database they are
-    /// deleted in this order, so that a crash part-way leaves the newest.
-    pub(in crate::store::embedded) fn files(&self) -> impl Iterator<Item = &Path> {
-        self.segments
-            .iter()
-            .map(|s| s.path.as_path())
-            .chain(self.leftovers.iter().map(PathBuf::as_path))
+    /// The segments found, oldest first. Once their records are in the
+    /// durable database they are deleted in this order, so that a crash
+    /// part-way leaves the newest.
+    pub(in crate::store::embedded) fn segment_files(&self) -> impl Iterator<Item = &Path> {
+        self.segments.iter().map(|s| s.path.as_path())
+    }
+
+    /// Temporary files of segments that were being prepared: never used,
+    /// and deleted before the log makes new ones.
+    pub(in crate::store::embedded) fn leftover_files(&self) -> impl Iterator<Item = &Path> {
+        self.leftovers.iter().map(PathBuf::as_path)
     }
 
     /// The path of segment `sequence` in this directory.
@@ -177,6 +184,19 @@ impl Found {
             .map(|segment| parse_segment(segment))
             .collect::<Result<Vec<_>>>()?;
         let resumes_from = |i: usize| parsed[i..].iter().find_map(Scanned::first_revision);
+        // The log says the database was made durable further than it is:
+        // the database lost its latest commits, whatever the log lacks.
+        if let Some(durable) = parsed.iter().filter_map(|s| s.checkpointed).max()
+            && durable > revision
+        {
+            return Err(Error::Corrupt(format!(
+                "{} is older than its write-ahead log: the log records that it was made durable \
+                 up to revision {durable}, but it holds only revision {revision}, so its latest \
+                 commits were lost (it was damaged, or an older copy was put in its place). It \
+                 was left untouched: restore the data directory from a backup",
+                self.dir.join(DB_FILE).display(),
+            )));
+        }
         if let Some(start) = start
             && segments.first().map(|s| s.sequence) != Some(start)
         {
@@ -337,6 +357,7 @@ fn parse_segment(segment: &Segment) -> Result<Scanned<'_>> {
         end: start,
         invalid: None,
         sized: size.is_some(),
+        checkpointed: None,
     };
     // Records never go past the size a segment was made with.
     let usable = size.map_or(bytes.len(), |size| {
@@ -355,6 +376,11 @@ fn parse_segment(segment: &Segment) -> Result<Scanned<'_>> {
                 parsed.next = Some(next);
                 offset += NEXT_RECORD;
                 break;
+            }
+            Parsed::Checkpoint(revision) => {
+                parsed.checkpointed = parsed.checkpointed.max(Some(revision));
+                rest = &rest[CHECKPOINT_RECORD..];
+                offset += CHECKPOINT_RECORD;
             }
             Parsed::End => break,
             Parsed::Invalid(what) => {

@@ -9,12 +9,14 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::JoinHandle;
 
+use super::Found;
 use super::io::{LogFile, LogIo, is_no_space};
 use super::{
-    CHECKPOINT_BYTES, NEXT_RECORD, SEGMENT_HEADER, next_record, seal, segment_header, segment_name,
+    CHECKPOINT_BYTES, NEXT_RECORD, SEGMENT_HEADER, checkpoint_record, next_record, seal,
+    segment_header, segment_name,
 };
 use crate::store::embedded::open::io_context;
-use crate::store::{Error, Result};
+use crate::store::{Error, Result, Revision};
 
 /// The first segment's size; each next one is twice as large, up to
 /// [`SEGMENT_MAX`], so that a store that writes little reserves little.
@@ -130,10 +132,15 @@ pub(in crate::store::embedded) struct Wal<I: LogIo> {
 }
 
 impl<I: LogIo> Wal<I> {
-    /// Starts segment `sequence` in `dir` (after every segment found there)
-    /// and prepares the next one meanwhile.
-    pub(in crate::store::embedded) fn create(io: I, dir: &Path, sequence: u64) -> Result<Self> {
+    /// Starts a segment after every one `found` in `dir` and prepares the
+    /// next one meanwhile, once the temporary files left by an earlier
+    /// run's preparing are gone.
+    pub(in crate::store::embedded) fn create(io: I, dir: &Path, found: &Found) -> Result<Self> {
         let io = Arc::new(io);
+        for leftover in found.leftover_files() {
+            remove(&*io, leftover)?;
+        }
+        let sequence = found.last_sequence() + 1;
         let (file, path, size) = prepare(&*io, &tmp_name(dir, sequence), SEGMENT_FIRST)
             .and_then(|prepared| publish(&*io, dir, prepared, sequence))
             .map_err(|e| {
@@ -158,13 +165,10 @@ impl<I: LogIo> Wal<I> {
         Ok(wal)
     }
 
-    /// Deletes `files` (the log found at open, oldest first): call it only
+    /// Deletes the segments `found` at open, oldest first: call it only
     /// once their records are in the durable database.
-    pub(in crate::store::embedded) fn forget<'a>(
-        &self,
-        files: impl Iterator<Item = &'a Path>,
-    ) -> Result<()> {
-        for file in files {
+    pub(in crate::store::embedded) fn forget(&self, found: &Found) -> Result<()> {
+        for file in found.segment_files() {
             remove(&*self.io, file)?;
         }
         Ok(())
@@ -312,8 +316,24 @@ impl<I: LogIo> Wal<I> {
         self.offset - SEGMENT_HEADER as u64
     }
 
-    /// Once a checkpoint is durable: deletes the segments before
-    /// `sequence`, whose records are all in the database now.
+    /// Once a checkpoint is durable (the database holds every write up to
+    /// `revision` and names segment `sequence`): records that in the log,
+    /// then deletes the segments before `sequence`, whose records are all
+    /// in the database now. Without room for the record, they stay until a
+    /// later checkpoint.
+    fn checkpointed(&mut self, sequence: u64, revision: Revision) -> Result<(), LogError> {
+        match self.append(&mut checkpoint_record(revision, sequence)) {
+            Ok(()) => {}
+            Err(LogError::NotWritten(err)) => {
+                tracing::warn!(error = %err, "no room to record a checkpoint in the log; its older segments stay for now");
+                return Ok(());
+            }
+            Err(err) => return Err(err),
+        }
+        self.drop_before(sequence).map_err(LogError::MaybeWritten)
+    }
+
+    /// Deletes the segments before `sequence`.
     fn drop_before(&mut self, sequence: u64) -> Result<()> {
         while let Some((older, _)) = self.older.first()
             && *older < sequence
@@ -366,7 +386,7 @@ fn remove<I: LogIo>(io: &I, path: &Path) -> Result<()> {
 enum Job {
     Append(Vec<u8>),
     StartCheckpoint,
-    DropBefore(u64),
+    Checkpointed(u64, Revision),
     MakeRoom,
     Remove,
 }
@@ -427,10 +447,9 @@ impl Syncer {
                         }
                         Job::StartCheckpoint => (log.rotate(0), None),
                         Job::MakeRoom => (log.make_room(), None),
-                        Job::DropBefore(before) => (
-                            log.drop_before(before).map_err(LogError::MaybeWritten),
-                            None,
-                        ),
+                        Job::Checkpointed(before, revision) => {
+                            (log.checkpointed(before, revision), None)
+                        }
                         Job::Remove => {
                             let result = log.remove().map_err(LogError::MaybeWritten);
                             if done_tx.send((result, None, sequence)).is_err() {
@@ -504,9 +523,14 @@ impl Syncer {
     }
 
     /// After a durable checkpoint that [`Syncer::start_checkpoint`] began
-    /// at segment `sequence`: deletes the segments before it.
-    pub(in crate::store::embedded) fn checkpointed(&mut self, sequence: u64) -> Result<()> {
-        let _ = self.jobs.send(Job::DropBefore(sequence));
+    /// at segment `sequence`, holding every write up to `revision`: records
+    /// it in the log and deletes the segments before `sequence`.
+    pub(in crate::store::embedded) fn checkpointed(
+        &mut self,
+        sequence: u64,
+        revision: Revision,
+    ) -> Result<()> {
+        let _ = self.jobs.send(Job::Checkpointed(sequence, revision));
         self.wait().0.map_err(LogError::into_error)
     }
 

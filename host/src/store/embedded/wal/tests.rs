@@ -245,6 +245,27 @@ fn a_segment_made_before_a_crash_may_follow_one_that_does_not_name_it() {
 }
 
 #[test]
+fn a_database_older_than_a_checkpoint_the_log_records_is_named() {
+    // The log says a checkpoint made the database hold revision 2; a
+    // database at 1 lost its latest commits, whatever the log holds.
+    let dir = tempfile::tempdir().unwrap();
+    segment(
+        dir.path(),
+        2,
+        &[checkpoint_record(2, 2), record(3, &["/c"], 0)],
+        false,
+    );
+    let found = Found::read(dir.path()).unwrap();
+    assert_eq!(found.replay(2, Some(2)).unwrap().records.len(), 1);
+    let msg = refused(dir.path(), 1, Some(1));
+    assert!(
+        msg.contains("store.redb is older than its write-ahead log"),
+        "{msg}"
+    );
+    assert!(msg.contains("up to revision 2"), "{msg}");
+}
+
+#[test]
 fn damage_before_the_end_is_refused() {
     // The last record of an older segment, before its next record.
     let dir = tempfile::tempdir().unwrap();
@@ -411,10 +432,14 @@ fn segments(dir: &Path) -> Vec<String> {
 fn segments_rotate_name_their_successor_and_are_removed() {
     let dir = tempfile::tempdir().unwrap();
     segment(dir.path(), 3, &[record(1, &["/a"], 0)], false);
+    // Left by the previous run, preparing its next segment: the name the
+    // new log prepares its next one under.
+    let leftover = dir.path().join(segment_name(5)).with_extension("log.tmp");
+    fs::write(&leftover, b"half made").unwrap();
     let found = Found::read(dir.path()).unwrap();
-    let wal = Wal::create(Disk, dir.path(), found.last_sequence() + 1).unwrap();
+    let wal = Wal::create(Disk, dir.path(), &found).unwrap();
     assert_eq!(wal.sequence, 4);
-    wal.forget(found.files()).unwrap();
+    wal.forget(&found).unwrap();
     let mut syncer = Syncer::spawn(wal, Default::default(), CHECKPOINT_BYTES).unwrap();
     assert_eq!(segments(dir.path()), [segment_name(4)], "3 was replaced");
     // 1 MiB segments then 2 MiB: these records fill the first.
@@ -445,7 +470,7 @@ fn segments_rotate_name_their_successor_and_are_removed() {
     syncer.submit(record(40, &["/c"], 0));
     assert!(syncer.wait().0.is_ok());
     assert_eq!(segments(dir.path()).len(), before.len() + 1);
-    syncer.checkpointed(started).unwrap();
+    syncer.checkpointed(started, 39).unwrap();
     let after = segments(dir.path());
     assert_eq!(after, [segment_name(started)]);
     assert!(
@@ -467,7 +492,7 @@ fn segments_rotate_name_their_successor_and_are_removed() {
 #[test]
 fn a_record_larger_than_a_segment_gets_a_segment_of_its_own() {
     let dir = tempfile::tempdir().unwrap();
-    let wal = Wal::create(Disk, dir.path(), 1).unwrap();
+    let wal = Wal::create(Disk, dir.path(), &Found::default()).unwrap();
     let mut syncer = Syncer::spawn(wal, Default::default(), CHECKPOINT_BYTES).unwrap();
     let big = "b".repeat(3 << 20);
     syncer.submit(record(1, &["/small"], 0));
