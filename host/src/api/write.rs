@@ -59,6 +59,7 @@ impl Api {
         }
         if self.is_crd(kind) {
             let info = kinds::kind_from_crd(&object)?;
+            self.check_names_free(&info)?;
             object["status"] = crd_status(&info);
             let bytes = self.encode_checked(&object)?;
             let kv = self
@@ -109,6 +110,30 @@ impl Api {
                 name: name.to_owned(),
             }),
             Err(e) => Err(e.into()),
+        }
+    }
+
+    /// A definition's kind and list kind must not be served already under
+    /// another resource of its group: with two, which resource an
+    /// `apiVersion`/`kind` names would depend on a hash map's order (the
+    /// garbage collector and owner lookups go by kind).
+    fn check_names_free(&self, info: &KindInfo) -> Result<()> {
+        let taken = self.kinds.all().into_iter().find(|other| {
+            other.group == info.group
+                && other.plural != info.plural
+                && (other.kind == info.kind || other.list_kind == info.list_kind)
+        });
+        match taken {
+            None => Ok(()),
+            Some(other) => Err(Error::invalid(
+                "CustomResourceDefinition",
+                &format!("{}.{}", info.plural, info.group),
+                "spec.names.kind",
+                format!(
+                    "{:?} is already in use by {}.{}: a kind and its list kind name one resource per group",
+                    info.kind, other.plural, other.group
+                ),
+            )),
         }
     }
 
@@ -235,7 +260,9 @@ impl Api {
             return Ok(current.clone());
         }
         let info = if self.is_crd(kind) {
-            Some(kinds::kind_from_crd(&next)?)
+            let info = kinds::kind_from_crd(&next)?;
+            self.check_names_free(&info)?;
+            Some(info)
         } else {
             None
         };

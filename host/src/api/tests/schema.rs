@@ -216,3 +216,41 @@ async fn kinds_without_a_schema_take_any_fields() {
         .unwrap();
     assert_eq!(event["extra"], json!({"x": 1}));
 }
+
+#[tokio::test]
+async fn a_definition_cannot_reuse_a_kind_its_group_already_serves() {
+    // Two resources answering to one apiVersion and kind would make every
+    // lookup by kind (owner references, the garbage collector) pick one of
+    // them by chance.
+    let api = api().await;
+    widgets(&api).await;
+    let mut twin = widget_crd();
+    twin["metadata"]["name"] = json!("widgetz.test.setpoint.dev");
+    twin["spec"]["names"] = json!({"kind": "Widget", "plural": "widgetz"});
+    let before = api.current_revision().await.unwrap();
+    let err = api.create(&crd_kind(&api), twin).await.unwrap_err();
+    assert_eq!(err.code(), 422, "{err}");
+    assert!(
+        err.to_string()
+            .contains("already in use by widgets.test.setpoint.dev"),
+        "{err}"
+    );
+    assert_eq!(api.current_revision().await.unwrap(), before);
+    assert!(
+        api.kinds()
+            .by_plural("test.setpoint.dev", "widgetz")
+            .is_none()
+    );
+
+    // The same definition may still be updated, and another group may use the name.
+    let mut elsewhere = widget_crd();
+    elsewhere["metadata"]["name"] = json!("widgets.other.setpoint.dev");
+    elsewhere["spec"]["group"] = json!("other.setpoint.dev");
+    api.create(&crd_kind(&api), elsewhere).await.unwrap();
+    let mut stored = api
+        .get(&crd_kind(&api), None, "widgets.test.setpoint.dev")
+        .await
+        .unwrap();
+    stored["spec"]["names"]["shortNames"] = json!(["wg"]);
+    api.update(&crd_kind(&api), stored).await.unwrap();
+}
