@@ -518,7 +518,7 @@ pub trait Backend: Send + Sync + 'static {
     /// ```
     async fn backup(&self) -> Result<Backup> {
         Err(Error::Unsupported(
-            "backups (on etcd, use `etcdctl snapshot save`)",
+            "backups of the whole store (on etcd, use `etcdctl snapshot save`)",
         ))
     }
 }

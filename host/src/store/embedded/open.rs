@@ -332,8 +332,13 @@ pub(super) fn check_whole(file: &Path) -> Result<Revision> {
     let checked = check(file)?;
     match checked.stored.log_segment {
         Some(0) if !checked.crashed => Ok(checked.stored.counters.revision),
-        Some(0) | None => Err(Error::Corrupt(format!(
+        Some(0) => Err(Error::Corrupt(format!(
             "{} was not closed: it may lack writes that a write-ahead log beside it held",
+            file.display()
+        ))),
+        None => Err(Error::Corrupt(format!(
+            "{} was written by an older build, which does not record whether it needs a \
+             write-ahead log: open it as a data directory instead",
             file.display()
         ))),
         Some(segment) => Err(Error::Corrupt(format!(
