@@ -376,6 +376,9 @@ impl Host {
             cluster.leave().await;
         }
         self.shared.informers.clear();
+        // Before the caller closes the store: a closed store would read as
+        // a broken watch, logged and retried.
+        self.api().hub().stop();
     }
 }
 

@@ -161,6 +161,8 @@ struct Inner {
     /// Moves when the hub resumes after a gap it cannot fill: every
     /// subscriber from before must relist.
     epoch: Arc<AtomicU64>,
+    /// The task following the store, until [`WatchHub::stop`].
+    follower: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
 struct State {
@@ -214,11 +216,44 @@ impl WatchHub {
                 sender,
                 capacity,
                 epoch: Arc::default(),
+                follower: Mutex::new(None),
             }),
         };
         let follower = Arc::downgrade(&hub.inner);
-        tokio::spawn(follow(follower, backend, stream));
+        let task = tokio::spawn(follow(follower, backend, stream));
+        *hub.inner.follower.lock().unwrap_or_else(|p| p.into_inner()) = Some(task.abort_handle());
         Ok(hub)
+    }
+
+    /// Stop following the store: the hub keeps its history and publishes
+    /// nothing more. A host that stops calls this before its store closes;
+    /// otherwise the closed store reads as a broken watch, and the hub
+    /// would log it and keep trying to resume.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use setpoint::store::{Backend, Condition, MemoryBackend};
+    /// use setpoint::watch::WatchHub;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = Arc::new(MemoryBackend::new());
+    /// let hub = WatchHub::start(store.clone(), 16).await?;
+    /// hub.stop();
+    /// store.put("/after", b"{}".to_vec(), Condition::Any).await?;
+    /// tokio::task::yield_now().await;
+    /// assert_eq!(hub.last_revision(), 0, "nothing published after the stop");
+    /// # Ok(()) }
+    /// ```
+    pub fn stop(&self) {
+        if let Some(task) = self
+            .inner
+            .follower
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            task.abort();
+        }
     }
 
     /// How many changes a subscriber may fall behind before it is cut off
