@@ -119,8 +119,7 @@ async fn write_notes(url: &str, prefix: &str, n: usize, text_len: usize) -> Vec<
     for task in tasks {
         task.abort();
     }
-    let names = acked.lock().unwrap().clone();
-    names
+    acked.lock().unwrap().clone()
 }
 
 /// The notes the host lists.
