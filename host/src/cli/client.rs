@@ -99,16 +99,7 @@ impl Client {
         let response = self.http.send(method, path, body).await?;
         print_warnings(response.headers());
         let status = response.status();
-        let bytes = response
-            .into_body()
-            .collect()
-            .await
-            .context("reading the response")?
-            .to_bytes();
-        Ok((
-            status,
-            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-        ))
+        Ok((status, json_body(response).await?))
     }
 
     /// Send a request whose success answer is the JSON body.
@@ -145,14 +136,7 @@ impl Client {
         if status.is_success() {
             return Ok(response);
         }
-        let bytes = response
-            .into_body()
-            .collect()
-            .await
-            .context("reading the response")?
-            .to_bytes();
-        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Err(Self::fail(status, &body))
+        Err(Self::fail(status, &json_body(response).await?))
     }
 
     /// `GET path` (with its query): the JSON body, or `None` on 404.
@@ -448,6 +432,17 @@ fn merged(live: &Value, manifest: &Value) -> Value {
 }
 
 /// `?k=v&…`, percent-encoded.
+/// An answer's body as JSON (`null` if it is not JSON).
+async fn json_body(response: hyper::Response<hyper::body::Incoming>) -> anyhow::Result<Value> {
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .context("reading the response")?
+        .to_bytes();
+    Ok(serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
 pub(super) fn query(pairs: &[(&str, &str)]) -> String {
     let encode = |text: &str| -> String {
         text.bytes()

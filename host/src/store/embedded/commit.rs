@@ -196,7 +196,7 @@ impl Writer {
                     }
                     Err(RecvTimeoutError::Disconnected) => break,
                 }
-            } else if self.shared.out_of_space().is_some() && !self.shared.failed() {
+            } else if self.out_of_space().is_some() && !self.shared.failed() {
                 match self.requests.recv_timeout(SPACE_RETRY) {
                     Ok(queued) => queued,
                     Err(RecvTimeoutError::Timeout) => {

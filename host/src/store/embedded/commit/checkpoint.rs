@@ -35,10 +35,7 @@ impl Writer {
     /// [`SPACE_RETRY_BUSY`]) and, if there still is none, returns the error
     /// for `batch`'s writes. A batch holding only closes passes.
     pub(super) fn still_out_of_space(&mut self, batch: &[Queued]) -> Option<Error> {
-        if let Some(why) = self.shared.room.short() {
-            self.shared.set_out_of_space(&why);
-        }
-        let why = self.shared.out_of_space()?;
+        let why = self.out_of_space()?;
         if batch
             .iter()
             .all(|queued| matches!(queued.request, Request::Close { .. }))
@@ -51,6 +48,16 @@ impl Writer {
         Some(Error::InsufficientStorage(
             self.shared.out_of_space().unwrap_or(why),
         ))
+    }
+
+    /// Why writes are refused for lack of room, if they are: the log found
+    /// none, or the database file grew without room reserved (which a
+    /// durable commit would then fail to write into).
+    pub(super) fn out_of_space(&self) -> Option<String> {
+        if let Some(why) = self.shared.room.short() {
+            self.shared.set_out_of_space(&why);
+        }
+        self.shared.out_of_space()
     }
 
     /// After the disk was full: whether there is room again for the log's
@@ -85,13 +92,12 @@ impl Writer {
     }
 
     /// Makes the database durable with every logged batch and restarts the
-    /// log, waiting for it. Returns whether it succeeded (a failure stops
-    /// writes: the log is kept for recovery).
-    pub(super) fn checkpoint(&mut self) -> bool {
+    /// log, waiting for it (a failure stops writes: the log is kept for
+    /// recovery; a full disk makes it wait).
+    pub(super) fn checkpoint(&mut self) {
         self.finish_checkpoint(true);
         self.start_checkpoint();
         self.finish_checkpoint(true);
-        !self.shared.failed() && self.shared.out_of_space().is_none()
     }
 
     /// At close: makes the database durable with every logged batch and
@@ -100,7 +106,7 @@ impl Writer {
     /// recovers from it.
     pub(super) fn final_checkpoint(&mut self) -> bool {
         self.finish_checkpoint(true);
-        if self.shared.out_of_space().is_some() && !self.look_for_space() {
+        if self.out_of_space().is_some() && !self.look_for_space() {
             tracing::warn!(
                 file = %self.shared.file.display(),
                 "closing without a final checkpoint: the disk is full; the write-ahead log is \
@@ -133,10 +139,7 @@ impl Writer {
     /// every batch logged before, so writes go on meanwhile. Waits while
     /// the disk is full.
     pub(super) fn start_checkpoint(&mut self) {
-        if self.checkpointing.is_some()
-            || self.shared.failed()
-            || self.shared.out_of_space().is_some()
-        {
+        if self.checkpointing.is_some() || self.shared.failed() || self.out_of_space().is_some() {
             return;
         }
         match self.syncer.start_checkpoint() {
