@@ -213,6 +213,21 @@ fn operation(kind: &KindInfo, id: String, action: &str, description: &str) -> Ma
     op
 }
 
+/// `op` as a write that sends the whole object (create, replace): the
+/// write parameters, the object as its body, the object as its answer.
+fn whole_object_write(mut op: Map<String, Value>, schema_ref: &str) -> Map<String, Value> {
+    op.insert("parameters".into(), json!(write_parameters()));
+    op.insert(
+        "requestBody".into(),
+        json!({"required": true, "content": {"application/json": {"schema": {"$ref": schema_ref}}}}),
+    );
+    op.insert(
+        "responses".into(),
+        json!({"200": response("OK", schema_ref), "201": response("Created", schema_ref), "default": failure()}),
+    );
+    op
+}
+
 fn write_parameters() -> Vec<Value> {
     vec![
         query(
@@ -326,20 +341,14 @@ fn kind_paths(paths: &mut Map<String, Value>, kind: &KindInfo, group: &str, vers
         "responses".into(),
         json!({"200": response("OK", &list_ref), "default": failure()}),
     );
-    let mut create = operation(
-        kind,
-        format!("create{scope}{k}"),
-        "post",
-        "Create an object.",
-    );
-    create.insert("parameters".into(), json!(write_parameters()));
-    create.insert(
-        "requestBody".into(),
-        json!({"required": true, "content": {"application/json": {"schema": {"$ref": schema_ref}}}}),
-    );
-    create.insert(
-        "responses".into(),
-        json!({"200": response("OK", &schema_ref), "201": response("Created", &schema_ref), "default": failure()}),
+    let create = whole_object_write(
+        operation(
+            kind,
+            format!("create{scope}{k}"),
+            "post",
+            "Create an object.",
+        ),
+        &schema_ref,
     );
     let mut delete_all = operation(
         kind,
@@ -400,20 +409,14 @@ fn kind_paths(paths: &mut Map<String, Value>, kind: &KindInfo, group: &str, vers
         "responses".into(),
         json!({"200": response("OK", &schema_ref), "default": failure()}),
     );
-    let mut replace = operation(
-        kind,
-        format!("replace{scope}{k}"),
-        "put",
-        "Replace an object.",
-    );
-    replace.insert("parameters".into(), json!(write_parameters()));
-    replace.insert(
-        "requestBody".into(),
-        json!({"required": true, "content": {"application/json": {"schema": {"$ref": schema_ref}}}}),
-    );
-    replace.insert(
-        "responses".into(),
-        json!({"200": response("OK", &schema_ref), "201": response("Created", &schema_ref), "default": failure()}),
+    let replace = whole_object_write(
+        operation(
+            kind,
+            format!("replace{scope}{k}"),
+            "put",
+            "Replace an object.",
+        ),
+        &schema_ref,
     );
     let mut delete = operation(
         kind,
