@@ -196,6 +196,35 @@ impl Api {
         }
     }
 
+    /// Write an object's status the way its kind takes it: through the
+    /// status sub-resource ([`Api::update_status`]) when the kind has one,
+    /// else as an update of the whole object ([`Api::update`]). What a
+    /// controller uses to report on the object it reconciles.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let mut event = api.create(&events, json!({"apiVersion": "v1", "kind": "Event",
+    ///     "metadata": {"name": "e"}})).await?;
+    /// event["status"] = json!({"seen": true});
+    /// // Events have no status sub-resource: the whole object is updated.
+    /// assert_eq!(api.write_status(&events, event).await?["status"]["seen"], true);
+    /// # Ok(()) }
+    /// ```
+    pub async fn write_status(&self, kind: &KindInfo, object: Object) -> Result<Object> {
+        if kind.status_subresource {
+            self.update_status(kind, object).await
+        } else {
+            self.update(kind, object).await
+        }
+    }
+
     /// Compare-and-swap `next` over `current`, applying the rules every write
     /// shares: immutable metadata, finalizers, schema, generation on spec
     /// change, no-op suppression, the size limit.

@@ -350,11 +350,7 @@ impl Applier<'_> {
             .insert("status".into(), status);
         // The resource version the reconciler saw is the precondition: a
         // status computed from an old object must not overwrite a newer one.
-        let result = if self.kind.status_subresource {
-            self.api.update_status(self.kind, next).await
-        } else {
-            self.api.update(self.kind, next).await
-        };
+        let result = self.api.write_status(self.kind, next).await;
         let updated = result?;
         self.wrote(self.kind, &updated);
         Ok(())

@@ -524,11 +524,7 @@ async fn report_clashes(
         let Some(next) = with_condition(&latest, CLASH_CONDITION, condition.clone()) else {
             return;
         };
-        let result = if shared.kind.status_subresource {
-            api.update_status(&shared.kind, next).await
-        } else {
-            api.update(&shared.kind, next).await
-        };
+        let result = api.write_status(&shared.kind, next).await;
         match result {
             Err(api::Error::Conflict { .. }) => continue,
             Err(err) => {
@@ -705,11 +701,7 @@ async fn report_not_ready(
         };
         let on_what_failed = based_on.is_some() && meta::resource_version(&latest) == based_on;
         let next = with_not_ready(&latest, reason, message)?;
-        let result = if shared.kind.status_subresource {
-            api.update_status(&shared.kind, next).await
-        } else {
-            api.update(&shared.kind, next).await
-        };
+        let result = api.write_status(&shared.kind, next).await;
         match result {
             Err(api::Error::Conflict { .. }) => continue,
             Err(err) => {
