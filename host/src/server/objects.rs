@@ -3,6 +3,7 @@
 //! Every write's fields are reviewed first (`fieldValidation`, see
 //! [`super::fields`]).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -142,11 +143,11 @@ async fn handle(
     // `?dryRun=All`: the write runs its whole path over an API that checks
     // and answers but stores nothing (a delete may also ask in its body).
     let api = match (&method, super::options::dry_run(&query)) {
-        (&Method::POST | &Method::PUT | &Method::PATCH, Ok(true)) => host.api().dry_run(),
+        (&Method::POST | &Method::PUT | &Method::PATCH, Ok(dry_run)) => writer(&host, dry_run),
         (&Method::POST | &Method::PUT | &Method::PATCH, Err(err)) => {
             return ApiError(err).into_response();
         }
-        _ => host.api().clone(),
+        _ => writer(&host, false),
     };
     let review = |write: Write<'_>, format: Format| {
         fields::review(validation, host.api(), &target.kind, write, &body, format)
@@ -297,6 +298,17 @@ async fn list(
     ))
 }
 
+/// The API a request writes through: the host's own, or in a dry run a
+/// view of it that checks and answers but stores nothing (borrowed, so a
+/// plain request copies nothing).
+fn writer(host: &Host, dry_run: bool) -> Cow<'_, Api> {
+    if dry_run {
+        Cow::Owned(host.api().dry_run())
+    } else {
+        Cow::Borrowed(host.api())
+    }
+}
+
 /// Put the path's namespace into the body, refusing a contradicting one.
 fn place(target: &Target, object: &mut Value) -> Result<(), Error> {
     if !object.is_object() {
@@ -359,11 +371,7 @@ async fn delete(
     body: &Value,
 ) -> Result<(StatusCode, Value), Error> {
     let (options, dry_run) = super::options::delete(query, body)?;
-    let api = if dry_run {
-        host.api().dry_run()
-    } else {
-        host.api().clone()
-    };
+    let api = writer(host, dry_run);
     let object = api
         .delete(&target.kind, target.namespace.as_deref(), name, &options)
         .await?;
@@ -382,11 +390,7 @@ async fn delete_collection(
     options: &Value,
 ) -> Result<(StatusCode, Value), Error> {
     let (delete_options, dry_run) = super::options::delete(query, options)?;
-    let api = if dry_run {
-        host.api().dry_run()
-    } else {
-        host.api().clone()
-    };
+    let api = writer(host, dry_run);
     let list_options = ListOptions {
         namespace: target.namespace.clone(),
         label_selector: query.get("labelSelector").cloned(),
