@@ -252,6 +252,15 @@ async fn a_plugin_that_always_asks_for_an_immediate_requeue_is_slowed_down_and_r
         }
     })
     .await;
+    // At the ceiling, a 2 s window holds at most one of its calls, where
+    // the hot loop made thousands: the host's CPU is its neighbours'.
+    let before = host.host.controller_stats("zoo").await.unwrap().reconciles;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let during = host.host.controller_stats("zoo").await.unwrap().reconciles - before;
+    assert!(
+        during <= 1 && ceiling >= Duration::from_secs(2),
+        "{during} reconciles in 2 s with requeues at the {ceiling:?} ceiling"
+    );
     let warned = events_about(&host, "eager", "RequeueThrottled").await;
     assert_eq!(warned.len(), 1, "{warned:?}");
     assert!(
@@ -281,6 +290,16 @@ async fn a_plugin_whose_child_flips_on_every_call_is_stopped_by_the_breaker() {
     })
     .await;
     assert!(!events_about(&host, "flipper", "HotLoop").await.is_empty());
+    // Once open, nothing more is written: the store stands still.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let api = host.host.api();
+    let settled = api.current_revision().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        api.current_revision().await.unwrap(),
+        settled,
+        "writes went on after the breaker opened"
+    );
     assert_eq!(
         host.host.controller_stats("zoo").await.unwrap().hot_loops,
         1

@@ -88,6 +88,11 @@ pub struct RuntimeConfig {
     pub fuel_metering: bool,
     /// Keep compiled components in this directory across restarts.
     pub cache_dir: Option<PathBuf>,
+    /// How many calls running past their first epoch tick may compute at
+    /// once, taking turns (`None`: half the machine's cores, at least one).
+    /// More lets plugins that compute long use more of the machine, at the
+    /// cost of their neighbours' latency (BENCHMARKS.md, "Plugins that spin").
+    pub long_call_turns: Option<usize>,
 }
 
 impl Default for RuntimeConfig {
@@ -97,6 +102,7 @@ impl Default for RuntimeConfig {
             limits: Limits::default(),
             fuel_metering: false,
             cache_dir: None,
+            long_call_turns: None,
         }
     }
 }
@@ -182,11 +188,14 @@ impl Runtime {
                 engine,
                 linker,
                 slots: Slots::new(config.max_instances as usize),
+                long_calls: match config.long_call_turns {
+                    Some(turns) => long_calls::LongCalls::new(turns),
+                    None => long_calls::LongCalls::for_this_machine(),
+                },
                 config,
                 disk_cache,
                 compiled: Mutex::default(),
                 calls: metrics::CallMetrics::default(),
-                long_calls: long_calls::LongCalls::for_this_machine(),
             }),
         })
     }
