@@ -8,7 +8,7 @@ mod support;
 /// workload, deletecollection, error wording, OpenAPI validity and caching.
 mod api_gaps;
 /// The HTTP API's gate: 401/403/429/413, binding, tokens and kubeconfig.
-mod api_http;
+mod api_gate;
 /// Careless and hostile writes: dry run, patch bombs, deep objects,
 /// reserved API groups, delete options in the query string.
 mod api_writes;
@@ -25,6 +25,8 @@ mod containment;
 mod controller;
 /// Durability of the embedded store: kill -9 and restart, damaged data.
 mod crash;
+/// Discovery documents, aggregated and legacy.
+mod discovery;
 /// The embedded store's data directory: clean stops, backups, a damaged or
 /// missing log, a full disk.
 mod durability;
@@ -32,10 +34,14 @@ mod durability;
 mod embedding;
 /// The host on a real etcd.
 mod etcd;
+/// Field validation: Strict, Warn, Ignore.
+mod field_validation;
 /// The Rust `kube` crate against a running host.
 mod kube_client;
 /// A real kubectl against a running host.
 mod kubectl;
+/// `/metrics`: workqueue, reconcile, request, watch, store and plugin series.
+mod metrics;
 /// `setpoint new-plugin` and `setpoint plugins`.
 mod new_plugin;
 /// A plugin written in Python (componentize-py) on a real host.

@@ -517,3 +517,18 @@ pub async fn warnings_about(host: &TestHost, name: &str) -> Vec<Value> {
     .filter(|e| e["type"] == "Warning" && e["involvedObject"]["name"] == name)
     .collect()
 }
+
+/// The URL of the demo Pods collection in `namespace` on `host`.
+pub fn pods(host: &TestHost, namespace: &str) -> String {
+    format!(
+        "{}/apis/demo.setpoint.dev/v1/namespaces/{namespace}/pods",
+        host.url
+    )
+}
+
+/// A demo Pod that stays `Pending` for the length of a test (podsim starts
+/// it only after 100 s).
+pub fn pod(name: &str) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "demo.setpoint.dev/v1", "kind": "Pod",
+           "metadata": {"name": name}, "spec": {"startupDelayMs": 100000}})
+}
