@@ -20,9 +20,6 @@ mod cluster;
 /// with one owner, plugin files checked before they are parsed, hot loops,
 /// blocking calls, clashes.
 mod containment;
-/// Controller runtime fidelity: rollouts, stacks, finalizers, GC, coalescing,
-/// per-key exclusion and the hot-loop breaker.
-mod controller;
 /// Durability of the embedded store: kill -9 and restart, damaged data.
 mod crash;
 /// Discovery documents, aggregated and legacy.
@@ -46,12 +43,19 @@ mod metrics;
 mod new_plugin;
 /// A plugin written in Python (componentize-py) on a real host.
 mod python_plugin;
+/// The reconcile loop's guarantees with native reconcilers: coalescing,
+/// per-key exclusion, the hot-loop breaker, inline calls, stale statuses.
+mod reconcile_loop;
 /// Hot reload of the plugins directory.
 mod reload;
+/// Deployment rollouts and garbage collection with the real plugins.
+mod rollouts;
 /// The sandbox: the fault zoo beside well-behaved plugins.
 mod sandbox;
 /// The walking skeleton: ReplicaSet and podsim choreography end to end.
 mod skeleton;
+/// Stacks: dependency order, cycles, the reverse-order finalizer.
+mod stacks;
 /// Watch streams over HTTP and the watch hub.
 mod watch;
 /// The plugin contract's versions: which the host accepts, and what it says.

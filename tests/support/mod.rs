@@ -532,3 +532,33 @@ pub fn pod(name: &str) -> serde_json::Value {
     serde_json::json!({"apiVersion": "demo.setpoint.dev/v1", "kind": "Pod",
            "metadata": {"name": name}, "spec": {"startupDelayMs": 100000}})
 }
+
+/// Every change to the demo group's objects from `revision` on, in order.
+pub fn record(
+    host: &setpoint::Host,
+    revision: i64,
+) -> Arc<std::sync::Mutex<Vec<Arc<setpoint::watch::Event>>>> {
+    let events: Arc<std::sync::Mutex<Vec<Arc<setpoint::watch::Event>>>> = Arc::default();
+    let mut subscription = host
+        .api()
+        .hub()
+        .subscribe("/registry/demo.setpoint.dev/", revision)
+        .expect("subscribe");
+    let sink = events.clone();
+    tokio::spawn(async move {
+        while let Ok(event) = subscription.next().await {
+            sink.lock().unwrap().push(event);
+        }
+    });
+    events
+}
+
+/// Whether a Pod is ready and not being deleted.
+pub fn is_ready_pod(pod: &serde_json::Value) -> bool {
+    setpoint::object::meta::deletion_timestamp(pod).is_none()
+        && pod["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+}

@@ -35,6 +35,7 @@ mod apply;
 mod breaker;
 pub mod events;
 mod failures;
+mod from_fn;
 pub mod history;
 mod native;
 pub(crate) mod pool;
@@ -49,6 +50,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 pub use breaker::HotLoopConfig;
+pub use from_fn::{FnReconciler, from_fn};
 pub use history::{History, Outcome, ReconcileRecord};
 pub use native::Native;
 pub use reconciler::{
