@@ -27,6 +27,8 @@ mod discovery;
 /// The embedded store's data directory: clean stops, backups, a damaged or
 /// missing log, a full disk.
 mod durability;
+/// A controller's own status write does not wake it again; others' do.
+mod echo;
 /// Embedding the host as a library: native and Wasm reconcilers, two hosts.
 mod embedding;
 /// The host on a real etcd.

@@ -48,7 +48,8 @@ fn probe_manifest(name: &str, finalizer: Option<&str>) -> Manifest {
 
 /// What a probe reconciler (see [`host_with`]) does and saw: it records,
 /// per key, how many reconciles run at once, and writes `status.seen =
-/// spec.value` (or, as a hot loop, a counter that never settles).
+/// spec.value` (or, as a hot loop, a counter that never settles, asking to
+/// be called again at once).
 struct Probe {
     name: String,
     hot_loop: bool,
@@ -92,12 +93,18 @@ impl Probe {
         std::thread::sleep(self.work); // simulated plugin work, on a blocking thread
         self.running.fetch_sub(1, Ordering::SeqCst);
         *self.in_flight.lock().unwrap().get_mut(&key).unwrap() -= 1;
-        let status = if self.hot_loop {
-            json!({"counter": request.object["status"]["counter"].as_i64().unwrap_or(0) + 1})
-        } else {
-            json!({"seen": request.object["spec"]["value"],
-                "observedGeneration": meta::generation(&request.object)})
-        };
+        if self.hot_loop {
+            // The echo of its own status write does not call it again, so
+            // it asks to be: every call writes, at one generation.
+            return Ok(Response {
+                status: Some(json!({"counter":
+                    request.object["status"]["counter"].as_i64().unwrap_or(0) + 1})),
+                requeue_after: Some(Duration::ZERO),
+                ..Default::default()
+            });
+        }
+        let status = json!({"seen": request.object["spec"]["value"],
+            "observedGeneration": meta::generation(&request.object)});
         Ok(Response {
             status: Some(status),
             ..Default::default()

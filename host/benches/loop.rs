@@ -21,14 +21,15 @@
 //! 3. **resync**: every converged object is queued again (`Host::resync`):
 //!    reconciles that write nothing, the loop's own ceiling without the store.
 //!
-//! For each phase it reports the reconciles per second (from the first write
-//! until every object's status shows the phase's generation), how many
-//! reconciles wrote a status (the others are the echo of the controller's own
-//! status write, which a converged reconcile turns into no write), and the
-//! latency from a write's acknowledgement to the start of the reconcile that
-//! first sees it (p50, p99), and the process CPU time per reconcile (all
-//! threads; steadier than throughput on a shared machine). It runs with the
-//! `setpoint` binary's allocator (mimalloc).
+//! For each phase it reports, as the headline, the *changes converged per
+//! second*: reconciles that wrote a status, from the first write until
+//! every object's status shows the phase's generation. Reconciles that
+//! wrote nothing are reported apart, as echoes (the controller's own status
+//! writes do not queue the object again, so these should be about none).
+//! Then the latency from a write's acknowledgement to the start of the
+//! reconcile that first sees it (p50, p99), and the process CPU time per
+//! change (all threads; steadier than throughput on a shared machine). It
+//! runs with the `setpoint` binary's allocator (mimalloc).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -254,15 +255,15 @@ async fn phase(
     latencies.sort();
     println!(
         "{name:>6}: {objects} objects, writes done in {:.2}s, converged in {:.2}s: \
-         {:.0} reconciles/s ({calls} reconciles, {writes} wrote status; {:.0} status-writing reconciles/s), \
-         write-to-reconcile-start p50 {:.2?} p99 {:.2?}; process CPU {:.1} µs per reconcile",
+         {:.0} changes converged/s ({writes} reconciles wrote status; echoes apart: {} reconciles wrote nothing), \
+         write-to-reconcile-start p50 {:.2?} p99 {:.2?}; process CPU {:.1} µs per change",
         written.as_secs_f64(),
         elapsed.as_secs_f64(),
-        calls as f64 / elapsed.as_secs_f64(),
         writes as f64 / elapsed.as_secs_f64(),
+        calls - writes,
         percentile(&latencies, 0.50),
         percentile(&latencies, 0.99),
-        cpu.as_secs_f64() * 1e6 / calls as f64,
+        cpu.as_secs_f64() * 1e6 / writes.max(1) as f64,
     );
 }
 

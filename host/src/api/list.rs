@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::{Api, Error, Result};
 use crate::object::selector::LabelSelector;
-use crate::object::{KindInfo, Object, meta};
+use crate::object::{KindInfo, Object, meta, raw};
 use crate::store::{self, Range, Revision};
 
 /// What to list.
@@ -265,11 +265,91 @@ impl Api {
     /// # Ok(()) }
     /// ```
     pub async fn list(&self, kind: &KindInfo, options: &ListOptions) -> Result<ObjectList> {
-        let labels = match options.label_selector.as_deref() {
-            Some(s) => LabelSelector::parse(s).map_err(|e| Error::BadRequest(e.to_string()))?,
-            None => LabelSelector::default(),
-        };
-        let fields = FieldSelector::parse(options.field_selector.as_deref().unwrap_or(""))?;
+        let filter = Filter::parse(options)?;
+        let mut items = Vec::new();
+        let (resource_version, continue_token) = self
+            .walk(kind, options, |kv| {
+                let object = Self::decode(kv)?;
+                let keep = filter.matches(&object);
+                if keep {
+                    items.push(object);
+                }
+                Ok(keep)
+            })
+            .await?;
+        Ok(ObjectList {
+            items,
+            resource_version,
+            continue_token,
+        })
+    }
+
+    /// [`Api::list`] as the JSON text of the `…List` object
+    /// ([`ObjectList::to_json`], byte for byte), written from the stored
+    /// bytes: each object's resource version is spliced in
+    /// (`object::raw`) rather than the object decoded and encoded again.
+    /// Objects are decoded only to apply selectors, or where the splice
+    /// does not apply.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// api.create(&events, json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e"}})).await?;
+    /// let text = api.list_json(&events, &Default::default()).await?;
+    /// let list = api.list(&events, &Default::default()).await?.to_json(&events);
+    /// assert_eq!(text, serde_json::to_vec(&list)?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn list_json(&self, kind: &KindInfo, options: &ListOptions) -> Result<Vec<u8>> {
+        let filter = Filter::parse(options)?;
+        let mut body = br#"{"apiVersion":"#.to_vec();
+        write_json(&mut body, &kind.api_version());
+        body.extend_from_slice(br#","items":["#);
+        let mut first = true;
+        let (revision, token) = self
+            .walk(kind, options, |kv| {
+                if !filter.is_everything() && !filter.matches(&Self::decode(kv)?) {
+                    return Ok(false);
+                }
+                if !std::mem::take(&mut first) {
+                    body.push(b',');
+                }
+                if !raw::with_resource_version(&kv.value, kv.mod_revision, &mut body) {
+                    write_json(&mut body, &Self::decode(kv)?);
+                }
+                Ok(true)
+            })
+            .await?;
+        body.extend_from_slice(br#"],"kind":"#);
+        write_json(&mut body, &kind.list_kind);
+        body.extend_from_slice(br#","metadata":{"#);
+        if let Some(token) = &token {
+            body.extend_from_slice(br#""continue":"#);
+            write_json(&mut body, token);
+            body.push(b',');
+        }
+        body.extend_from_slice(br#""resourceVersion":""#);
+        body.extend_from_slice(revision.to_string().as_bytes());
+        body.extend_from_slice(br#""}}"#);
+        Ok(body)
+    }
+
+    /// Walk the store for a list with `options`, page by page at one
+    /// revision, handing each stored object to `take`, which says whether
+    /// it counts towards `options.limit`. Returns the revision listed and
+    /// the next page's token, if the limit cut the list short.
+    async fn walk(
+        &self,
+        kind: &KindInfo,
+        options: &ListOptions,
+        mut take: impl FnMut(&store::KeyValue) -> Result<bool>,
+    ) -> Result<(Revision, Option<String>)> {
         let (mut revision, mut start_after) = match &options.continue_token {
             Some(token) => {
                 let (rv, start) = decode_continue(token)?;
@@ -278,12 +358,12 @@ impl Api {
             None => (None, None),
         };
         let prefix = Self::prefix(kind, options.namespace.as_deref());
-        let mut items = Vec::new();
+        let mut taken = 0;
         loop {
             let want = if options.limit == 0 {
                 0
             } else {
-                options.limit - items.len()
+                options.limit - taken
             };
             let page = self
                 .backend
@@ -306,31 +386,60 @@ impl Api {
                 })?;
             revision = Some(page.revision);
             for kv in &page.kvs {
-                let object = Self::decode(kv)?;
-                if labels.matches(meta::labels(&object)) && fields.matches(&object) {
-                    items.push(object);
+                if take(kv)? {
+                    taken += 1;
                 }
             }
             let last_key = page.kvs.last().map(|kv| kv.key.clone());
-            let full = options.limit != 0 && items.len() >= options.limit;
+            let full = options.limit != 0 && taken >= options.limit;
             if !page.more || last_key.is_none() {
-                return Ok(ObjectList {
-                    items,
-                    resource_version: page.revision,
-                    continue_token: None,
-                });
+                return Ok((page.revision, None));
             }
             if full {
                 let token = encode_continue(page.revision, last_key.as_deref().unwrap_or(""));
-                return Ok(ObjectList {
-                    items,
-                    resource_version: page.revision,
-                    continue_token: Some(token),
-                });
+                return Ok((page.revision, Some(token)));
             }
             start_after = last_key;
         }
     }
+}
+
+/// A list's selectors.
+struct Filter {
+    labels: LabelSelector,
+    fields: FieldSelector,
+    everything: bool,
+}
+
+impl Filter {
+    fn parse(options: &ListOptions) -> Result<Self> {
+        let labels = match options.label_selector.as_deref() {
+            Some(s) => LabelSelector::parse(s).map_err(|e| Error::BadRequest(e.to_string()))?,
+            None => LabelSelector::default(),
+        };
+        let fields = FieldSelector::parse(options.field_selector.as_deref().unwrap_or(""))?;
+        let everything = labels.is_empty() && fields.0.is_empty();
+        Ok(Self {
+            labels,
+            fields,
+            everything,
+        })
+    }
+
+    /// Whether every object passes (no object needs decoding to tell).
+    fn is_everything(&self) -> bool {
+        self.everything
+    }
+
+    fn matches(&self, object: &Object) -> bool {
+        self.labels.matches(meta::labels(object)) && self.fields.matches(object)
+    }
+}
+
+/// `value` as JSON at the end of `out`.
+fn write_json(out: &mut Vec<u8>, value: &impl serde::Serialize) {
+    // Strings and JSON values always serialise.
+    serde_json::to_writer(out, value).expect("JSON serialises");
 }
 
 impl Api {

@@ -15,9 +15,10 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::Error;
+use super::echo::Echoes;
 use super::reconciler::{Manifest, Response};
 use crate::api::{self, Api, DeleteOptions};
-use crate::object::{KindInfo, Object, meta, patch};
+use crate::object::{KindInfo, Object, ObjectKey, meta, patch};
 
 /// Store revisions written, with the kind written to.
 pub(super) type Writes = Vec<(Arc<KindInfo>, i64)>;
@@ -28,6 +29,9 @@ pub(super) struct Applier<'a> {
     pub manifest: &'a Manifest,
     pub owned_kinds: &'a [Arc<KindInfo>],
     pub kind: &'a Arc<KindInfo>,
+    /// The reconciled object's key, and where the echo of its status
+    /// write is dropped (see `echo`).
+    pub echo: (&'a ObjectKey, &'a Echoes),
     /// Store revisions this applier wrote, per kind: the next reconcile of
     /// the same key waits until the informers have seen them.
     pub written: std::sync::Mutex<Writes>,
@@ -350,8 +354,11 @@ impl Applier<'_> {
             .insert("status".into(), status);
         // The resource version the reconciler saw is the precondition: a
         // status computed from an old object must not overwrite a newer one.
-        let result = self.api.write_status(self.kind, next).await;
-        let updated = result?;
+        // Its echo shows the reconciler nothing it does not know: dropped.
+        let (key, echoes) = self.echo;
+        let writing = echoes.writing(key);
+        let updated = self.api.write_status(self.kind, next).await?;
+        writing.wrote(parent, &updated);
         self.wrote(self.kind, &updated);
         Ok(())
     }

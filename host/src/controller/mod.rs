@@ -7,7 +7,10 @@
 //! # Flow of one key
 //!
 //! 1. A change to the object, or to a child whose controller owner reference
-//!    names it, queues the object's key (coalesced by the queue).
+//!    names it, queues the object's key (coalesced by the queue). The echo
+//!    of the controller's own status write does not (see `echo`): a
+//!    reconciler that wants another look after writing asks for
+//!    `requeue_after`.
 //! 2. A worker takes the key; the queue guarantees no other worker holds it.
 //! 3. A missing object ends the work. A declared finalizer is added first;
 //!    an object being deleted is reconciled with `finalizing` only while it
@@ -33,6 +36,7 @@
 
 mod apply;
 mod breaker;
+mod echo;
 pub mod events;
 mod failures;
 mod from_fn;
@@ -144,6 +148,8 @@ struct Shared {
     informer: Informer,
     owned_informers: Vec<Informer>,
     queue: WorkQueue<ObjectKey>,
+    /// The controller's own status writes, whose echoes queue nothing.
+    echoes: Arc<echo::Echoes>,
     history: History,
     /// Revisions each key's last reconcile wrote, per kind; see
     /// [`wait_for_own_writes`].
@@ -276,6 +282,7 @@ impl Controller {
             .map(resolve)
             .collect::<Result<Vec<_>, _>>()?;
         let queue = WorkQueue::new(config.queue.clone());
+        let echoes = Arc::new(echo::Echoes::new(queue.clone()));
         let clash_watch = Arc::new(ClashWatch::default());
         let informer = informers.for_kind(kind.clone());
         let owned_informers: Vec<Informer> = owned_kinds
@@ -289,11 +296,18 @@ impl Controller {
         let mut handlers = Vec::new();
         let q = queue.clone();
         let mine = ownership_filter(&cluster, &kind);
+        let own = echoes.clone();
         let handler = move |change: &Change| {
             let key = ObjectKey::of(change.object());
-            if mine(&key) {
-                enqueue(&q, change, key);
+            if !mine(&key) {
+                return;
             }
+            if let Change::Applied(object) = change
+                && !own.admit(&key, object)
+            {
+                return;
+            }
+            enqueue(&q, change, key);
         };
         let id = match config.resync {
             Some(period) if !period.is_zero() => informer.add_handler_with_resync(handler, period),
@@ -350,6 +364,7 @@ impl Controller {
             informer,
             owned_informers,
             queue,
+            echoes,
             history: History::default(),
             pending_writes: Default::default(),
             failures: Default::default(),

@@ -323,6 +323,7 @@ async fn reconcile_key(
         manifest,
         owned_kinds: &shared.owned_kinds,
         kind: &shared.kind,
+        echo: (key, &shared.echoes),
         written: Default::default(),
         events: Default::default(),
         clashes: Default::default(),

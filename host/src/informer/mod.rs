@@ -311,7 +311,7 @@ impl Informer {
         // replay and the registration.
         let cache = self.inner.cache.read().unwrap_or_else(|p| p.into_inner());
         for object in cache.iter() {
-            handler(&Change::Listed(object.clone()));
+            handler(&Change::Listed(object));
         }
         self.inner
             .handlers
@@ -507,7 +507,7 @@ impl Inner {
             return false;
         };
         for object in cache.iter() {
-            handler(&Change::Listed(object.clone()));
+            handler(&Change::Listed(object));
         }
         true
     }
@@ -533,10 +533,7 @@ impl Inner {
 }
 
 /// Keys present in `a` but not in `b`.
-fn missing<'a>(
-    a: &'a HashMap<ObjectKey, Arc<Object>>,
-    b: &HashSet<ObjectKey>,
-) -> Vec<&'a ObjectKey> {
+fn missing<'a, V>(a: &'a HashMap<ObjectKey, V>, b: &HashSet<ObjectKey>) -> Vec<&'a ObjectKey> {
     a.keys().filter(|k| !b.contains(*k)).collect()
 }
 

@@ -92,7 +92,7 @@ impl Informer {
         let cache = self.read();
         match namespace {
             Some(ns) => cache.in_namespace(Some(ns)),
-            None => cache.iter().cloned().collect(),
+            None => cache.iter().collect(),
         }
     }
 

@@ -16,6 +16,7 @@ pub mod managed;
 pub mod meta;
 pub mod patch;
 pub mod pointer;
+pub mod raw;
 pub mod schema;
 pub mod selector;
 pub mod shape;

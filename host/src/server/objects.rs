@@ -164,6 +164,21 @@ async fn handle(
             )
             .await;
         }
+        (&Method::GET, None) if table::requested(&headers, &query).is_none() => {
+            // Written from the stored bytes, not decoded and encoded again.
+            return match list_options(&target, &query) {
+                Ok(options) => match host.api().list_json(&target.kind, &options).await {
+                    Ok(body) => (
+                        StatusCode::OK,
+                        [(header::CONTENT_TYPE, "application/json")],
+                        body,
+                    )
+                        .into_response(),
+                    Err(err) => ApiError(err).into_response(),
+                },
+                Err(err) => ApiError(err).into_response(),
+            };
+        }
         (&Method::GET, None) => list(&host, &target, &query, &headers).await,
         (&Method::GET, Some(name)) => host
             .api()
@@ -261,12 +276,8 @@ async fn handle(
     response
 }
 
-async fn list(
-    host: &Host,
-    target: &Target,
-    query: &HashMap<String, String>,
-    headers: &HeaderMap,
-) -> Result<(StatusCode, Value), Error> {
+/// A list request's options, its query checked.
+fn list_options(target: &Target, query: &HashMap<String, String>) -> Result<ListOptions, Error> {
     // Checked though a list answers at once and from the latest revision
     // (which no requested one is newer than): a bad value is a client bug
     // to report, not to ignore.
@@ -278,13 +289,22 @@ async fn list(
             .map_err(|_| Error::BadRequest(format!("limit {l:?} is not a number")))?,
         None => 0,
     };
-    let options = ListOptions {
+    Ok(ListOptions {
         namespace: target.namespace.clone(),
         label_selector: query.get("labelSelector").cloned(),
         field_selector: query.get("fieldSelector").cloned(),
         limit,
         continue_token: query.get("continue").filter(|c| !c.is_empty()).cloned(),
-    };
+    })
+}
+
+async fn list(
+    host: &Host,
+    target: &Target,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+) -> Result<(StatusCode, Value), Error> {
+    let options = list_options(target, query)?;
     let list = host.api().list(&target.kind, &options).await?;
     let json = list.to_json(&target.kind);
     Ok((

@@ -234,3 +234,60 @@ async fn a_selective_page_is_filled_across_store_pages() {
     assert_eq!(list_json["kind"], "WidgetList");
     assert!(list_json["metadata"]["continue"].is_string());
 }
+
+#[tokio::test]
+async fn list_json_is_the_list_object_byte_for_byte_for_pages_and_selectors() {
+    let api = api().await;
+    let kind = widgets(&api).await;
+    for i in 0..12 {
+        let mut w = widget(&format!("w{i:02}"));
+        w["metadata"]["labels"] = json!({"parity": if i % 2 == 0 { "even" } else { "odd" }});
+        w["spec"]["image"] = json!(format!("a \"quoted\" }} ] {{ [ text {i}"));
+        api.create(&kind, w).await.unwrap();
+    }
+    let cases = [
+        ListOptions::default(),
+        ListOptions {
+            namespace: Some("default".into()),
+            limit: 5,
+            ..Default::default()
+        },
+        ListOptions {
+            label_selector: Some("parity=odd".into()),
+            limit: 4,
+            ..Default::default()
+        },
+        ListOptions {
+            field_selector: Some("metadata.name=w03".into()),
+            ..Default::default()
+        },
+        ListOptions {
+            namespace: Some("elsewhere".into()),
+            ..Default::default()
+        },
+    ];
+    for options in cases {
+        let mut options = options;
+        loop {
+            let list = api.list(&kind, &options).await.unwrap();
+            let text = api.list_json(&kind, &options).await.unwrap();
+            assert_eq!(
+                String::from_utf8(text).unwrap(),
+                serde_json::to_string(&list.to_json(&kind)).unwrap(),
+                "{options:?}"
+            );
+            match list.continue_token {
+                Some(token) => options.continue_token = Some(token),
+                None => break,
+            }
+        }
+    }
+    let bad = ListOptions {
+        label_selector: Some("a in (".into()),
+        ..Default::default()
+    };
+    assert!(matches!(
+        api.list_json(&kind, &bad).await,
+        Err(Error::BadRequest(_))
+    ));
+}

@@ -1,0 +1,479 @@
+//! Scale: the real `setpoint` binary with the example plugins (replicaset,
+//! podsim), loaded through its HTTP API as a user would (issue #22).
+//!
+//! `scale-bench [N]` (default 200,000; `SCALE_N` too) starts `setpoint
+//! serve` on a fresh data directory with the defaults (no flags beyond the
+//! address, the data and plugins directories, and `SCALE_SERVE_ARGS`),
+//! creates N Pods of about 1 KiB through the API from 32 client tasks
+//! (`SCALE_CLIENTS`), and prints:
+//!
+//! - the create rate;
+//! - the time until every Pod is `Running`, after the last create (done
+//!   when podsim has made two reconciles per Pod and its queue is idle,
+//!   confirmed by a LIST showing every Pod `Running`);
+//! - the server's RSS then (and its peak), per object;
+//! - podsim's reconciles per Pod;
+//! - a full LIST (time, bytes) and a 500-item page (median of 9);
+//! - restart to ready: `kill -9`, start again, time until `/readyz`
+//!   answers, and the RSS and the work done after the restart.
+//!
+//! Environment: `SETPOINT_BIN` (default `target/release/setpoint`),
+//! `SCALE_PLUGINS` (the directory holding `replicaset.wasm` and
+//! `podsim.wasm`, default `target/wasm/wasm32-unknown-unknown/plugin`),
+//! `SCALE_DIR` (where the scratch directory goes, default the system temp
+//! dir), `SCALE_STARTUP_MS` (the Pods' `spec.startupDelayMs`, default 0),
+//! `SCALE_KEEP=1` keeps the data directory. `scripts/bench scale` builds
+//! everything first.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+
+const PODS: &str = "/apis/demo.setpoint.dev/v1/namespaces/default/pods";
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A running `setpoint serve`.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    fn start(bin: &Path, dir: &Path, port: u16) -> anyhow::Result<Self> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("serve.log"))?;
+        let mut command = Command::new(bin);
+        command
+            .arg("serve")
+            .arg("--addr")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--data")
+            .arg(dir.join("data"))
+            .arg("--plugins")
+            .arg(dir.join("plugins"))
+            .args(
+                std::env::var("SCALE_SERVE_ARGS")
+                    .unwrap_or_default()
+                    .split_whitespace(),
+            )
+            .env("SETPOINT_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        let child = command
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        Ok(Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        })
+    }
+
+    /// Resident and peak resident memory, in bytes.
+    fn rss(&self) -> (u64, u64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+                .map_or(0, |kb| kb * 1024)
+        };
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+
+    /// Process CPU time (user + system) so far.
+    fn cpu(&self) -> Duration {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // Fields after the command name, which is in parentheses.
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        // utime and stime are fields 14 and 15 (1-based), i.e. 11 and 12 here.
+        Duration::from_millis((ticks(11) + ticks(12)) * 10)
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    async fn wait_ready(&self, http: &reqwest::Client) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(600);
+        loop {
+            if let Ok(r) = http.get(format!("{}/readyz", self.url)).send().await
+                && r.status().is_success()
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("the server did not become ready in 10 minutes");
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A Pod of about 1 KiB as JSON.
+fn pod(i: usize, startup_ms: u64) -> Vec<u8> {
+    json!({
+        "apiVersion": "demo.setpoint.dev/v1", "kind": "Pod",
+        "metadata": {"name": format!("pod-{i:07}"), "namespace": "default",
+            "labels": {"app": "scale", "shard": format!("s{}", i % 16), "tier": "backend"},
+            "annotations": {"bench.setpoint.dev/note": "x".repeat(300)}},
+        "spec": {
+            "startupDelayMs": startup_ms,
+            "image": "registry.example.com/team/service:1.2.3",
+            "containers": [{"name": "main", "image": "registry.example.com/team/service:1.2.3",
+                "args": ["--port=8080", "--log-level=info", "--config=/etc/service/config.yaml"],
+                "env": [{"name": "REGION", "value": "eu-west-1"}, {"name": "POD_INDEX", "value": i.to_string()},
+                        {"name": "FEATURE_FLAGS", "value": "alpha,beta,gamma,delta"}],
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
+                              "limits": {"cpu": "500m", "memory": "256Mi"}}}]
+        }
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// One number from the Prometheus text `metrics`.
+fn metric(metrics: &str, name_and_labels: &str) -> f64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(name_and_labels))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+async fn metrics(http: &reqwest::Client, url: &str) -> anyhow::Result<String> {
+    Ok(http
+        .get(format!("{url}/metrics"))
+        .send()
+        .await?
+        .text()
+        .await?)
+}
+
+fn podsim_reconciles(metrics: &str) -> f64 {
+    metric(
+        metrics,
+        "setpoint_plugin_reconciles_total{plugin=\"podsim\"}",
+    )
+}
+
+/// Pages through every Pod; returns how many there are and how many are
+/// not `Running`.
+async fn count_not_running(http: &reqwest::Client, url: &str) -> anyhow::Result<(usize, usize)> {
+    let (mut total, mut not_running) = (0, 0);
+    let mut next: Option<String> = None;
+    loop {
+        let mut request = http.get(format!("{url}{PODS}")).query(&[("limit", "5000")]);
+        if let Some(token) = &next {
+            request = request.query(&[("continue", token)]);
+        }
+        let page: Value = request.send().await?.error_for_status()?.json().await?;
+        for item in page["items"].as_array().into_iter().flatten() {
+            total += 1;
+            if item["status"]["phase"] != "Running" {
+                not_running += 1;
+            }
+        }
+        match page["metadata"]["continue"].as_str() {
+            Some(token) if !token.is_empty() => next = Some(token.to_owned()),
+            _ => return Ok((total, not_running)),
+        }
+    }
+}
+
+/// Create `n` Pods from `clients` tasks; returns the time from the first
+/// create to the last answer.
+async fn create(
+    http: &reqwest::Client,
+    url: &str,
+    n: usize,
+    clients: usize,
+) -> anyhow::Result<Duration> {
+    let startup_ms: u64 = env_or("SCALE_STARTUP_MS", 0);
+    let retries = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let (http, url, retries) = (http.clone(), url.to_owned(), retries.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in (c..n).step_by(clients) {
+                let body = pod(i, startup_ms);
+                loop {
+                    let response = http
+                        .post(format!("{url}{PODS}"))
+                        .header("content-type", "application/json")
+                        .body(body.clone())
+                        .send()
+                        .await?;
+                    let status = response.status();
+                    if status.is_success() {
+                        break;
+                    }
+                    if status.as_u16() == 429 || status.is_server_error() {
+                        retries.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                    bail!("create pod-{i:07}: {status}: {}", response.text().await?);
+                }
+            }
+            anyhow::Ok(())
+        }));
+    }
+    let mut progress = tokio::time::interval(Duration::from_secs(10));
+    progress.tick().await;
+    let mut waiting = std::pin::pin!(futures_join(tasks));
+    loop {
+        tokio::select! {
+            done = &mut waiting => { done?; break; }
+            _ = progress.tick() => eprintln!("  ... creating, {:.0} s", started.elapsed().as_secs_f64()),
+        }
+    }
+    let elapsed = started.elapsed();
+    let retried = retries.load(Ordering::Relaxed);
+    if retried > 0 {
+        eprintln!("  ({retried} creates retried after 429/5xx)");
+    }
+    Ok(elapsed)
+}
+
+/// Await every task, failing on the first error.
+async fn futures_join(
+    tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
+) -> anyhow::Result<()> {
+    for task in tasks {
+        task.await??;
+    }
+    Ok(())
+}
+
+/// Wait until podsim has reconciled every Pod twice and has nothing
+/// queued, then confirm with a LIST; returns when that was first true.
+async fn converged(http: &reqwest::Client, url: &str, n: usize) -> anyhow::Result<(Instant, f64)> {
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    loop {
+        let text = metrics(http, url).await?;
+        let reconciles = podsim_reconciles(&text);
+        let depth = metric(&text, "workqueue_depth{name=\"podsim\"}");
+        let at = Instant::now();
+        if reconciles >= 2.0 * n as f64 && depth == 0.0 {
+            let (total, not_running) = count_not_running(http, url).await?;
+            if total == n && not_running == 0 {
+                return Ok((at, reconciles));
+            }
+            eprintln!("  ... {not_running} of {total} Pods not Running yet");
+        }
+        if Instant::now() > deadline {
+            bail!("not converged within an hour");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn mb(bytes: u64) -> f64 {
+    bytes as f64 / 1e6
+}
+
+/// A free loopback port.
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn prepare(dir: &Path) -> anyhow::Result<PathBuf> {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let bin = std::env::var_os("SETPOINT_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace.join("target/release/setpoint"));
+    let built = std::env::var_os("SCALE_PLUGINS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace.join("target/wasm/wasm32-unknown-unknown/plugin"));
+    std::fs::create_dir_all(dir.join("plugins"))?;
+    for plugin in ["replicaset", "podsim"] {
+        let file = format!("{plugin}.wasm");
+        std::fs::copy(built.join(&file), dir.join("plugins").join(&file)).with_context(|| {
+            format!(
+                "copying {} (build the plugins first)",
+                built.join(&file).display()
+            )
+        })?;
+    }
+    Ok(bin)
+}
+
+async fn run(n: usize, clients: usize) -> anyhow::Result<()> {
+    let scratch = tempfile::Builder::new()
+        .prefix("setpoint-scale")
+        .tempdir_in(std::env::var_os("SCALE_DIR").map_or_else(std::env::temp_dir, PathBuf::from))?;
+    let dir = scratch.path().to_owned();
+    let bin = prepare(&dir)?;
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(clients * 2)
+        .build()?;
+    let port = free_port()?;
+    let mut server = Server::start(&bin, &dir, port)?;
+    let url = server.url.clone();
+    server.wait_ready(&http).await?;
+    let (rss_empty, _) = server.rss();
+    println!(
+        "scale: {n} Pods of ~{} B through {url} from {clients} client tasks; {} ({} CPUs); plugins replicaset, podsim; serve args: {:?}",
+        pod(0, 0).len(),
+        bin.display(),
+        std::thread::available_parallelism().map_or(0, |p| p.get()),
+        std::env::var("SCALE_SERVE_ARGS").unwrap_or_default(),
+    );
+
+    let created = create(&http, &url, n, clients).await?;
+    let last_create = Instant::now();
+    println!(
+        "create: {n} Pods in {:.1} s: {:.0} creates/s",
+        created.as_secs_f64(),
+        n as f64 / created.as_secs_f64()
+    );
+    let (at, reconciles) = converged(&http, &url, n).await?;
+    let after_last = at.saturating_duration_since(last_create);
+    println!(
+        "converged: every Pod Running {:.1} s after the last create ({:.1} s after the first); podsim reconciles {:.0}, {:.2} per Pod",
+        after_last.as_secs_f64(),
+        (created + after_last).as_secs_f64(),
+        reconciles,
+        reconciles / n as f64,
+    );
+    let (rss, peak) = server.rss();
+    println!(
+        "memory: RSS {:.0} MB ({:.0} B per object above the empty server's {:.0} MB; {:.0} B per object in all), peak {:.0} MB; server CPU so far {:.0} s",
+        mb(rss),
+        (rss.saturating_sub(rss_empty)) as f64 / n as f64,
+        mb(rss_empty),
+        rss as f64 / n as f64,
+        mb(peak),
+        server.cpu().as_secs_f64(),
+    );
+
+    let started = Instant::now();
+    let body = http
+        .get(format!("{url}{PODS}"))
+        .send()
+        .await?
+        .error_for_status()?
+        .bytes()
+        .await?;
+    let list = started.elapsed();
+    println!(
+        "list: all {n} Pods in one LIST: {:.2} s, {:.0} MB of JSON",
+        list.as_secs_f64(),
+        mb(body.len() as u64)
+    );
+    drop(body);
+    let mut pages = Vec::new();
+    for _ in 0..9 {
+        let started = Instant::now();
+        http.get(format!("{url}{PODS}"))
+            .query(&[("limit", "500")])
+            .send()
+            .await?
+            .error_for_status()?
+            .bytes()
+            .await?;
+        pages.push(started.elapsed());
+    }
+    pages.sort();
+    println!(
+        "page: 500 Pods (limit=500): median {:.1} ms [min {:.1} .. max {:.1}]",
+        pages[4].as_secs_f64() * 1e3,
+        pages[0].as_secs_f64() * 1e3,
+        pages[8].as_secs_f64() * 1e3
+    );
+
+    server.kill9();
+    let started = Instant::now();
+    let server = Server::start(&bin, &dir, port)?;
+    server.wait_ready(&http).await?;
+    let ready = started.elapsed();
+    let (rss_ready, _) = server.rss();
+    println!(
+        "restart: kill -9, then ready (/readyz) in {:.2} s; RSS then {:.0} MB",
+        ready.as_secs_f64(),
+        mb(rss_ready)
+    );
+    // What the restarted host does next (its controllers' first lists
+    // queue every Pod at low priority): how long until podsim is idle.
+    let settle = Instant::now();
+    let mut idle_polls = 0;
+    loop {
+        let text = metrics(&http, &url).await?;
+        let depth = metric(&text, "workqueue_depth{name=\"podsim\"}");
+        let busy = metric(&text, "workqueue_unfinished_work_seconds{name=\"podsim\"}");
+        idle_polls = if depth == 0.0 && busy == 0.0 {
+            idle_polls + 1
+        } else {
+            0
+        };
+        if idle_polls == 3 {
+            let (rss, peak) = server.rss();
+            println!(
+                "after restart: podsim idle {:.1} s after ready, having reconciled {:.0} Pods again; RSS {:.0} MB, peak {:.0} MB",
+                settle.elapsed().as_secs_f64(),
+                podsim_reconciles(&text),
+                mb(rss),
+                mb(peak)
+            );
+            break;
+        }
+        if settle.elapsed() > Duration::from_secs(600) {
+            println!("after restart: still {depth} keys queued after 10 minutes");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(server);
+    if std::env::var_os("SCALE_KEEP").is_some() {
+        println!("kept {}", scratch.keep().display());
+    }
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let n = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| env_or("SCALE_N", 200_000usize));
+    let clients = env_or("SCALE_CLIENTS", 32usize);
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run(n, clients))
+}
