@@ -33,6 +33,7 @@
 
 mod apply;
 mod breaker;
+pub mod effects;
 pub mod events;
 mod failures;
 pub mod history;
@@ -52,7 +53,9 @@ pub use breaker::HotLoopConfig;
 pub use history::{History, Outcome, ReconcileRecord};
 pub use native::Native;
 pub use reconciler::{
-    CacheView, EventRecord, Manifest, ReconcileError, Reconciler, Request, Response, Severity,
+    Answer, CacheView, EventRecord, HttpError, HttpErrorKind, HttpRequest, HttpResponse,
+    HttpResult, Manifest, ReconcileError, Reconciler, Request, Response, SecretKeyRef,
+    SecretTarget, SecretUse, Severity,
 };
 pub use requeue::RequeueConfig;
 
@@ -96,6 +99,9 @@ pub struct Config {
     pub hot_loop: HotLoopConfig,
     /// The floor and per-key rate of requested requeues.
     pub requeue: RequeueConfig,
+    /// The host's egress for external requests (shared by a host's
+    /// controllers); `None` makes one for this controller alone.
+    pub egress: Option<crate::egress::Egress>,
 }
 
 impl Default for Config {
@@ -106,6 +112,7 @@ impl Default for Config {
             resync: Some(Duration::from_secs(600)),
             hot_loop: HotLoopConfig::default(),
             requeue: RequeueConfig::default(),
+            egress: None,
         }
     }
 }
@@ -170,6 +177,10 @@ struct Shared {
     reconciles: AtomicU64,
     concurrent: AtomicU64,
     hot_loops: AtomicU64,
+    /// Performs the reconciler's external requests.
+    egress: crate::egress::Egress,
+    /// Outcomes of writes and holds between a key's reconciles.
+    effects: effects::KeyState,
 }
 
 /// The names of desired children that other objects hold, and the key of
@@ -338,7 +349,14 @@ impl Controller {
             })
         };
         let (view, inline_view) = (view(false), view(true));
+        let egress = config
+            .egress
+            .clone()
+            .unwrap_or_else(|| crate::egress::Egress::new(api.clone(), Default::default()));
+        let grant_api = api.clone();
         let shared = Arc::new(Shared {
+            egress,
+            effects: Default::default(),
             view,
             inline_view,
             api,
@@ -361,6 +379,9 @@ impl Controller {
             concurrent: AtomicU64::new(0),
             hot_loops: AtomicU64::new(0),
         });
+        handlers.extend(effects::requeue_on_grant_or_secret(
+            &grant_api, &informers, &shared,
+        ));
         let workers = (0..config.workers.max(1))
             .map(|_| tokio::spawn(worker::worker(shared.clone())))
             .collect();
