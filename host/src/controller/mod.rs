@@ -353,7 +353,6 @@ impl Controller {
             .egress
             .clone()
             .unwrap_or_else(|| crate::egress::Egress::new(api.clone(), Default::default()));
-        let grant_api = api.clone();
         let shared = Arc::new(Shared {
             egress,
             effects: Default::default(),
@@ -379,9 +378,6 @@ impl Controller {
             concurrent: AtomicU64::new(0),
             hot_loops: AtomicU64::new(0),
         });
-        handlers.extend(effects::requeue_on_grant_or_secret(
-            &grant_api, &informers, &shared,
-        ));
         let workers = (0..config.workers.max(1))
             .map(|_| tokio::spawn(worker::worker(shared.clone())))
             .collect();
@@ -465,6 +461,14 @@ impl Controller {
     /// Queue every cached object of the kind (after a plugin upgrade, say).
     pub fn requeue_all(&self) {
         for object in self.shared.informer.list(None) {
+            self.shared.queue.add(ObjectKey::of(&object));
+        }
+    }
+
+    /// Queue every cached object of the kind in `namespace` (after a
+    /// Secret there changed, say).
+    pub fn requeue_namespace(&self, namespace: Option<&str>) {
+        for object in self.shared.informer.list(namespace) {
             self.shared.queue.add(ObjectKey::of(&object));
         }
     }
@@ -580,6 +584,8 @@ mod tests {
             owns: vec![],
             definitions: vec![],
             finalizer: None,
+            destinations: vec![],
+            secrets: vec![],
         }))
     }
 

@@ -235,6 +235,7 @@ impl HostBuilder {
             background: std::sync::Mutex::new(background),
             watcher: std::sync::Mutex::default(),
         };
+        super::grants::follow(&host.shared);
         if let Some(dir) = self.plugins_dir {
             if self.watch_plugins {
                 // Watch before the first scan, so no change slips between.

@@ -20,6 +20,7 @@ use crate::runtime::{self, Runtime};
 
 mod builder;
 mod claims;
+mod grants;
 mod reload;
 
 pub use builder::HostBuilder;
