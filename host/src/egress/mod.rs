@@ -382,6 +382,12 @@ impl Egress {
     ) -> Result<Prepared, (&'static str, String)> {
         let what = format!("{} {}", request.method, request.url);
         let destination = destination.map_err(|e| ("BadRequest", format!("{what}: {e}")))?;
+        if destination.port == 0 || destination.is_wildcard() {
+            return Err((
+                "BadRequest",
+                format!("{what}: a URL names one host and port"),
+            ));
+        }
         if let Some((name, _)) = request
             .headers
             .iter()

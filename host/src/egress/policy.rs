@@ -13,15 +13,17 @@ pub const GRANT_API_VERSION: &str = "setpoint.dev/v1";
 pub const GRANT_KIND: &str = "PluginGrant";
 
 /// A `scheme://host:port` pattern. The host is a name, an IP address
-/// (IPv6 in brackets), or `*.suffix` for any name under `suffix`; the port
-/// defaults to the scheme's.
+/// (IPv6 in brackets), `*.suffix` for any name under `suffix`, or `*` for
+/// any host; the port is a number, `*` for any, or left out for the
+/// scheme's. A pattern whose host is not a wildcard names its host
+/// explicitly, which loopback and private addresses require.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Destination {
     /// `http` or `https`.
     pub scheme: String,
     /// The host, lower case, brackets removed; `*.example.com` for a wildcard.
     pub host: String,
-    /// The port.
+    /// The port; 0 in a pattern for any port.
     pub port: u16,
 }
 
@@ -61,7 +63,12 @@ impl Destination {
             return Err(bad("no host"));
         }
         let port = match port {
-            Some(p) => p.parse::<u16>().map_err(|_| bad("bad port"))?,
+            Some("*") => 0,
+            Some(p) => p
+                .parse::<u16>()
+                .ok()
+                .filter(|p| *p != 0)
+                .ok_or_else(|| bad("bad port"))?,
             None => default_port,
         };
         let host = host.to_ascii_lowercase();
@@ -70,7 +77,7 @@ impl Destination {
             .unwrap_or(&host)
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '_'));
-        if !valid || host[1..].contains('*') {
+        if host != "*" && (!valid || host[1..].contains('*')) {
             return Err(bad(
                 "bad host (a wildcard is allowed only as a leading `*.`)",
             ));
@@ -78,15 +85,18 @@ impl Destination {
         Ok(Self { scheme, host, port })
     }
 
-    /// Whether the host is a wildcard.
+    /// Whether the host is a wildcard (`*` or `*.suffix`).
     pub fn is_wildcard(&self) -> bool {
-        self.host.starts_with("*.")
+        self.host.starts_with('*')
     }
 
     /// Whether `self` (a pattern) covers `target` (a concrete destination).
     pub fn covers(&self, target: &Destination) -> bool {
-        if self.scheme != target.scheme || self.port != target.port {
+        if self.scheme != target.scheme || (self.port != 0 && self.port != target.port) {
             return false;
+        }
+        if self.host == "*" {
+            return true;
         }
         match self.host.strip_prefix("*.") {
             Some(suffix) => target
@@ -105,10 +115,14 @@ impl Destination {
 
 impl std::fmt::Display for Destination {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let port = match self.port {
+            0 => "*".to_owned(),
+            p => p.to_string(),
+        };
         if self.host.contains(':') {
-            write!(f, "{}://[{}]:{}", self.scheme, self.host, self.port)
+            write!(f, "{}://[{}]:{port}", self.scheme, self.host)
         } else {
-            write!(f, "{}://{}:{}", self.scheme, self.host, self.port)
+            write!(f, "{}://{}:{port}", self.scheme, self.host)
         }
     }
 }
@@ -236,9 +250,14 @@ impl Grant {
         })
     }
 
-    /// The granted pattern covering `target`, if any.
+    /// The granted pattern covering `target`, if any; one naming the host
+    /// explicitly before a wildcard (it decides whether loopback and
+    /// private addresses may be used).
     pub fn destination_for(&self, target: &Destination) -> Option<&Destination> {
-        self.destinations.iter().find(|d| d.covers(target))
+        self.destinations
+            .iter()
+            .find(|d| !d.is_wildcard() && d.covers(target))
+            .or_else(|| self.destinations.iter().find(|d| d.covers(target)))
     }
 }
 
@@ -352,6 +371,14 @@ mod tests {
         assert!(!wild.covers(&d("https://evilexample.com")));
         assert_eq!(d("http://[::1]:80").host, "::1");
         assert_eq!(d("http://[::1]:80").to_string(), "http://[::1]:80");
+        let any_port = d("http://127.0.0.1:*");
+        assert_eq!(any_port.to_string(), "http://127.0.0.1:*");
+        assert!(any_port.covers(&d("http://127.0.0.1:9")));
+        assert!(!any_port.is_wildcard(), "the host is named");
+        let anything = d("https://*:*");
+        assert!(anything.is_wildcard());
+        assert!(anything.covers(&d("https://10.0.0.1:8443")));
+        assert!(!anything.covers(&d("http://10.0.0.1:8443")));
     }
 
     #[test]
@@ -363,6 +390,7 @@ mod tests {
             ("http://user@x", "user information"),
             ("http://a*.b", "wildcard"),
             ("http://:80", "no host"),
+            ("http://a:0", "bad port"),
         ] {
             let err = Destination::parse(text).unwrap_err().to_string();
             assert!(err.contains(why), "{text}: {err}");
