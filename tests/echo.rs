@@ -38,12 +38,12 @@ impl Mirror {
                         "x-kubernetes-preserve-unknown-fields": true}}}]}});
         Arc::new(Self {
             manifest: Manifest {
-                name: "mirror".into(),
-                version: "1.0.0".into(),
-                reconciles: KindRef::new("test.setpoint.dev/v1", "Mirror"),
-                owns: vec![],
                 definitions: vec![definition],
-                finalizer: None,
+                ..Manifest::new(
+                    "mirror",
+                    "1.0.0",
+                    KindRef::new("test.setpoint.dev/v1", "Mirror"),
+                )
             },
             calls: Mutex::default(),
         })

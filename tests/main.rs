@@ -29,6 +29,9 @@ mod discovery;
 mod durability;
 /// A controller's own status write does not wake it again; others' do.
 mod echo;
+/// External effects: grants, secrets, limits and the previous contract
+/// series, against real HTTP servers on loopback.
+mod effects;
 /// Embedding the host as a library: native and Wasm reconcilers, two hosts.
 mod embedding;
 /// The host on a real etcd.

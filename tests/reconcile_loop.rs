@@ -36,14 +36,10 @@ fn probe_definition() -> Value {
 
 /// The manifest of a native test reconciler of `Probe`s.
 fn probe_manifest(name: &str, finalizer: Option<&str>) -> Manifest {
-    Manifest {
-        name: name.to_owned(),
-        version: "1.0.0".to_owned(),
-        reconciles: KindRef::new("test.setpoint.dev/v1", "Probe"),
-        owns: vec![],
-        definitions: vec![probe_definition()],
-        finalizer: finalizer.map(str::to_owned),
-    }
+    let mut manifest = Manifest::new(name, "1.0.0", KindRef::new("test.setpoint.dev/v1", "Probe"));
+    manifest.definitions = vec![probe_definition()];
+    manifest.finalizer = finalizer.map(str::to_owned);
+    manifest
 }
 
 /// What a probe reconciler (see [`host_with`]) does and saw: it records,

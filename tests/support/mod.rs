@@ -2,6 +2,7 @@
 //! for convergence with a failure message that shows the last state seen.
 
 pub mod logs;
+pub mod recorder;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -36,6 +37,9 @@ const PLUGINS: &[&str] = &[
     "versioned",
     "versioned2",
     "versioned3",
+    "effector",
+    "effector2",
+    "world01",
 ];
 
 /// The plugins [`plugins_dir`] takes from the WASI build: the zoo's escape

@@ -26,14 +26,7 @@ pub struct FnReconciler<F> {
 /// use setpoint::object::KindRef;
 ///
 /// let copier = from_fn(
-///     Manifest {
-///         name: "copier".into(),
-///         version: "1".into(),
-///         reconciles: KindRef::new("example.dev/v1", "Copy"),
-///         owns: vec![],
-///         definitions: vec![],
-///         finalizer: None,
-///     },
+///     Manifest::new("copier", "1.0.0", KindRef::new("example.dev/v1", "Copy")),
 ///     |request, _cache| {
 ///         Ok(Response {
 ///             status: Some(json!({"copied": request.object["spec"]["value"]})),
