@@ -44,6 +44,8 @@ mod python_plugin;
 mod reload;
 /// The sandbox: the fault zoo beside well-behaved plugins.
 mod sandbox;
+/// Core Secrets: who may read them, and values kept out of logs.
+mod secrets;
 /// The walking skeleton: ReplicaSet and podsim choreography end to end.
 mod skeleton;
 /// Watch streams over HTTP and the watch hub.

@@ -67,14 +67,15 @@ fn compile(info: &KindInfo) -> CompiledSchema {
 }
 
 impl KindRegistry {
-    /// A registry with the built-in kinds: `CustomResourceDefinition` and core `Event`.
+    /// A registry with the built-in kinds: `CustomResourceDefinition`, and
+    /// core `Event` and `Secret`.
     ///
     /// ```
     /// use setpoint::api::KindRegistry;
     /// let kinds = KindRegistry::with_builtins();
     ///
     /// let names: Vec<String> = kinds.all().iter().map(|k| k.kind.clone()).collect();
-    /// assert_eq!(names, ["Event", "CustomResourceDefinition"]);
+    /// assert_eq!(names, ["Event", "Secret", "CustomResourceDefinition"]);
     /// ```
     pub fn with_builtins() -> Self {
         let registry = Self::default();
@@ -104,6 +105,7 @@ impl KindRegistry {
             schema: None,
             printer_columns: vec![],
         });
+        registry.insert(super::secret::kind_info());
         registry
     }
 
@@ -253,7 +255,7 @@ impl KindRegistry {
     /// use setpoint::api::KindRegistry;
     /// let kinds = KindRegistry::with_builtins();
     ///
-    /// assert_eq!(kinds.all().len(), 2);
+    /// assert_eq!(kinds.all().len(), 3);
     /// assert_eq!(kinds.all()[0].group, "", "sorted by group, then kind");
     /// ```
     pub fn all(&self) -> Vec<Arc<KindInfo>> {
