@@ -25,6 +25,8 @@ mod containment;
 mod controller;
 /// Durability of the embedded store: kill -9 and restart, damaged data.
 mod crash;
+/// The DNS provider plugin against a real PowerDNS.
+mod dns;
 /// The embedded store's data directory: clean stops, backups, a damaged or
 /// missing log, a full disk.
 mod durability;

@@ -2,6 +2,7 @@
 //! for convergence with a failure message that shows the last state seen.
 
 pub mod logs;
+pub mod pdns;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
