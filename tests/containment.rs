@@ -400,6 +400,9 @@ fn a_wasi_plugin_answers_the_same_request_with_the_same_clocks_and_random_number
         owned: vec![],
         finalizing: false,
         now_unix_ms: 1_700_000_000_000,
+        observations: vec![],
+        outcomes: vec![],
+        round: 0,
     };
     let answer = |rv: &str| {
         let response = plugin.reconcile(&request(rv), &cache).unwrap();

@@ -433,6 +433,8 @@ fn probe_manifest(name: &str, finalizer: Option<&str>) -> Manifest {
         owns: vec![],
         definitions: vec![probe_definition()],
         finalizer: finalizer.map(str::to_owned),
+        destinations: vec![],
+        secrets: vec![],
     }
 }
 

@@ -30,6 +30,9 @@ mod dns;
 /// The embedded store's data directory: clean stops, backups, a damaged or
 /// missing log, a full disk.
 mod durability;
+/// External effects: grants, secrets, limits and the previous contract
+/// series, against real HTTP servers on loopback.
+mod effects;
 /// Embedding the host as a library: native and Wasm reconcilers, two hosts.
 mod embedding;
 /// The host on a real etcd.

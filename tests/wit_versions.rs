@@ -18,17 +18,17 @@ fn load(runtime: &Runtime, plugin: &str) -> Result<String, runtime::Error> {
 
 #[test]
 fn the_host_states_the_versions_it_accepts_and_refuses_others_by_name() {
-    assert_eq!(runtime::WIT_VERSION, "0.1.0");
-    assert_eq!(runtime::ACCEPTED_WIT_VERSIONS, "0.1.x");
+    assert_eq!(runtime::WIT_VERSION, "0.2.0");
+    assert_eq!(runtime::ACCEPTED_WIT_VERSIONS, "0.2.x or 0.1.x");
     let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
 
     let old = load(&runtime, "oldworld").unwrap_err();
     assert!(matches!(old, runtime::Error::Link { .. }), "{old:?}");
     assert!(
         old.to_string().starts_with(
-            "plugin does not implement the setpoint:plugin@0.1.0 reconciler world: \
+            "plugin does not implement the setpoint:plugin@0.2.0 reconciler world: \
              it was built against setpoint:plugin@0.0.1, and this host accepts \
-             setpoint:plugin 0.1.x; rebuild it with a plugin SDK for setpoint:plugin@0.1.0"
+             setpoint:plugin 0.2.x or 0.1.x; rebuild it with a plugin SDK for setpoint:plugin@0.2.0"
         ),
         "{old}"
     );

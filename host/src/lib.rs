@@ -40,6 +40,7 @@
 //! - [`informer`]: list-then-watch caches with an owner index.
 //! - [`queue`]: the workqueue (client-go semantics).
 //! - [`controller`]: the reconcile loop and response application.
+//! - [`egress`]: the external HTTP requests plugins ask for, under grants.
 //! - [`runtime`]: wasmtime, the sandbox and the plugin world bindings.
 //! - [`plugins`]: the plugins directory.
 //! - [`cluster`]: several hosts on one etcd sharing the work.
@@ -53,6 +54,7 @@ pub mod cli;
 pub mod client;
 pub mod cluster;
 pub mod controller;
+pub mod egress;
 pub mod host;
 pub mod informer;
 mod metrics;

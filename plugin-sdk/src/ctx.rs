@@ -3,8 +3,10 @@
 //! [`Host`] trait (real imports in Wasm, a fake in unit tests, native calls
 //! when the host runs a reconciler in-process).
 
+use std::cell::RefCell;
 use std::fmt;
 
+use crate::http::{HttpRequest, HttpResult};
 use crate::{DynamicObject, Error, ObjectRef, Time};
 
 /// Severity of a log line.
@@ -53,6 +55,19 @@ pub struct Ctx {
     pub(crate) finalizing: bool,
     pub(crate) now: Time,
     pub(crate) host: Box<dyn Host>,
+    pub(crate) effects: Effects,
+}
+
+/// What a reconcile knows of the outside world: the answers to its reads
+/// so far, the outcomes of the previous reconcile's writes, and the reads
+/// it asked for in this round that have no answer yet.
+#[derive(Debug, Default)]
+pub(crate) struct Effects {
+    pub(crate) observations: Vec<(String, HttpResult)>,
+    pub(crate) outcomes: Vec<(String, HttpResult)>,
+    pub(crate) round: u32,
+    /// Reads asked for without an answer: they end the round.
+    pub(crate) pending: RefCell<Vec<HttpRequest>>,
 }
 
 impl Ctx {
@@ -69,7 +84,23 @@ impl Ctx {
             finalizing,
             now,
             host: Box::new(host),
+            effects: Effects::default(),
         }
+    }
+
+    /// The same context with the answers of earlier rounds and the
+    /// outcomes of the previous reconcile's writes; used by the export
+    /// macro and by hosts that run a reconciler natively.
+    pub fn with_effects(
+        mut self,
+        observations: Vec<(String, HttpResult)>,
+        outcomes: Vec<(String, HttpResult)>,
+        round: u32,
+    ) -> Self {
+        self.effects.observations = observations;
+        self.effects.outcomes = outcomes;
+        self.effects.round = round;
+        self
     }
 
     /// Every child the object owns (children of all owned kinds), as the
@@ -143,6 +174,94 @@ impl Ctx {
         label_selector: &str,
     ) -> Result<Vec<DynamicObject>, Error> {
         self.host.list(api_version, kind, namespace, label_selector)
+    }
+}
+
+/// Reading from external systems. A reconcile stays a pure function of
+/// its request: the host performs the reads between calls and hands the
+/// answers to the next call (a *round*), so reading looks like a direct
+/// call:
+///
+/// ```
+/// # use setpoint_plugin_sdk::{Ctx, Error, HttpRequest};
+/// fn zone_serial(ctx: &Ctx) -> Result<u64, Error> {
+///     let zone = ctx.fetch(&HttpRequest::get("http://127.0.0.1:8081/zones/example.org."))?;
+///     let zone: serde_json::Value = zone.error_for_status()?.json()?;
+///     Ok(zone["serial"].as_u64().unwrap_or(0))
+/// }
+/// ```
+///
+/// The first time, `fetch` has no answer: it records the read and returns
+/// an error; `?` ends the reconcile, and the host (seeing the read wanted)
+/// throws that response away, performs the read and calls again with the
+/// answer, which `fetch` then returns. Reads must not change anything.
+impl Ctx {
+    /// The answer to `request` (matched by its id): the server's response,
+    /// whatever its status, or an [`Error`] when it got none (refused,
+    /// timed out, ...; see [`HttpError`](crate::HttpError)'s conversion) or
+    /// when it is not there yet (then the round ends and the host fetches
+    /// it; just pass the error on with `?`).
+    pub fn fetch(&self, request: &HttpRequest) -> Result<crate::HttpResponse, Error> {
+        self.fetch_result(request)?.map_err(Error::from)
+    }
+
+    /// Like [`Ctx::fetch`], but hands a failed request's
+    /// [`HttpError`](crate::HttpError) to the caller instead of turning
+    /// it into an [`Error`]; only "not there yet" is an `Err`.
+    pub fn fetch_result(&self, request: &HttpRequest) -> Result<HttpResult, Error> {
+        if let Some(answer) = self.observation(&request.id) {
+            return Ok(answer.clone());
+        }
+        let mut pending = self.effects.pending.borrow_mut();
+        if !pending.iter().any(|p| p.id == request.id) {
+            pending.push(request.clone());
+        }
+        Err(Error::transient(format!(
+            "waiting for the answer to {} (the host fetches it)",
+            request.id
+        )))
+    }
+
+    /// Asks for several reads at once (one round for all of them) and
+    /// returns their answers in order once all are there.
+    pub fn fetch_all(&self, requests: &[HttpRequest]) -> Result<Vec<HttpResult>, Error> {
+        let answers: Vec<_> = requests.iter().map(|r| self.fetch_result(r)).collect();
+        answers.into_iter().collect()
+    }
+
+    /// The answer to the read with this id, if the host has it.
+    pub fn observation(&self, id: &str) -> Option<&HttpResult> {
+        self.effects
+            .observations
+            .iter()
+            .find(|(i, _)| i == id)
+            .map(|(_, r)| r)
+    }
+
+    /// The outcomes of the writes ([`Response::effect`](crate::Response::effect))
+    /// the previous reconcile of this object asked for, in the order the host
+    /// performed them, by id.
+    pub fn outcomes(&self) -> &[(String, HttpResult)] {
+        &self.effects.outcomes
+    }
+
+    /// The outcome of the previous reconcile's write with this id.
+    pub fn outcome(&self, id: &str) -> Option<&HttpResult> {
+        self.effects
+            .outcomes
+            .iter()
+            .find(|(i, _)| i == id)
+            .map(|(_, r)| r)
+    }
+
+    /// Which round of this reconcile this is (0 for the first call).
+    pub fn round(&self) -> u32 {
+        self.effects.round
+    }
+
+    /// The reads asked for in this round that have no answer yet.
+    pub fn pending_reads(&self) -> Vec<HttpRequest> {
+        self.effects.pending.borrow().clone()
     }
 }
 

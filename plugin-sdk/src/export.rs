@@ -66,7 +66,10 @@ pub mod __export {
     use crate::__bindings::setpoint::plugin::host as wit_host;
     use crate::__bindings::setpoint::plugin::types as wit;
     use crate::wire::{self, RawRequest};
-    use crate::{DynamicObject, Error, Host, KindRef, LogLevel, ObjectRef, Reconciler, Severity};
+    use crate::{
+        DynamicObject, Error, Host, HttpError, HttpErrorKind, HttpRequest, HttpResponse,
+        HttpResult, KindRef, LogLevel, ObjectRef, Reconciler, SecretTarget, Severity,
+    };
 
     pub use wit::{
         Manifest as WitManifest, ReconcileError as WitError, Request as WitRequest,
@@ -113,6 +116,58 @@ pub mod __export {
             owns: manifest.owns.into_iter().map(kind).collect(),
             definitions: manifest.definitions.iter().map(|d| d.to_string()).collect(),
             finalizer: manifest.finalizer,
+            destinations: manifest.destinations,
+            secrets: manifest.secrets,
+        }
+    }
+
+    fn from_wit_result(r: wit::HttpResult) -> (String, HttpResult) {
+        let result = match r.answer {
+            Ok(response) => Ok(HttpResponse {
+                status: response.status,
+                headers: response.headers,
+                body: response.body,
+            }),
+            Err(error) => Err(HttpError {
+                kind: match error.kind {
+                    wit::HttpErrorKind::Refused => HttpErrorKind::Refused,
+                    wit::HttpErrorKind::Throttled => HttpErrorKind::Throttled,
+                    wit::HttpErrorKind::Connect => HttpErrorKind::Connect,
+                    wit::HttpErrorKind::Timeout => HttpErrorKind::Timeout,
+                    wit::HttpErrorKind::TooLarge => HttpErrorKind::TooLarge,
+                    wit::HttpErrorKind::Transport => HttpErrorKind::Transport,
+                },
+                message: error.message,
+            }),
+        };
+        (r.id, result)
+    }
+
+    fn to_wit_request(r: HttpRequest) -> wit::HttpRequest {
+        wit::HttpRequest {
+            id: r.id,
+            method: r.method,
+            url: r.url,
+            headers: r.headers,
+            body: r.body,
+            secrets: r
+                .secrets
+                .into_iter()
+                .map(|s| wit::SecretUse {
+                    secret: wit::SecretKeyRef {
+                        name: s.secret.name,
+                        key: s.secret.key,
+                    },
+                    target: match s.target {
+                        SecretTarget::Header { name, template } => {
+                            wit::SecretTarget::Header(wit::SecretHeader { name, template })
+                        }
+                        SecretTarget::Query(name) => wit::SecretTarget::Query(name),
+                        SecretTarget::BodyPointer(p) => wit::SecretTarget::BodyPointer(p),
+                    },
+                })
+                .collect(),
+            timeout_ms: r.timeout_ms,
         }
     }
 
@@ -126,6 +181,13 @@ pub mod __export {
             owned: request.owned,
             finalizing: request.finalizing,
             now_unix_ms: request.now_unix_ms,
+            observations: request
+                .observations
+                .into_iter()
+                .map(from_wit_result)
+                .collect(),
+            outcomes: request.outcomes.into_iter().map(from_wit_result).collect(),
+            round: request.round,
         };
         match wire::reconcile(&R::default(), request, WasmHost) {
             Ok(response) => Ok(WitResponse {
@@ -145,6 +207,8 @@ pub mod __export {
                     .collect(),
                 requeue_after_ms: response.requeue_after_ms,
                 remove_finalizer: response.remove_finalizer,
+                observe: response.observe.into_iter().map(to_wit_request).collect(),
+                effects: response.effects.into_iter().map(to_wit_request).collect(),
             }),
             Err(Error::Transient(message)) => Err(WitError::Transient(message)),
             Err(Error::Permanent(message)) => Err(WitError::Permanent(message)),

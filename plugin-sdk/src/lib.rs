@@ -156,6 +156,7 @@ mod conditions;
 mod ctx;
 mod error;
 mod export;
+mod http;
 mod manifest;
 mod memcmp;
 mod object;
@@ -168,6 +169,10 @@ pub mod wire;
 pub use conditions::{Condition, ConditionStatus, find_condition, set_condition};
 pub use ctx::{Ctx, Host, LogLevel};
 pub use error::Error;
+pub use http::{
+    HttpError, HttpErrorKind, HttpRequest, HttpResponse, HttpResult, SecretKeyRef, SecretTarget,
+    SecretUse,
+};
 pub use manifest::Manifest;
 pub use object::{DynamicObject, KindRef, Object, ObjectMeta, ObjectRef, OwnerReference};
 pub use reconciler::Reconciler;

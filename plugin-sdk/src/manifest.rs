@@ -38,6 +38,15 @@ pub struct Manifest {
     /// then called with [`Ctx::finalizing`](crate::Ctx::finalizing) once
     /// deletion starts.
     pub finalizer: Option<String>,
+    /// External destinations the plugin talks to, as `scheme://host:port`
+    /// patterns (`https://*.example.com:443`, `http://127.0.0.1:8081`). The
+    /// host sends only to destinations declared here *and* granted by the
+    /// operator.
+    pub destinations: Vec<String>,
+    /// The secrets its requests name, as `name` or `name/key` patterns in
+    /// the reconciled object's namespace (`*` for any); also subject to the
+    /// operator's grant.
+    pub secrets: Vec<String>,
 }
 
 impl Manifest {
@@ -50,7 +59,22 @@ impl Manifest {
             owns: Vec::new(),
             definitions: Vec::new(),
             finalizer: None,
+            destinations: Vec::new(),
+            secrets: Vec::new(),
         }
+    }
+
+    /// Declares an external destination (`scheme://host:port`, `*.` allowed
+    /// at the start of the host).
+    pub fn destination(mut self, pattern: impl Into<String>) -> Self {
+        self.destinations.push(pattern.into());
+        self
+    }
+
+    /// Declares a secret the plugin's requests name (`name` or `name/key`).
+    pub fn secret(mut self, pattern: impl Into<String>) -> Self {
+        self.secrets.push(pattern.into());
+        self
     }
 
     /// Declares a child kind.

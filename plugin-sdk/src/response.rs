@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::DynamicObject;
+use crate::{DynamicObject, HttpRequest};
 
 /// The outcome of one successful reconcile, built with chained calls:
 ///
@@ -40,6 +40,16 @@ pub struct Response<Status> {
     pub requeue_after: Option<Duration>,
     /// Pre-delete work is done: the host may remove the plugin's finalizer.
     pub remove_finalizer: bool,
+    /// External writes, performed by the host after the rest of the
+    /// response is applied, in order; the first that fails stops the rest.
+    /// The next reconcile sees their outcomes in
+    /// [`Ctx::outcomes`](crate::Ctx::outcomes). Build them to be idempotent:
+    /// the host adds an `Idempotency-Key` header made of the object's uid,
+    /// generation and the request's id.
+    pub effects: Vec<HttpRequest>,
+    /// Reads wanted besides those [`Ctx::fetch`](crate::Ctx::fetch) asked
+    /// for; if any has no answer yet, the host fetches it and calls again.
+    pub observe: Vec<HttpRequest>,
 }
 
 impl<Status> Response<Status> {
@@ -51,7 +61,21 @@ impl<Status> Response<Status> {
             events: Vec::new(),
             requeue_after: None,
             remove_finalizer: false,
+            effects: Vec::new(),
+            observe: Vec::new(),
         }
+    }
+
+    /// Adds an external write, performed after the response is applied.
+    pub fn effect(mut self, request: HttpRequest) -> Self {
+        self.effects.push(request);
+        self
+    }
+
+    /// Asks the host for a read (see [`Response::observe`]).
+    pub fn observe(mut self, request: HttpRequest) -> Self {
+        self.observe.push(request);
+        self
     }
 
     /// Sets the full desired set of owned children.

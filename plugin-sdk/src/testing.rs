@@ -18,7 +18,7 @@ use std::cell::RefCell;
 use std::ops::Deref;
 use std::rc::Rc;
 
-use crate::{Ctx, DynamicObject, Error, Host, LogLevel, ObjectRef, Time};
+use crate::{Ctx, DynamicObject, Error, Host, HttpResult, LogLevel, ObjectRef, Time};
 
 /// A [`Ctx`] for tests. Build it with the `with_*` methods, pass `&fake`
 /// wherever a `&Ctx` is expected (it derefs to one), then inspect
@@ -78,6 +78,26 @@ impl FakeCtx {
     /// [`Ctx::list`] read.
     pub fn with_object(self, object: DynamicObject) -> Self {
         self.state.borrow_mut().objects.push(object);
+        self
+    }
+
+    /// Gives the read with this id an answer, as if the host had fetched
+    /// it in an earlier round ([`Ctx::fetch`] returns it).
+    pub fn with_observation(mut self, id: impl Into<String>, answer: HttpResult) -> Self {
+        self.ctx.effects.observations.push((id.into(), answer));
+        self
+    }
+
+    /// Records the outcome of a write of the previous reconcile
+    /// ([`Ctx::outcomes`]).
+    pub fn with_outcome(mut self, id: impl Into<String>, outcome: HttpResult) -> Self {
+        self.ctx.effects.outcomes.push((id.into(), outcome));
+        self
+    }
+
+    /// Sets the round number ([`Ctx::round`]).
+    pub fn with_round(mut self, round: u32) -> Self {
+        self.ctx.effects.round = round;
         self
     }
 

@@ -8,7 +8,10 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use crate::{Ctx, DynamicObject, Error, Event, Host, Object, Reconciler, Response, Time};
+use crate::{
+    Ctx, DynamicObject, Error, Event, Host, HttpRequest, HttpResult, Object, Reconciler, Response,
+    Time,
+};
 
 /// One reconcile request: the whole current object and every child it owns,
 /// as JSON text.
@@ -22,6 +25,12 @@ pub struct RawRequest {
     pub finalizing: bool,
     /// The host's clock, milliseconds since the Unix epoch.
     pub now_unix_ms: u64,
+    /// Answers to the reads of earlier rounds, by request id.
+    pub observations: Vec<(String, HttpResult)>,
+    /// Outcomes of the previous reconcile's writes, by request id.
+    pub outcomes: Vec<(String, HttpResult)>,
+    /// Which round of this reconcile this is.
+    pub round: u32,
 }
 
 /// One reconcile response with children and status as JSON text.
@@ -37,6 +46,21 @@ pub struct RawResponse {
     pub requeue_after_ms: Option<u64>,
     /// The host may remove the plugin's finalizer.
     pub remove_finalizer: bool,
+    /// Reads wanted; if any lacks an answer, the rest is not applied and
+    /// the host calls again with the answers.
+    pub observe: Vec<HttpRequest>,
+    /// Writes wanted, in order.
+    pub effects: Vec<HttpRequest>,
+}
+
+impl RawResponse {
+    /// A response that only asks for reads: the round ends here.
+    fn reads(observe: Vec<HttpRequest>) -> Self {
+        Self {
+            observe,
+            ..Self::default()
+        }
+    }
 }
 
 /// Runs `reconciler` on a raw request.
@@ -64,15 +88,39 @@ pub fn reconcile<R: Reconciler + ?Sized>(
         })
         .collect::<Result<Vec<_>, _>>()?;
     let now = Time::from_unix_ms(i64::try_from(request.now_unix_ms).unwrap_or(i64::MAX));
-    let ctx = Ctx::new(owned, request.finalizing, now, host);
+    let ctx = Ctx::new(owned, request.finalizing, now, host).with_effects(
+        request.observations,
+        request.outcomes,
+        request.round,
+    );
 
+    // A read without an answer ends the round whatever the reconcile made
+    // of it (returned the error, or carried on without): the host fetches
+    // and calls again, so nothing of this call is applied.
+    let result = reconciler.reconcile(&object, &ctx);
+    let pending = ctx.effects.pending.take();
+    if !pending.is_empty() {
+        return Ok(RawResponse::reads(pending));
+    }
     let Response {
         children,
         status,
         events,
         requeue_after,
         remove_finalizer,
-    } = reconciler.reconcile(&object, &ctx)?;
+        effects,
+        observe,
+    } = result?;
+    check_ids("effects", &effects)?;
+    check_ids("observe", &observe)?;
+    let unanswered: Vec<HttpRequest> = observe
+        .iter()
+        .filter(|r| ctx.observation(&r.id).is_none())
+        .cloned()
+        .collect();
+    if !unanswered.is_empty() {
+        return Ok(RawResponse::reads(unanswered));
+    }
 
     let children_json = match &children {
         Some(children) => {
@@ -89,14 +137,31 @@ pub fn reconcile<R: Reconciler + ?Sized>(
         }
         None => None,
     };
-    discard((request, object, ctx, children, status));
+    discard((request.object, request.owned, object, ctx, children, status));
     Ok(RawResponse {
         children: children_json,
         status: status_json,
         events,
         requeue_after_ms: requeue_after.map(millis_rounded_up),
         remove_finalizer,
+        observe: Vec::new(),
+        effects,
     })
+}
+
+/// Ids match answers to requests, so two requests of one list must not
+/// share one.
+fn check_ids(list: &str, requests: &[HttpRequest]) -> Result<(), Error> {
+    let mut seen = BTreeSet::new();
+    for request in requests {
+        if !seen.insert(request.id.as_str()) {
+            return Err(Error::permanent(format!(
+                "{list} contains the request id {:?} twice",
+                request.id
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Drops what a reconcile parsed and built, except in a Wasm plugin. There
@@ -221,6 +286,7 @@ mod tests {
             ],
             finalizing: true,
             now_unix_ms: 1_500,
+            ..RawRequest::default()
         }
     }
 
@@ -292,5 +358,76 @@ mod tests {
                 now: Some(Time::from_unix_ms(1_500))
             }
         );
+    }
+
+    /// Reads a zone, then asks to write a record unless it is there.
+    #[derive(Default)]
+    struct Provider;
+
+    impl Reconciler for Provider {
+        type Spec = serde_json::Value;
+        type Status = serde_json::Value;
+
+        fn manifest(&self) -> Manifest {
+            Manifest::new("provider", "1.0.0", KindRef::new("v1", "Parent"))
+        }
+
+        fn reconcile(
+            &self,
+            _: &Object<Self::Spec, Self::Status>,
+            ctx: &Ctx,
+        ) -> Result<Response<Self::Status>, Error> {
+            let zone = ctx.fetch(&crate::HttpRequest::get("http://dns/zone"))?;
+            let mut response = Response::new().status(json!({"zone": zone.status}));
+            if zone.status == 404 {
+                response = response.effect(crate::HttpRequest::put("http://dns/zone").id("create"));
+            }
+            Ok(response)
+        }
+    }
+
+    #[test]
+    fn a_read_without_an_answer_ends_the_round_and_the_answer_finishes_it() {
+        let first = reconcile(&Provider, request(json!({})), Quiet).unwrap();
+        assert_eq!(first.observe.len(), 1, "{first:?}");
+        assert_eq!(first.observe[0].id, "GET http://dns/zone");
+        assert_eq!((first.status, first.effects.len()), (None, 0));
+
+        let mut second = request(json!({}));
+        second.round = 1;
+        let answer = crate::HttpResponse {
+            status: 404,
+            headers: vec![],
+            body: vec![],
+        };
+        second.observations = vec![("GET http://dns/zone".into(), Ok(answer))];
+        let second = reconcile(&Provider, second, Quiet).unwrap();
+        assert!(second.observe.is_empty(), "{second:?}");
+        assert_eq!(second.status.as_deref(), Some(r#"{"zone":404}"#));
+        assert_eq!(second.effects[0].id, "create");
+        assert_eq!(second.effects[0].method, "PUT");
+    }
+
+    #[test]
+    fn requests_sharing_an_id_are_refused() {
+        #[derive(Default)]
+        struct Twice;
+        impl Reconciler for Twice {
+            type Spec = serde_json::Value;
+            type Status = serde_json::Value;
+            fn manifest(&self) -> Manifest {
+                Manifest::new("twice", "1.0.0", KindRef::new("v1", "Parent"))
+            }
+            fn reconcile(
+                &self,
+                _: &Object<Self::Spec, Self::Status>,
+                _: &Ctx,
+            ) -> Result<Response<Self::Status>, Error> {
+                let write = crate::HttpRequest::delete("http://dns/a");
+                Ok(Response::new().effect(write.clone()).effect(write))
+            }
+        }
+        let err = reconcile(&Twice, request(json!({})), Quiet).unwrap_err();
+        assert!(err.message().contains("twice"), "{err}");
     }
 }

@@ -25,6 +25,8 @@ class WitWorld(wit_world.WitWorld):
             owns=[],
             definitions=[CRD],
             finalizer=None,
+            destinations=[],
+            secrets=[],
         )
 
     def reconcile(self, req) -> Response:
@@ -45,4 +47,6 @@ class WitWorld(wit_world.WitWorld):
             events=[],
             requeue_after_ms=None,
             remove_finalizer=False,
+            observe=[],
+            effects=[],
         )

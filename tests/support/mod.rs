@@ -3,6 +3,7 @@
 
 pub mod logs;
 pub mod pdns;
+pub mod recorder;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -37,6 +38,9 @@ const PLUGINS: &[&str] = &[
     "versioned",
     "versioned2",
     "versioned3",
+    "effector",
+    "effector2",
+    "world01",
 ];
 
 /// The plugins [`plugins_dir`] takes from the WASI build: the zoo's escape

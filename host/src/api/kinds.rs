@@ -66,16 +66,56 @@ fn compile(info: &KindInfo) -> CompiledSchema {
         })
 }
 
+/// `PluginGrant`: the destinations, secrets and limits the operator grants
+/// one plugin (named after it). A schema, so that a mistyped grant is
+/// refused when written rather than ignored when read.
+fn plugin_grant_kind() -> KindInfo {
+    let strings = serde_json::json!({"type": "array", "items": {"type": "string"}});
+    KindInfo {
+        group: "setpoint.dev".into(),
+        version: "v1".into(),
+        kind: "PluginGrant".into(),
+        plural: "plugingrants".into(),
+        singular: "plugingrant".into(),
+        short_names: vec!["pg".into()],
+        list_kind: "PluginGrantList".into(),
+        namespaced: false,
+        status_subresource: false,
+        schema: Some(serde_json::json!({
+            "type": "object",
+            "properties": {
+                "spec": {
+                    "type": "object",
+                    "properties": {
+                        "destinations": strings,
+                        "secrets": strings,
+                        "limits": {
+                            "type": "object",
+                            "properties": {
+                                "rps": {"type": "number", "minimum": 0},
+                                "concurrency": {"type": "integer", "minimum": 1},
+                            },
+                        },
+                    },
+                },
+            },
+        })),
+        printer_columns: vec![],
+    }
+}
+
 impl KindRegistry {
-    /// A registry with the built-in kinds: `CustomResourceDefinition`, and
-    /// core `Event` and `Secret`.
+    /// A registry with the built-in kinds: `CustomResourceDefinition`, core
+    /// `Event` and `Secret` (`api::secret`), and `PluginGrant`
+    /// (`setpoint.dev/v1`, cluster-scoped: what the operator grants a
+    /// plugin, see `crate::egress`).
     ///
     /// ```
     /// use setpoint::api::KindRegistry;
     /// let kinds = KindRegistry::with_builtins();
     ///
     /// let names: Vec<String> = kinds.all().iter().map(|k| k.kind.clone()).collect();
-    /// assert_eq!(names, ["Event", "Secret", "CustomResourceDefinition"]);
+    /// assert_eq!(names, ["Event", "Secret", "CustomResourceDefinition", "PluginGrant"]);
     /// ```
     pub fn with_builtins() -> Self {
         let registry = Self::default();
@@ -106,6 +146,7 @@ impl KindRegistry {
             printer_columns: vec![],
         });
         registry.insert(super::secret::kind_info());
+        registry.insert(plugin_grant_kind());
         registry
     }
 
@@ -255,7 +296,7 @@ impl KindRegistry {
     /// use setpoint::api::KindRegistry;
     /// let kinds = KindRegistry::with_builtins();
     ///
-    /// assert_eq!(kinds.all().len(), 3);
+    /// assert_eq!(kinds.all().len(), 4);
     /// assert_eq!(kinds.all()[0].group, "", "sorted by group, then kind");
     /// ```
     pub fn all(&self) -> Vec<Arc<KindInfo>> {

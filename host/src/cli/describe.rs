@@ -19,7 +19,7 @@ pub async fn describe(
     let resource = client.resolve(kind).await?;
     let namespace = resource.namespaced.then_some(namespace);
     let object = client.get(&resource, namespace, name).await?;
-    let (history, unreconciled) = fetch_history(client, &resource, namespace, name).await;
+    let (history, unreconciled, external) = fetch_history(client, &resource, namespace, name).await;
     let events = client.resolve("events").await?;
     let events = client.list(&events, namespace, None).await?;
     let uid = object["metadata"]["uid"].as_str().unwrap_or_default();
@@ -42,6 +42,7 @@ pub async fn describe(
             .cmp(&b["lastTimestamp"].as_str())
     });
     let mut text = render(&resource, &object, &history, &about);
+    render_external(&mut text, &external);
     if unreconciled {
         text.push_str(NO_RECONCILER);
     }
@@ -62,7 +63,7 @@ async fn fetch_history(
     resource: &Resource,
     namespace: Option<&str>,
     name: &str,
-) -> (Vec<Value>, bool) {
+) -> (Vec<Value>, bool, Vec<Value>) {
     let api_version = resource.api_version();
     let mut pairs = vec![
         ("apiVersion", api_version.as_str()),
@@ -79,11 +80,42 @@ async fn fetch_history(
         Ok(Some(body)) => (
             body["records"].as_array().cloned().unwrap_or_default(),
             reconciler_missing(&body),
+            body["externalRequests"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default(),
         ),
         // An older host without the endpoint, or a token that may not read
         // it: describe without history.
-        _ => (Vec::new(), false),
+        _ => (Vec::new(), false, Vec::new()),
     }
+}
+
+/// The object's recent external requests (URLs as the plugin wrote them:
+/// secrets are put in by the host at send time and never shown).
+pub fn render_external(out: &mut String, requests: &[Value]) {
+    if requests.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "External requests (most recent last):");
+    let rows: Vec<Vec<String>> = requests
+        .iter()
+        .map(|r| {
+            vec![
+                text(&r["time"]),
+                text(&r["role"]),
+                text(&r["method"]),
+                text(&r["url"]),
+                text(&r["result"]),
+                format!("{}ms", text(&r["latencyMs"])),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &["TIME", "ROLE", "METHOD", "URL", "RESULT", "LATENCY"],
+        &rows,
+    );
 }
 
 fn text(value: &Value) -> String {

@@ -33,6 +33,7 @@
 
 mod apply;
 mod breaker;
+pub mod effects;
 pub mod events;
 mod failures;
 pub mod history;
@@ -52,7 +53,9 @@ pub use breaker::HotLoopConfig;
 pub use history::{History, Outcome, ReconcileRecord};
 pub use native::Native;
 pub use reconciler::{
-    CacheView, EventRecord, Manifest, ReconcileError, Reconciler, Request, Response, Severity,
+    Answer, CacheView, EventRecord, HttpError, HttpErrorKind, HttpRequest, HttpResponse,
+    HttpResult, Manifest, ReconcileError, Reconciler, Request, Response, SecretKeyRef,
+    SecretTarget, SecretUse, Severity,
 };
 pub use requeue::RequeueConfig;
 
@@ -96,6 +99,9 @@ pub struct Config {
     pub hot_loop: HotLoopConfig,
     /// The floor and per-key rate of requested requeues.
     pub requeue: RequeueConfig,
+    /// The host's egress for external requests (shared by a host's
+    /// controllers); `None` makes one for this controller alone.
+    pub egress: Option<crate::egress::Egress>,
 }
 
 impl Default for Config {
@@ -106,6 +112,7 @@ impl Default for Config {
             resync: Some(Duration::from_secs(600)),
             hot_loop: HotLoopConfig::default(),
             requeue: RequeueConfig::default(),
+            egress: None,
         }
     }
 }
@@ -170,6 +177,10 @@ struct Shared {
     reconciles: AtomicU64,
     concurrent: AtomicU64,
     hot_loops: AtomicU64,
+    /// Performs the reconciler's external requests.
+    egress: crate::egress::Egress,
+    /// Outcomes of writes and holds between a key's reconciles.
+    effects: effects::KeyState,
 }
 
 /// The names of desired children that other objects hold, and the key of
@@ -338,7 +349,13 @@ impl Controller {
             })
         };
         let (view, inline_view) = (view(false), view(true));
+        let egress = config
+            .egress
+            .clone()
+            .unwrap_or_else(|| crate::egress::Egress::new(api.clone(), Default::default()));
         let shared = Arc::new(Shared {
+            egress,
+            effects: Default::default(),
             view,
             inline_view,
             api,
@@ -444,6 +461,14 @@ impl Controller {
     /// Queue every cached object of the kind (after a plugin upgrade, say).
     pub fn requeue_all(&self) {
         for object in self.shared.informer.list(None) {
+            self.shared.queue.add(ObjectKey::of(&object));
+        }
+    }
+
+    /// Queue every cached object of the kind in `namespace` (after a
+    /// Secret there changed, say).
+    pub fn requeue_namespace(&self, namespace: Option<&str>) {
+        for object in self.shared.informer.list(namespace) {
             self.shared.queue.add(ObjectKey::of(&object));
         }
     }
@@ -559,6 +584,8 @@ mod tests {
             owns: vec![],
             definitions: vec![],
             finalizer: None,
+            destinations: vec![],
+            secrets: vec![],
         }))
     }
 

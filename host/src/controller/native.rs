@@ -45,6 +45,8 @@ impl<R: sdk::Reconciler> Native<R> {
             owns: m.owns.into_iter().map(kind).collect(),
             definitions: m.definitions,
             finalizer: m.finalizer,
+            destinations: m.destinations,
+            secrets: m.secrets,
         };
         Self {
             reconciler,
@@ -122,6 +124,9 @@ impl<R: sdk::Reconciler + Send + Sync + 'static> Reconciler for Native<R> {
             owned: request.owned.iter().map(|o| codec::json_text(o)).collect(),
             finalizing: request.finalizing,
             now_unix_ms: request.now_unix_ms,
+            observations: request.observations.clone(),
+            outcomes: request.outcomes.clone(),
+            round: request.round,
         };
         let host = CacheHost {
             cache: cache.clone(),
@@ -160,6 +165,8 @@ impl<R: sdk::Reconciler + Send + Sync + 'static> Reconciler for Native<R> {
                 .collect(),
             requeue_after: response.requeue_after_ms.map(Duration::from_millis),
             remove_finalizer: response.remove_finalizer,
+            observe: response.observe,
+            effects: response.effects,
         })
     }
 }

@@ -9,6 +9,17 @@ use serde_json::Value;
 
 use crate::object::{KindRef, Object};
 
+/// An external HTTP request a reconciler asks the host to make (see
+/// `crate::egress`); the SDK's type, shared so a native reconciler needs
+/// no conversion.
+pub use setpoint_plugin_sdk::{
+    HttpError, HttpErrorKind, HttpRequest, HttpResponse, HttpResult, SecretKeyRef, SecretTarget,
+    SecretUse,
+};
+
+/// The answer to one request, by the request's id.
+pub type Answer = (String, HttpResult);
+
 /// What a reconciler is and what it may touch.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Manifest {
@@ -24,6 +35,12 @@ pub struct Manifest {
     pub definitions: Vec<Value>,
     /// A finalizer the host manages for it.
     pub finalizer: Option<String>,
+    /// External destinations it talks to (`scheme://host:port` patterns),
+    /// subject to the operator's grant.
+    pub destinations: Vec<String>,
+    /// Secrets its requests name (`name` or `name/key` patterns), subject
+    /// to the operator's grant.
+    pub secrets: Vec<String>,
 }
 
 /// One reconcile call: the whole current object and its owned children.
@@ -37,6 +54,12 @@ pub struct Request {
     pub finalizing: bool,
     /// The host's clock, milliseconds since the Unix epoch.
     pub now_unix_ms: u64,
+    /// Answers to the reads of earlier rounds of this reconcile.
+    pub observations: Vec<Answer>,
+    /// Outcomes of the previous reconcile's writes, in order.
+    pub outcomes: Vec<Answer>,
+    /// Which round of this reconcile the call is (0 first).
+    pub round: u32,
 }
 
 /// How important an event is.
@@ -82,6 +105,12 @@ pub struct Response {
     pub requeue_after: Option<Duration>,
     /// Pre-delete work is done; remove the finalizer.
     pub remove_finalizer: bool,
+    /// Reads wanted: if any lacks an answer in the request's observations,
+    /// the rest of the response is not applied; the host performs them
+    /// and calls again.
+    pub observe: Vec<HttpRequest>,
+    /// Writes wanted, performed in order after the response is applied.
+    pub effects: Vec<HttpRequest>,
 }
 
 /// Why a reconcile failed.

@@ -12,10 +12,11 @@ use serde_json::json;
 use super::failures::Seen;
 use super::{
     Error, EventRecord, Manifest, Outcome, ReconcileError, ReconcileRecord, Reconciler, Request,
-    Severity, Shared, apply, events, requeue,
+    Severity, Shared, apply, effects, events, requeue,
 };
 use crate::api::{self, Api};
 use crate::cluster::{Ownership, ShardClaim};
+use crate::egress;
 use crate::object::{ObjectKey, meta, time};
 
 /// How a key's turn ended, when it did not fail.
@@ -120,6 +121,7 @@ pub(super) async fn worker(shared: Arc<Shared>) {
                 shared.failures.forget(&key);
                 shared.requeues.forget(&key);
                 shared.clash_watch.watch(&key, &[]);
+                shared.effects.forget(&key);
                 (None, None)
             }
             Ok(Step::Stopped | Step::StillFailed) => {
@@ -134,7 +136,7 @@ pub(super) async fn worker(shared: Arc<Shared>) {
                 continue;
             }
             Ok(Step::Applied {
-                requeue_after,
+                mut requeue_after,
                 generation,
                 children,
                 seen,
@@ -142,6 +144,11 @@ pub(super) async fn worker(shared: Arc<Shared>) {
                 wrote,
             }) => {
                 shared.queue.forget(&key);
+                // A destination asked to be left alone (Retry-After), or a
+                // limit held a request: not before then.
+                if let Some(hold) = shared.effects.take_hold(&key) {
+                    requeue_after = Some(requeue_after.map_or(hold, |r| r.max(hold)));
+                }
                 if shared
                     .breaker
                     .record(&key, generation, &children, &written, wrote)
@@ -204,7 +211,13 @@ pub(super) async fn worker(shared: Arc<Shared>) {
                 (Some(Outcome::TransientError(msg)), Some(delay))
             }
             Err(ReconcileError::Transient(msg)) => {
-                let delay = shared.queue.add_rate_limited(key.clone());
+                let delay = match shared.effects.take_hold(&key) {
+                    Some(hold) => {
+                        shared.queue.add_after(key.clone(), hold);
+                        hold
+                    }
+                    None => shared.queue.add_rate_limited(key.clone()),
+                };
                 tracing::warn!(plugin = %reconciler.manifest().name, object = %key, error = %msg, retry_in = ?delay, "reconcile failed; will retry");
                 (Some(Outcome::TransientError(msg)), Some(delay))
             }
@@ -291,6 +304,30 @@ fn record_reconcile(
     );
 }
 
+/// One call of the reconciler, on the call pool unless it runs inline.
+async fn call_reconciler(
+    shared: &Shared,
+    callee: &Arc<dyn Reconciler>,
+    inline: bool,
+    view: &Arc<dyn super::CacheView>,
+    request: Request,
+) -> Result<(Request, Result<super::Response, ReconcileError>), ReconcileError> {
+    let (callee, view) = (callee.clone(), view.clone());
+    let call = move || {
+        let response = callee.reconcile(&request, &view);
+        (request, response)
+    };
+    if inline {
+        Ok(call())
+    } else {
+        shared
+            .pool
+            .call(call)
+            .await
+            .map_err(|e| ReconcileError::Transient(format!("reconcile task failed: {e}")))
+    }
+}
+
 /// A call of the reconciler: when, and what it was shown.
 struct Called {
     at: SystemTime,
@@ -375,6 +412,9 @@ async fn reconcile_key(
         owned,
         finalizing,
         now_unix_ms: time::now_unix_ms(),
+        observations: Vec::new(),
+        outcomes: shared.effects.take_outcomes(key),
+        round: 0,
     };
     let callee = reconciler.clone();
     if claim.is_some_and(|c| !c.is_fresh()) {
@@ -394,20 +434,27 @@ async fn reconcile_key(
     } else {
         shared.view.clone()
     };
-    let call = move || {
-        let response = callee.reconcile(&request, &view);
-        (request, response)
-    };
-    let (request, response) = if inline {
-        call()
-    } else {
-        shared
-            .pool
-            .call(call)
-            .await
-            .map_err(|e| ReconcileError::Transient(format!("reconcile task failed: {e}")))?
-    };
+    let (request, response) = call_reconciler(shared, &callee, inline, &view, request).await?;
     let response = response?;
+    let egress = &shared.egress;
+    let scope = effects::scope(shared, manifest, &object, key, egress);
+    let mut report = egress::Report::default();
+    let rounds = effects::rounds(egress, &scope, request, response, &mut report, |r| {
+        call_reconciler(shared, &callee, inline, &view, r)
+    })
+    .await;
+    let (request, mut response) = match rounds {
+        Ok(done) => done,
+        Err(err) => {
+            effects::report(shared, api, egress, manifest, key, &report).await;
+            return Err(err);
+        }
+    };
+    if !response.effects.is_empty() {
+        // The next reconcile sees the writes' outcomes: soon, not at the
+        // next change (the requeue floor still applies).
+        response.requeue_after = Some(Duration::ZERO);
+    }
 
     let result = applier.apply(&object, &request.owned, &response).await;
     let mut written = remember_writes(shared, key, &applier);
@@ -440,8 +487,12 @@ async fn reconcile_key(
         shared.clash_watch.watch(key, &clashes);
         report_clashes(shared, api, manifest, key, &clashes).await;
     }
+    let effects_done = effects::write(shared, egress, &scope, key, &response, &mut report).await;
+    effects::report(shared, api, egress, manifest, key, &report).await;
+    // Pre-delete work done through writes counts only once they succeeded.
     if finalizing
         && response.remove_finalizer
+        && effects_done
         && let Some(finalizer) = &manifest.finalizer
     {
         let latest = match api
@@ -538,7 +589,7 @@ async fn report_clashes(
 
 /// `object` with the condition of type `kind` replaced by `condition` (or
 /// removed, for `None`); `None` if that changes nothing.
-fn with_condition(
+pub(super) fn with_condition(
     object: &crate::object::Object,
     kind: &str,
     condition: Option<serde_json::Value>,

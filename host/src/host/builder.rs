@@ -32,6 +32,7 @@ pub struct HostBuilder {
     watch_plugins: bool,
     runtime: RuntimeConfig,
     controller: controller::Config,
+    egress: crate::egress::EgressConfig,
     per_plugin: std::collections::HashMap<String, controller::Config>,
     reconcile_threads: Option<usize>,
     embedded_dir: Option<PathBuf>,
@@ -49,6 +50,7 @@ impl HostBuilder {
             watch_plugins: true,
             runtime: RuntimeConfig::default(),
             controller: controller::Config::default(),
+            egress: crate::egress::EgressConfig::default(),
             per_plugin: std::collections::HashMap::new(),
             reconcile_threads: None,
             embedded_dir: None,
@@ -135,6 +137,13 @@ impl HostBuilder {
         self
     }
 
+    /// Settings of the external requests plugins ask for (timeouts, body
+    /// cap, rounds, default rate and concurrency limits).
+    pub fn egress(mut self, config: crate::egress::EgressConfig) -> Self {
+        self.egress = config;
+        self
+    }
+
     /// Controller settings (workers, backoff, resync, hot-loop limits) for the
     /// reconciler named `plugin`, instead of those of [`controller`](Self::controller).
     pub fn controller_for(mut self, plugin: impl Into<String>, config: controller::Config) -> Self {
@@ -208,6 +217,7 @@ impl HostBuilder {
         let host = Host {
             shared: Arc::new(Shared {
                 informers: Informers::new(api.clone()),
+                egress: crate::egress::Egress::new(api.clone(), self.egress),
                 api,
                 cluster,
                 runtime,
@@ -225,6 +235,7 @@ impl HostBuilder {
             background: std::sync::Mutex::new(background),
             watcher: std::sync::Mutex::default(),
         };
+        super::grants::follow(&host.shared);
         if let Some(dir) = self.plugins_dir {
             if self.watch_plugins {
                 // Watch before the first scan, so no change slips between.

@@ -244,6 +244,8 @@ mod tests {
             owns: vec![],
             definitions,
             finalizer: None,
+            destinations: vec![],
+            secrets: vec![],
         }
     }
 

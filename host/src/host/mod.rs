@@ -20,6 +20,7 @@ use crate::runtime::{self, Runtime};
 
 mod builder;
 mod claims;
+mod grants;
 mod reload;
 
 pub use builder::HostBuilder;
@@ -107,6 +108,8 @@ struct Shared {
     cluster: Option<Cluster>,
     informers: Informers,
     runtime: Runtime,
+    /// Performs every plugin's external requests.
+    egress: crate::egress::Egress,
     controller_config: controller::Config,
     per_plugin: std::collections::HashMap<String, controller::Config>,
     /// Runs every controller's reconciler calls.
@@ -187,6 +190,12 @@ impl Host {
     /// The Wasm runtime.
     pub fn runtime(&self) -> &Runtime {
         &self.shared.runtime
+    }
+
+    /// The egress that performs plugins' external requests (its metrics
+    /// and each object's recent requests).
+    pub fn egress(&self) -> &crate::egress::Egress {
+        &self.shared.egress
     }
 
     /// Register a reconciler's CustomResourceDefinitions (those whose kind is
@@ -503,14 +512,17 @@ impl Shared {
         if self.controllers.lock().await.contains_key(&name) {
             return Err(Error::Duplicate(name));
         }
+        let mut config = self
+            .per_plugin
+            .get(&name)
+            .unwrap_or(&self.controller_config)
+            .clone();
+        config.egress.get_or_insert_with(|| self.egress.clone());
         let controller = Controller::start_on(
             self.api.clone(),
             self.informers.clone(),
             reconciler,
-            self.per_plugin
-                .get(&name)
-                .unwrap_or(&self.controller_config)
-                .clone(),
+            config,
             self.cluster.clone(),
             self.pool.clone(),
         )

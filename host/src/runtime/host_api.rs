@@ -12,6 +12,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::setpoint::plugin::{host, types};
+use super::bindings::v01::setpoint::plugin::{host as host01, types as types01};
 use super::limits::{FixedWallClock, FrozenMonotonicClock, Limiter};
 use super::wasi_calls;
 use crate::controller::CacheView;
@@ -142,6 +143,42 @@ impl WasiView for HostState {
 }
 
 impl types::Host for HostState {}
+impl types01::Host for HostState {}
+
+/// A plugin of the `0.1` series calls the same host functions: its types
+/// are the same records under another version, converted here.
+impl host01::Host for HostState {
+    fn log(&mut self, level: host01::Level, message: String) -> wasmtime::Result<()> {
+        let level = match level {
+            host01::Level::Trace => host::Level::Trace,
+            host01::Level::Debug => host::Level::Debug,
+            host01::Level::Info => host::Level::Info,
+            host01::Level::Warn => host::Level::Warn,
+            host01::Level::Error => host::Level::Error,
+        };
+        host::Host::log(self, level, message)
+    }
+
+    fn get_object(&mut self, object: types01::ObjectRef) -> wasmtime::Result<Option<String>> {
+        let object = types::ObjectRef {
+            api_version: object.api_version,
+            kind: object.kind,
+            namespace: object.namespace,
+            name: object.name,
+        };
+        host::Host::get_object(self, object)
+    }
+
+    fn list_objects(
+        &mut self,
+        api_version: String,
+        kind: String,
+        namespace: Option<String>,
+        label_selector: String,
+    ) -> wasmtime::Result<Result<Vec<String>, String>> {
+        host::Host::list_objects(self, api_version, kind, namespace, label_selector)
+    }
+}
 
 impl host::Host for HostState {
     fn log(&mut self, level: host::Level, message: String) -> wasmtime::Result<()> {

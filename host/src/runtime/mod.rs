@@ -41,6 +41,7 @@
 
 mod bindings;
 mod componentize;
+mod convert;
 mod error;
 mod file_check;
 mod host_api;
@@ -66,13 +67,13 @@ pub use error::Error;
 pub use limits::Limits;
 pub use metrics::PluginCallStats;
 pub use plugin::WasmPlugin;
-pub use wit::{ACCEPTED_WIT_VERSIONS, WIT_PACKAGE, accepts_wit_version};
+pub use wit::{ACCEPTED_WIT_VERSIONS, Series, WIT_PACKAGE, accepts_wit_version};
 
 use host_api::HostState;
 
 /// The WIT package version of the plugin world this host speaks; it accepts
 /// plugins built against [`ACCEPTED_WIT_VERSIONS`].
-pub const WIT_VERSION: &str = "0.1.0";
+pub const WIT_VERSION: &str = "0.2.0";
 
 /// How often the epoch advances; deadlines are rounded up to this.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -172,6 +173,11 @@ impl Runtime {
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(error::engine)?;
         wasi_calls::link(&mut linker).map_err(error::engine)?;
         bindings::Reconciler::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(error::engine)?;
+        bindings::v01::Reconciler::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
             &mut linker,
             |s| s,
         )
@@ -288,7 +294,7 @@ impl Runtime {
             .linker
             .instantiate_pre(&component)
             .map_err(|e| wit::link_error(&self.inner.engine, &component, e))?;
-        let pre = bindings::ReconcilerPre::new(pre)
+        let pre = plugin::Pre::new(pre, wit::series_of(&self.inner.engine, &component))
             .map_err(|e| wit::link_error(&self.inner.engine, &component, e))?;
         WasmPlugin::new(
             self.clone(),

@@ -3,28 +3,78 @@
 //! deadline, a memory cap and captured output.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use serde_json::Value;
 use wasmtime::Store;
+use wasmtime::component::InstancePre;
 
 use super::Runtime;
 use super::bindings::setpoint::plugin::types as wit;
+use super::bindings::v01::{Reconciler as Bindings01, ReconcilerPre as ReconcilerPre01};
 use super::bindings::{Reconciler as Bindings, ReconcilerPre};
+use super::convert;
 use super::error::{CallFacts, Error, classify};
 use super::host_api::{HostState, WasiSetup};
 use super::limits::{Limiter, Limits};
 use super::long_calls::Turn;
-use crate::controller::{
-    self, CacheView, EventRecord, Manifest, ReconcileError, Request, Response, Severity,
-};
+use super::wit::Series;
+use crate::controller::{self, CacheView, Manifest, ReconcileError, Request, Response};
 use crate::object::KindRef;
-use crate::object::codec::json_text;
+
+/// A component's pre-instantiated template, for the series it was built
+/// against.
+pub(super) enum Pre {
+    Current(ReconcilerPre<HostState>),
+    Previous(ReconcilerPre01<HostState>),
+}
+
+/// One instance, of either series.
+pub(super) enum Instance {
+    Current(Bindings),
+    Previous(Bindings01),
+}
+
+impl Pre {
+    pub(super) fn new(pre: InstancePre<HostState>, series: Series) -> wasmtime::Result<Self> {
+        Ok(match series {
+            Series::Current => Self::Current(ReconcilerPre::new(pre)?),
+            Series::Previous => Self::Previous(ReconcilerPre01::new(pre)?),
+        })
+    }
+
+    fn instantiate(&self, store: &mut Store<HostState>) -> wasmtime::Result<Instance> {
+        Ok(match self {
+            Self::Current(pre) => Instance::Current(pre.instantiate(store)?),
+            Self::Previous(pre) => Instance::Previous(pre.instantiate(store)?),
+        })
+    }
+}
+
+impl Instance {
+    fn manifest(&self, store: &mut Store<HostState>) -> wasmtime::Result<wit::Manifest> {
+        match self {
+            Self::Current(b) => b.call_manifest(store),
+            Self::Previous(b) => b.call_manifest(store).map(convert::manifest_v01),
+        }
+    }
+
+    fn reconcile(
+        &self,
+        store: &mut Store<HostState>,
+        request: wit::Request,
+    ) -> wasmtime::Result<Result<wit::Response, wit::ReconcileError>> {
+        match self {
+            Self::Current(b) => b.call_reconcile(store, &request),
+            Self::Previous(b) => b
+                .call_reconcile(store, &convert::request_v01(request))
+                .map(convert::result_v01),
+        }
+    }
+}
 
 /// A loaded plugin, ready to reconcile. Implements [`controller::Reconciler`].
 pub struct WasmPlugin {
     runtime: Runtime,
-    pre: ReconcilerPre<HostState>,
+    pre: Pre,
     manifest: Manifest,
     content_hash: String,
     limits: Limits,
@@ -34,7 +84,7 @@ pub struct WasmPlugin {
 impl WasmPlugin {
     pub(super) fn new(
         runtime: Runtime,
-        pre: ReconcilerPre<HostState>,
+        pre: Pre,
         content_hash: String,
         limits: Limits,
     ) -> Result<Self, Error> {
@@ -48,17 +98,35 @@ impl WasmPlugin {
                 owns: vec![],
                 definitions: vec![],
                 finalizer: None,
+                destinations: vec![],
+                secrets: vec![],
             },
             content_hash,
             limits,
             name: Arc::from("(loading)"),
         };
         let manifest = plugin.call(None, String::new(), 0, 0, |bindings, store| {
-            bindings.call_manifest(store)
+            bindings.manifest(store)
         })?;
-        plugin.manifest = convert_manifest(manifest)?;
+        plugin.manifest = convert::manifest(manifest)?;
         plugin.name = Arc::from(plugin.manifest.name.as_str());
+        if plugin.series() == Series::Previous {
+            tracing::warn!(
+                plugin = %plugin.name,
+                "plugin built against setpoint:plugin 0.1 (deprecated series, no external effects); \
+                 rebuild it with the current SDK for setpoint:plugin@{}",
+                super::WIT_VERSION
+            );
+        }
         Ok(plugin)
+    }
+
+    /// The series of the plugin world the plugin was built against.
+    pub fn series(&self) -> Series {
+        match self.pre {
+            Pre::Current(_) => Series::Current,
+            Pre::Previous(_) => Series::Previous,
+        }
     }
 
     /// The sha256 of the component's bytes, hex.
@@ -85,7 +153,7 @@ impl WasmPlugin {
         object: String,
         now_unix_ms: u64,
         seed: u64,
-        f: impl FnOnce(&Bindings, &mut Store<HostState>) -> wasmtime::Result<T>,
+        f: impl FnOnce(&Instance, &mut Store<HostState>) -> wasmtime::Result<T>,
     ) -> Result<T, Error> {
         let _slot = self.runtime.inner.slots.acquire();
         let state = HostState::new(
@@ -188,100 +256,6 @@ fn forward_output(state: &HostState) {
     }
 }
 
-fn convert_manifest(m: wit::Manifest) -> Result<Manifest, Error> {
-    let bad = |msg: String| Error::BadResponse(format!("manifest: {msg}"));
-    if m.name.is_empty() {
-        return Err(bad("name is empty".into()));
-    }
-    let kind = |k: wit::KindRef| KindRef::new(k.api_version, k.kind);
-    let definitions = m
-        .definitions
-        .iter()
-        .enumerate()
-        .map(|(i, d)| {
-            serde_json::from_str::<Value>(d)
-                .map_err(|e| bad(format!("definitions[{i}] is not JSON: {e}")))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let reconciles = kind(m.reconciles);
-    if reconciles.api_version.is_empty() || reconciles.kind.is_empty() {
-        return Err(bad("reconciles names no kind".into()));
-    }
-    Ok(Manifest {
-        name: m.name,
-        version: m.version,
-        reconciles,
-        owns: m.owns.into_iter().map(kind).collect(),
-        definitions,
-        finalizer: m.finalizer,
-    })
-}
-
-fn convert_response(r: wit::Response, limit: usize) -> Result<Response, Error> {
-    let size = r.children.iter().flatten().map(String::len).sum::<usize>()
-        + r.status.as_ref().map_or(0, String::len)
-        + r.events
-            .iter()
-            .map(|e| e.message.len() + e.reason.len())
-            .sum::<usize>();
-    if size > limit {
-        return Err(Error::BadResponse(format!(
-            "response is {size} bytes, over the limit of {limit} bytes"
-        )));
-    }
-    let children = r
-        .children
-        .map(|list| {
-            list.iter()
-                .enumerate()
-                .map(|(i, c)| {
-                    let v: Value = serde_json::from_str(c).map_err(|e| {
-                        Error::BadResponse(format!("children[{i}] is not JSON: {e}"))
-                    })?;
-                    if !v.is_object() {
-                        return Err(Error::BadResponse(format!(
-                            "children[{i}] is not a JSON object"
-                        )));
-                    }
-                    Ok(v)
-                })
-                .collect::<Result<Vec<_>, _>>()
-        })
-        .transpose()?;
-    let status = r
-        .status
-        .map(|s| {
-            let v: Value = serde_json::from_str(&s)
-                .map_err(|e| Error::BadResponse(format!("status is not JSON: {e}")))?;
-            if v.is_object() {
-                Ok(v)
-            } else {
-                Err(Error::BadResponse(
-                    "status patch is not a JSON object".into(),
-                ))
-            }
-        })
-        .transpose()?;
-    Ok(Response {
-        children,
-        status,
-        events: r
-            .events
-            .into_iter()
-            .map(|e| EventRecord {
-                severity: match e.severity {
-                    wit::Severity::Normal => Severity::Normal,
-                    wit::Severity::Warning => Severity::Warning,
-                },
-                reason: e.reason,
-                message: e.message,
-            })
-            .collect(),
-        requeue_after: r.requeue_after_ms.map(Duration::from_millis),
-        remove_finalizer: r.remove_finalizer,
-    })
-}
-
 impl controller::Reconciler for WasmPlugin {
     fn manifest(&self) -> &Manifest {
         &self.manifest
@@ -294,12 +268,7 @@ impl controller::Reconciler for WasmPlugin {
     ) -> Result<Response, ReconcileError> {
         let timer = self.runtime.inner.calls.start(&self.name);
         let key = crate::object::ObjectKey::of(&request.object).to_string();
-        let input = wit::Request {
-            object: json_text(&request.object),
-            owned: request.owned.iter().map(|o| json_text(o)).collect(),
-            finalizing: request.finalizing,
-            now_unix_ms: request.now_unix_ms,
-        };
+        let input = convert::request(request);
         let seed = super::wasi_calls::seed_of(
             &key,
             crate::object::meta::resource_version(&request.object).unwrap_or_default(),
@@ -310,10 +279,10 @@ impl controller::Reconciler for WasmPlugin {
             key.clone(),
             request.now_unix_ms,
             seed,
-            |bindings, store| bindings.call_reconcile(store, &input),
+            |bindings, store| bindings.reconcile(store, input),
         );
         let result = match result {
-            Ok(Ok(response)) => convert_response(response, self.limits.response_bytes)
+            Ok(Ok(response)) => convert::response(response, self.limits.response_bytes)
                 .inspect_err(|err| {
                     tracing::warn!(plugin = %self.name, object = %key, error = %err, "plugin response refused");
                 }),

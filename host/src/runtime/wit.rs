@@ -13,10 +13,39 @@ use super::{Error, WIT_VERSION};
 pub const WIT_PACKAGE: &str = "setpoint:plugin";
 
 /// The versions of [`WIT_PACKAGE`] this host accepts plugins built
-/// against: every `0.1.x`, as semver has it for `0.x` (the minor version is
-/// the breaking one). A plugin built against a later `0.1` release than
-/// [`WIT_VERSION`] loads as long as it uses nothing that release added.
-pub const ACCEPTED_WIT_VERSIONS: &str = "0.1.x";
+/// against: every `0.2.x` (the current series) and every `0.1.x` (the
+/// previous one, kept for the window docs/wit.md promises), as semver has
+/// it for `0.x` (the minor version is the breaking one). A plugin built
+/// against a later release of a series than this host's loads as long as
+/// it uses nothing that release added.
+pub const ACCEPTED_WIT_VERSIONS: &str = "0.2.x or 0.1.x";
+
+/// The previous series, still accepted (its frozen WIT is `wit/0.1/`).
+pub const PREVIOUS_WIT_SERIES: (u64, u64) = (0, 1);
+
+/// Which series' world a plugin implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Series {
+    /// The current series ([`WIT_VERSION`]).
+    Current,
+    /// The previous series, `0.1`: no effects; its requests and responses
+    /// are converted by the host.
+    Previous,
+}
+
+/// The series a component was built against, by the versions of
+/// [`WIT_PACKAGE`] it imports; the current one when it imports none.
+pub(super) fn series_of(engine: &Engine, component: &Component) -> Series {
+    let previous = imported_versions(engine, component)
+        .iter()
+        .filter_map(|v| parse(v))
+        .any(|(major, minor, _)| (major, minor) == PREVIOUS_WIT_SERIES);
+    if previous {
+        Series::Previous
+    } else {
+        Series::Current
+    }
+}
 
 /// A `MAJOR.MINOR.PATCH` version without pre-release or build parts.
 fn parse(version: &str) -> Option<(u64, u64, u64)> {
@@ -32,16 +61,20 @@ fn parse(version: &str) -> Option<(u64, u64, u64)> {
 /// ```
 /// use setpoint::runtime::accepts_wit_version;
 ///
-/// assert!(accepts_wit_version("0.1.0"));
-/// assert!(accepts_wit_version("0.1.7"), "additive releases of the series");
+/// assert!(accepts_wit_version("0.2.0"));
+/// assert!(accepts_wit_version("0.2.7"), "additive releases of the series");
+/// assert!(accepts_wit_version("0.1.0"), "the previous series");
 /// assert!(!accepts_wit_version("0.0.1"));
-/// assert!(!accepts_wit_version("0.2.0"));
-/// assert!(!accepts_wit_version("0.1.0-rc.1"));
+/// assert!(!accepts_wit_version("0.3.0"));
+/// assert!(!accepts_wit_version("0.2.0-rc.1"));
 /// ```
 pub fn accepts_wit_version(version: &str) -> bool {
     let (Some(plugin), Some(host)) = (parse(version), parse(WIT_VERSION)) else {
         return version == WIT_VERSION;
     };
+    if (plugin.0, plugin.1) == PREVIOUS_WIT_SERIES {
+        return true;
+    }
     match (plugin, host) {
         ((0, 0, _), _) | (_, (0, 0, _)) => plugin == host,
         ((0, a, _), (0, b, _)) => a == b,
@@ -97,7 +130,11 @@ mod tests {
     #[test]
     fn the_accepted_series_is_the_hosts_own() {
         let (major, minor, _) = parse(WIT_VERSION).unwrap();
-        assert_eq!(ACCEPTED_WIT_VERSIONS, format!("{major}.{minor}.x"));
+        let (pmajor, pminor) = PREVIOUS_WIT_SERIES;
+        assert_eq!(
+            ACCEPTED_WIT_VERSIONS,
+            format!("{major}.{minor}.x or {pmajor}.{pminor}.x")
+        );
         assert!(accepts_wit_version(WIT_VERSION));
         assert!(!accepts_wit_version("1.1.0"));
         assert!(!accepts_wit_version("0.1"));
@@ -129,32 +166,32 @@ mod tests {
         let message = link("setpoint:plugin/host@0.0.1");
         assert!(
             message.starts_with(
-                "plugin does not implement the setpoint:plugin@0.1.0 reconciler world: \
+                "plugin does not implement the setpoint:plugin@0.2.0 reconciler world: \
                  it was built against setpoint:plugin@0.0.1, and this host accepts \
-                 setpoint:plugin 0.1.x; rebuild it"
+                 setpoint:plugin 0.2.x or 0.1.x; rebuild it"
             ),
             "{message}"
         );
-        let message = link("setpoint:plugin/host@0.2.0");
+        let message = link("setpoint:plugin/host@0.3.0");
         assert!(
-            message.contains("built against setpoint:plugin@0.2.0"),
+            message.contains("built against setpoint:plugin@0.3.0"),
             "{message}"
         );
     }
 
     #[test]
     fn a_plugin_of_the_accepted_series_gets_the_linkers_own_words() {
-        // A later 0.1 release links (its `host` is served by ours): what
+        // A later 0.2 release links (its `host` is served by ours): what
         // fails here is the missing exports, and that is what is said.
-        let message = link("setpoint:plugin/host@0.1.9");
+        let message = link("setpoint:plugin/host@0.2.9");
         assert!(
             message.ends_with(
-                "missing exports (it was built against setpoint:plugin@0.1.9, newer than \
-                 this host's 0.1.0: it loads only if it uses nothing added since)"
+                "missing exports (it was built against setpoint:plugin@0.2.9, newer than \
+                 this host's 0.2.0: it loads only if it uses nothing added since)"
             ),
             "{message}"
         );
-        let same = link("setpoint:plugin/host@0.1.0");
+        let same = link("setpoint:plugin/host@0.2.0");
         assert!(
             same.ends_with("reconciler world: missing exports"),
             "{same}"

@@ -58,7 +58,8 @@ pub(super) async fn plugins(State(host): State<Arc<Host>>) -> Json<Value> {
 /// `GET /setpoint/v1/history?apiVersion=…&kind=…&namespace=…&name=…`: the
 /// last reconcile results of one object, oldest first, then the reconcile
 /// in progress (outcome `InProgress`, its duration so far), if one is; and
-/// `reconciler: false` when no running plugin reconciles the kind.
+/// `reconciler: false` when no running plugin reconciles the kind; and the
+/// object's recent external requests (`externalRequests`, oldest first).
 pub(super) async fn history(
     State(host): State<Arc<Host>>,
     Query(query): Query<HashMap<String, String>>,
@@ -113,7 +114,12 @@ pub(super) async fn history(
         .unreconciled_kinds()
         .await
         .contains(&format!("{api_version} {kind}"));
-    Json(json!({"records": records, "reconciler": reconciled})).into_response()
+    let external = host
+        .egress()
+        .metrics()
+        .recent(&crate::controller::effects::recent_key(kind, &key));
+    Json(json!({"records": records, "reconciler": reconciled, "externalRequests": external}))
+        .into_response()
 }
 
 /// `GET /setpoint/v1/cluster`: this host's view of the cluster it shares

@@ -27,7 +27,11 @@
 //!   `setpoint_plugin_reconcile_errors_total{plugin}` (what `setpoint
 //!   plugins` shows), `setpoint_plugin_reconcile_duration_seconds{plugin}`
 //!   and `setpoint_plugin_faults_total{plugin,fault}` with `fault` one of
-//!   `trap`, `timeout`, `memory`, `fuel`, `bad_response`.
+//!   `trap`, `timeout`, `memory`, `fuel`, `bad_response`;
+//! - `setpoint_effects_requests_total{plugin,destination,class}`,
+//!   `setpoint_effects_refused_total{plugin,destination,reason}` and
+//!   `setpoint_effects_request_duration_seconds{plugin,destination}` for
+//!   plugins' external requests (`crate::egress`).
 //!
 //! Owns the HTTP request counters and the text rendering; the workqueue,
 //! the store wrapper (`store::Metered`), the plugin counters and the
@@ -171,6 +175,8 @@ pub(super) struct HostNumbers {
     pub(super) informers: Vec<InformerStats>,
     /// The garbage collector's progress.
     pub(super) gc: crate::api::GcHealth,
+    /// `setpoint_effects_*`, rendered by the egress.
+    pub(super) effects: String,
 }
 
 impl HostNumbers {
@@ -199,6 +205,7 @@ impl HostNumbers {
             calls: host.runtime().plugin_call_stats(),
             informers: host.informer_stats(),
             gc: host.api().gc_health(),
+            effects: host.egress().metrics().render(),
         }
     }
 }
@@ -411,6 +418,7 @@ pub(super) fn render(numbers: &HostNumbers, requests: &RequestMetrics) -> String
     }
     render_informers(&mut out, &numbers.informers);
     render_gc(&mut out, &numbers.gc);
+    out.push_str(&numbers.effects);
     render_store(&mut out, &numbers.store);
     render_engine(&mut out, &numbers.engine);
     render_plugins(&mut out, &numbers.plugins, &numbers.calls);

@@ -29,6 +29,8 @@ mod component {
                 owns: vec![],
                 definitions: vec![CRD.into()],
                 finalizer: None,
+                destinations: vec![],
+                secrets: vec![],
             }
         }
 
@@ -39,6 +41,8 @@ mod component {
                 events: vec![],
                 requeue_after_ms: None,
                 remove_finalizer: false,
+                observe: vec![],
+                effects: vec![],
             })
         }
     }

@@ -1,0 +1,682 @@
+//! Egress: the host performs the external HTTP requests plugins ask for
+//! (reads in `observe`, writes in `effects`), under the operator's grant.
+//! A plugin never opens a socket; everything that leaves the machine goes
+//! through [`Egress::observe`] and [`Egress::write`].
+//!
+//! For each request, in this order:
+//!
+//! 1. the URL must be `http`/`https` and name a destination the plugin
+//!    declared in its manifest *and* the operator granted in the
+//!    `PluginGrant` named after the plugin (`policy`); headers the host
+//!    owns (`Host`, hop-by-hop, `Content-Length`) are refused;
+//! 2. each secret it names must be declared and granted; its value is read
+//!    from the `v1 Secret` in the object's namespace (`secrets`);
+//! 3. the plugin's and the destination's rate limits, a `Retry-After` the
+//!    destination gave and its circuit breaker may hold it (`limits`);
+//! 4. the name is resolved by the host; loopback, private, link-local and
+//!    metadata addresses need a grant naming the destination exactly;
+//!    the connection goes to the checked address, redirects are not
+//!    followed, the body is capped, connect and total timeouts apply
+//!    (`client`);
+//! 5. what comes back has every secret value used masked out, and the
+//!    request is counted and remembered with its URL as the plugin wrote
+//!    it (`metrics`).
+//!
+//! A refused request is never sent: the plugin gets a `refused` answer and
+//! the returned [`Report`] names it, for the object's condition and event.
+
+pub mod client;
+pub mod limits;
+pub mod metrics;
+pub mod policy;
+pub mod secrets;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+pub use limits::LimitsConfig;
+pub use metrics::{Metrics, RecentRequest};
+pub use policy::{Declared, Destination, GRANT_API_VERSION, GRANT_KIND, Grant};
+
+use crate::api::Api;
+use crate::controller::{Answer, HttpError, HttpErrorKind, HttpRequest, HttpResponse, Manifest};
+use crate::object::{Object, meta};
+use secrets::Masker;
+
+/// Settings of the host's egress.
+#[derive(Debug, Clone)]
+pub struct EgressConfig {
+    /// Time to resolve and connect, per request.
+    pub connect_timeout: Duration,
+    /// Time for a whole exchange, per request (a request's own
+    /// `timeout-ms` may only shorten it).
+    pub request_timeout: Duration,
+    /// Time for all the requests of one reconcile (every round and the
+    /// writes); no request runs past it.
+    pub reconcile_budget: Duration,
+    /// The largest response body accepted.
+    pub max_body_bytes: usize,
+    /// Calls of a reconcile at most: the first and the rounds with answers.
+    pub max_rounds: u32,
+    /// Requests one response may ask for (reads and writes each).
+    pub max_requests: usize,
+    /// Rate, concurrency and breaker defaults.
+    pub limits: LimitsConfig,
+}
+
+impl Default for EgressConfig {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(10),
+            reconcile_budget: Duration::from_secs(30),
+            max_body_bytes: 1 << 20,
+            max_rounds: 4,
+            max_requests: 64,
+            limits: LimitsConfig::default(),
+        }
+    }
+}
+
+/// The host's egress: policy, limits, client and metrics. Cheap to clone.
+#[derive(Clone)]
+pub struct Egress {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: EgressConfig,
+    api: Api,
+    limits: limits::Limits,
+    metrics: Metrics,
+}
+
+impl std::fmt::Debug for Egress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Egress")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The reconcile a request belongs to.
+pub struct Scope<'a> {
+    /// The plugin's manifest.
+    pub plugin: &'a Manifest,
+    /// The reconciled object.
+    pub object: &'a Object,
+    /// The object's key as the controller writes it (for logs and
+    /// `describe`): `kind/namespace/name`.
+    pub key: String,
+    /// When the reconcile's budget for requests runs out.
+    pub deadline: Instant,
+}
+
+/// One request not sent, for the object's condition and event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The destination, `scheme://host:port`, or the URL when it has none.
+    pub destination: String,
+    /// `DestinationNotGranted`, `DestinationNotDeclared`, `PrivateAddress`,
+    /// `SecretNotGranted`, `SecretNotFound`, `ForbiddenHeader`, `BadRequest`.
+    pub reason: &'static str,
+    /// What was refused and why.
+    pub message: String,
+}
+
+/// What the requests of one reconcile came to, beyond their answers.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Report {
+    /// Requests not sent.
+    pub refused: Vec<Refusal>,
+    /// The object should be looked at again no sooner than this: a rate
+    /// limit or breaker held a request, or a destination answered
+    /// 429/503 with `Retry-After`.
+    pub hold: Option<Duration>,
+    /// Requests sent.
+    pub sent: usize,
+}
+
+impl Report {
+    fn hold_for(&mut self, after: Duration) {
+        self.hold = Some(self.hold.map_or(after, |h| h.max(after)));
+    }
+}
+
+/// What a plugin may use now: its declaration and the operator's grant.
+struct Rights {
+    declared: Declared,
+    grant: Result<Option<Grant>, String>,
+}
+
+/// `refused`: a request not sent.
+fn refused(message: impl Into<String>) -> HttpError {
+    HttpError {
+        kind: HttpErrorKind::Refused,
+        message: message.into(),
+    }
+}
+
+impl Egress {
+    /// Egress reading grants and secrets through `api`.
+    pub fn new(api: Api, config: EgressConfig) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                limits: limits::Limits::new(config.limits),
+                config,
+                api,
+                metrics: Metrics::default(),
+            }),
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &EgressConfig {
+        &self.inner.config
+    }
+
+    /// The counters and recent requests.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// The grant of `plugin`: `Ok(None)` when there is none, an error when
+    /// its `PluginGrant` does not parse (then nothing is granted).
+    pub async fn grant(&self, plugin: &str) -> Result<Option<Grant>, String> {
+        let Some(kind) = self
+            .inner
+            .api
+            .kinds()
+            .by_kind(GRANT_API_VERSION, GRANT_KIND)
+        else {
+            return Ok(None);
+        };
+        match self.inner.api.get(&kind, None, plugin).await {
+            Ok(object) => Grant::from_object(&object)
+                .map(Some)
+                .map_err(|e| format!("PluginGrant {plugin} is invalid: {e}")),
+            Err(crate::api::Error::NotFound { .. }) => Ok(None),
+            Err(err) => Err(format!("reading PluginGrant {plugin}: {err}")),
+        }
+    }
+
+    async fn rights(&self, manifest: &Manifest) -> Rights {
+        Rights {
+            declared: Declared::parse(&manifest.destinations, &manifest.secrets),
+            grant: self.grant(&manifest.name).await,
+        }
+    }
+
+    /// What `manifest` declares that its grant does not cover: each entry
+    /// `destination http://…` or `secret name/key`. Empty when everything
+    /// declared is granted (or nothing is declared).
+    pub async fn pending(&self, manifest: &Manifest) -> Vec<String> {
+        if manifest.destinations.is_empty() && manifest.secrets.is_empty() {
+            return Vec::new();
+        }
+        let rights = self.rights(manifest).await;
+        let grant = match rights.grant {
+            Ok(grant) => grant.unwrap_or_default(),
+            Err(err) => return vec![err],
+        };
+        let mut pending: Vec<String> = rights
+            .declared
+            .invalid
+            .iter()
+            .map(|e| format!("invalid declaration {e}"))
+            .collect();
+        for d in &rights.declared.destinations {
+            // A granted `*.x` covers a declared `a.x` and a declared `*.x`.
+            if !grant.destinations.iter().any(|g| g.covers(d)) {
+                pending.push(format!("destination {d}"));
+            }
+        }
+        for (i, text) in manifest.secrets.iter().enumerate() {
+            let Some(_) = rights.declared.secrets.get(i) else {
+                continue;
+            };
+            let (name, key) = text.split_once('/').unwrap_or((text, "*"));
+            if !grant
+                .secrets
+                .iter()
+                .any(|g| g.covers_in_some_namespace(name, key))
+            {
+                pending.push(format!("secret {text}"));
+            }
+        }
+        pending
+    }
+
+    /// Perform reads, all at once (bounded by the plugin's concurrency),
+    /// answering each by its id in order.
+    pub async fn observe(
+        &self,
+        scope: &Scope<'_>,
+        requests: &[HttpRequest],
+        report: &mut Report,
+    ) -> Vec<Answer> {
+        let rights = self.rights(scope.plugin).await;
+        let mut reports: Vec<Report> = requests.iter().map(|_| Report::default()).collect();
+        let answers = futures_join(
+            requests
+                .iter()
+                .zip(reports.iter_mut())
+                .map(|(r, rep)| self.one(scope, &rights, r, "observe", rep)),
+        )
+        .await;
+        for r in reports {
+            merge(report, r);
+        }
+        requests.iter().map(|r| r.id.clone()).zip(answers).collect()
+    }
+
+    /// Perform writes one after another in order; after the first that
+    /// fails (no answer, or status 400 or more) the rest are not sent and
+    /// are answered so.
+    pub async fn write(
+        &self,
+        scope: &Scope<'_>,
+        requests: &[HttpRequest],
+        report: &mut Report,
+    ) -> Vec<Answer> {
+        let rights = self.rights(scope.plugin).await;
+        let mut answers = Vec::with_capacity(requests.len());
+        let mut failed: Option<String> = None;
+        for request in requests {
+            let answer = match &failed {
+                Some(before) => Err(HttpError {
+                    kind: HttpErrorKind::Transport,
+                    message: format!("not sent: the earlier write {before} failed"),
+                }),
+                None => self.one(scope, &rights, request, "effect", report).await,
+            };
+            let bad = match &answer {
+                Ok(response) => response.status >= 400,
+                Err(_) => true,
+            };
+            if bad && failed.is_none() {
+                failed = Some(request.id.clone());
+            }
+            answers.push((request.id.clone(), answer));
+        }
+        answers
+    }
+
+    /// One request through every check, then the wire.
+    async fn one(
+        &self,
+        scope: &Scope<'_>,
+        rights: &Rights,
+        request: &HttpRequest,
+        role: &str,
+        report: &mut Report,
+    ) -> Result<HttpResponse, HttpError> {
+        let plugin = scope.plugin.name.as_str();
+        let started = std::time::Instant::now();
+        let destination = Destination::parse(&request.url);
+        let label = destination
+            .as_ref()
+            .map_or_else(|_| "invalid".to_owned(), ToString::to_string);
+        let mut masker = Masker::default();
+        let result = match self
+            .prepare(scope, rights, request, destination, &mut masker)
+            .await
+        {
+            Err((reason, message)) => {
+                self.inner.metrics.refused(plugin, &label, reason);
+                tracing::warn!(plugin, object = %scope.key, method = %request.method, url = %request.url, reason, "external request refused: {message}");
+                report.refused.push(Refusal {
+                    destination: label.clone(),
+                    reason,
+                    message: message.clone(),
+                });
+                Err(refused(message))
+            }
+            Ok(prepared) => self.send(scope, request, prepared, role, report).await,
+        };
+        let result = match result {
+            Ok(mut response) => {
+                if !masker.is_empty() {
+                    response.body = masker.bytes(response.body);
+                    for (_, v) in &mut response.headers {
+                        *v = masker.text(v);
+                    }
+                }
+                Ok(response)
+            }
+            Err(mut err) => {
+                err.message = masker.text(&err.message);
+                Err(err)
+            }
+        };
+        let outcome = match &result {
+            Ok(r) => r.status.to_string(),
+            Err(e) => e.kind.as_str().to_owned(),
+        };
+        tracing::debug!(plugin, object = %scope.key, role, method = %request.method, url = %request.url, outcome, "external request");
+        self.inner.metrics.remember(
+            &scope.key,
+            RecentRequest {
+                time: metrics::now_text(),
+                plugin: plugin.to_owned(),
+                role: role.to_owned(),
+                method: request.method.clone(),
+                url: request.url.clone(),
+                result: outcome,
+                latency_ms: started.elapsed().as_millis() as u64,
+            },
+        );
+        result
+    }
+
+    /// The checks that need no network: the destination and the secrets.
+    async fn prepare(
+        &self,
+        scope: &Scope<'_>,
+        rights: &Rights,
+        request: &HttpRequest,
+        destination: Result<Destination, policy::BadDestination>,
+        masker: &mut Masker,
+    ) -> Result<Prepared, (&'static str, String)> {
+        let what = format!("{} {}", request.method, request.url);
+        let destination = destination.map_err(|e| ("BadRequest", format!("{what}: {e}")))?;
+        if destination.port == 0 || destination.is_wildcard() {
+            return Err((
+                "BadRequest",
+                format!("{what}: a URL names one host and port"),
+            ));
+        }
+        if let Some((name, _)) = request
+            .headers
+            .iter()
+            .find(|(n, _)| policy::forbidden_header(n))
+        {
+            return Err((
+                "ForbiddenHeader",
+                format!("{what}: the header {name} is set by the host, not by a plugin"),
+            ));
+        }
+        if !rights
+            .declared
+            .destinations
+            .iter()
+            .any(|d| d.covers(&destination))
+        {
+            return Err((
+                "DestinationNotDeclared",
+                format!(
+                    "{what}: destination {destination} is not declared in the manifest of plugin {}",
+                    scope.plugin.name
+                ),
+            ));
+        }
+        let grant = match &rights.grant {
+            Ok(Some(grant)) => grant,
+            Ok(None) => {
+                return Err((
+                    "DestinationNotGranted",
+                    format!(
+                        "{what}: destination {destination} is not granted to plugin {} \
+                         (no PluginGrant {} exists)",
+                        scope.plugin.name, scope.plugin.name
+                    ),
+                ));
+            }
+            Err(err) => return Err(("DestinationNotGranted", format!("{what}: {err}"))),
+        };
+        let Some(pattern) = grant.destination_for(&destination) else {
+            return Err((
+                "DestinationNotGranted",
+                format!(
+                    "{what}: destination {destination} is not granted to plugin {} \
+                     (PluginGrant {} spec.destinations)",
+                    scope.plugin.name, scope.plugin.name
+                ),
+            ));
+        };
+        let explicit = !pattern.is_wildcard();
+        let namespace = meta::namespace(scope.object).unwrap_or("default");
+        let mut values = Vec::with_capacity(request.secrets.len());
+        for use_ in &request.secrets {
+            let (name, key) = (&use_.secret.name, &use_.secret.key);
+            let declared = rights
+                .declared
+                .secrets
+                .iter()
+                .any(|p| p.covers(namespace, name, key));
+            let granted = grant.secrets.iter().any(|p| p.covers(namespace, name, key));
+            if !declared || !granted {
+                return Err((
+                    "SecretNotGranted",
+                    format!(
+                        "{what}: secret {namespace}/{name} key {key} is not {} plugin {}",
+                        if declared {
+                            "granted to"
+                        } else {
+                            "declared by"
+                        },
+                        scope.plugin.name
+                    ),
+                ));
+            }
+            let value = self.secret(namespace, name, key).await.map_err(|why| {
+                (
+                    "SecretNotFound",
+                    format!("{what}: secret {namespace}/{name} {why}"),
+                )
+            })?;
+            masker.add(&value);
+            values.push(value);
+        }
+        let wire = secrets::substitute(request, &values)
+            .map_err(|e| ("BadRequest", format!("{what}: {}", masker.text(&e))))?;
+        if let Some(explicit_ip) = destination.ip()
+            && policy::is_special(explicit_ip)
+            && !explicit
+        {
+            return Err((
+                "PrivateAddress",
+                format!("{what}: {explicit_ip} needs a grant naming it exactly"),
+            ));
+        }
+        Ok(Prepared {
+            destination,
+            explicit,
+            wire,
+            plugin_rps: grant.limits.rps,
+            plugin_concurrency: grant.limits.concurrency,
+        })
+    }
+
+    async fn secret(&self, namespace: &str, name: &str, key: &str) -> Result<String, String> {
+        let kind = self
+            .inner
+            .api
+            .kinds()
+            .by_kind("v1", "Secret")
+            .ok_or_else(|| "cannot be read: this host has no v1 Secret kind".to_owned())?;
+        let object = self
+            .inner
+            .api
+            .get(&kind, Some(namespace), name)
+            .await
+            .map_err(|e| match e {
+                crate::api::Error::NotFound { .. } => "does not exist".to_owned(),
+                other => format!("cannot be read: {other}"),
+            })?;
+        secrets::value_of(&object, key)
+    }
+
+    /// Limits, address checks and the exchange itself.
+    async fn send(
+        &self,
+        scope: &Scope<'_>,
+        request: &HttpRequest,
+        mut prepared: Prepared,
+        role: &str,
+        report: &mut Report,
+    ) -> Result<HttpResponse, HttpError> {
+        let plugin = scope.plugin.name.as_str();
+        let label = prepared.destination.to_string();
+        if let Err(held) = self.inner.limits.admit(plugin, &label, prepared.plugin_rps) {
+            self.inner.metrics.refused(plugin, &label, "Throttled");
+            report.hold_for(held.after);
+            return Err(HttpError {
+                kind: HttpErrorKind::Throttled,
+                message: format!(
+                    "{} {}: held by the {} for {} ms",
+                    request.method,
+                    request.url,
+                    held.reason,
+                    held.after.as_millis().max(1)
+                ),
+            });
+        }
+        let config = &self.inner.config;
+        let timeout = request.timeout_ms.map_or(config.request_timeout, |ms| {
+            config
+                .request_timeout
+                .min(Duration::from_millis(u64::from(ms)))
+        });
+        let budget = client::Budget {
+            connect: config.connect_timeout,
+            deadline: scope.deadline.min(Instant::now() + timeout),
+            max_body: config.max_body_bytes,
+        };
+        let permits = self
+            .inner
+            .limits
+            .concurrency(plugin, prepared.plugin_concurrency);
+        let Ok(Ok(_permit)) =
+            tokio::time::timeout_at(budget.deadline, permits.acquire_owned()).await
+        else {
+            return Err(HttpError {
+                kind: HttpErrorKind::Timeout,
+                message: "waited for the plugin's concurrency limit until the deadline".into(),
+            });
+        };
+        let addrs = match client::resolve(&prepared.destination, prepared.explicit, &budget).await {
+            Ok(addrs) => addrs,
+            Err(err) if err.kind == HttpErrorKind::Refused => {
+                self.inner.metrics.refused(plugin, &label, "PrivateAddress");
+                report.refused.push(Refusal {
+                    destination: label.clone(),
+                    reason: "PrivateAddress",
+                    message: err.message.clone(),
+                });
+                return Err(err);
+            }
+            Err(err) => {
+                self.inner
+                    .metrics
+                    .sent(plugin, &label, err.kind.as_str(), Duration::ZERO);
+                self.inner.limits.record(plugin, &label, true, None);
+                return Err(err);
+            }
+        };
+        if role == "effect" {
+            prepared.wire.headers.push((
+                "Idempotency-Key".into(),
+                idempotency_key(scope.object, &request.id),
+            ));
+        }
+        let started = std::time::Instant::now();
+        report.sent += 1;
+        let result = client::send(
+            &request.method,
+            &prepared.destination,
+            &addrs,
+            prepared.wire,
+            &budget,
+        )
+        .await;
+        let latency = started.elapsed();
+        let (class, failed, retry_after) = match &result {
+            Ok(r) => (
+                format!("{}xx", r.status / 100),
+                r.status >= 500,
+                matches!(r.status, 429 | 503)
+                    .then(|| retry_after(r))
+                    .flatten(),
+            ),
+            Err(e) => (e.kind.as_str().to_owned(), true, None),
+        };
+        self.inner.metrics.sent(plugin, &label, &class, latency);
+        self.inner
+            .limits
+            .record(plugin, &label, failed, retry_after);
+        if let Some(after) = retry_after {
+            report.hold_for(after);
+        }
+        result
+    }
+}
+
+/// A request that passed the checks that need no network.
+struct Prepared {
+    destination: Destination,
+    explicit: bool,
+    wire: secrets::Wire,
+    plugin_rps: Option<f64>,
+    plugin_concurrency: Option<usize>,
+}
+
+fn merge(into: &mut Report, from: Report) {
+    into.refused.extend(from.refused);
+    into.sent += from.sent;
+    if let Some(h) = from.hold {
+        into.hold_for(h);
+    }
+}
+
+/// Run futures concurrently on this task, answers in order.
+async fn futures_join<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let mut pinned: Vec<std::pin::Pin<Box<F>>> = futures.map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = pinned.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (slot, future) in out.iter_mut().zip(pinned.iter_mut()) {
+            if slot.is_none() {
+                match future.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => *slot = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter()
+        .map(|o| o.expect("every future finished"))
+        .collect()
+}
+
+/// `Retry-After` in seconds (an HTTP date counts as one second), at most
+/// an hour.
+fn retry_after(response: &HttpResponse) -> Option<Duration> {
+    let value = response.header("retry-after")?.trim();
+    let secs = value.parse::<u64>().unwrap_or(1).min(3600);
+    Some(Duration::from_secs(secs.max(1)))
+}
+
+/// The `Idempotency-Key` of a write: the same object, generation and
+/// request id give the same key, so a server that honours it applies a
+/// repeated write once.
+pub fn idempotency_key(object: &Object, id: &str) -> String {
+    use sha2::Digest;
+    let mut hash = sha2::Sha256::new();
+    hash.update(meta::uid(object).as_bytes());
+    hash.update([0]);
+    hash.update(meta::generation(object).to_le_bytes());
+    hash.update(id.as_bytes());
+    hash.finalize()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
