@@ -40,6 +40,7 @@ const PLUGINS: &[&str] = &[
     "versioned3",
     "effector",
     "effector2",
+    "dns",
     "world01",
 ];
 

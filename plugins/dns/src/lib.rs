@@ -237,12 +237,25 @@ fn report(
                 ctx.now() + Duration::from_secs(resync)
             })
     });
+    // A failure that backs off keeps the message it was first reported
+    // with while its reason stays: a message that changes on every look
+    // (a time, a counter) would be a status write per retry, a loop.
+    let message = match record.status.conditions.iter().find(|c| c.type_ == "Ready") {
+        Some(ready)
+            if failure.retry_with_backoff()
+                && !ready.is_true()
+                && ready.reason == failure.reason() =>
+        {
+            ready.message.clone()
+        }
+        _ => failure.message().to_owned(),
+    };
     let status = status_with(
         record,
         ctx,
         target,
         observed,
-        Condition::new("Ready", false, failure.reason(), failure.message()),
+        Condition::new("Ready", false, failure.reason(), message),
         hold,
     );
     let changed = status != record.status;

@@ -399,6 +399,14 @@ impl Target {
             HttpErrorKind::Refused => Failure::NotGranted(format!(
                 "the host did not send the request to PowerDNS: {message}"
             )),
+            // The host's hold changes with every look (its time left):
+            // not part of the message, which must stay the same while the
+            // failure does.
+            HttpErrorKind::Throttled => Failure::Unreachable(
+                "no answer from PowerDNS (throttled): the host holds requests to it for now \
+                 (a rate limit, or its circuit breaker after failures)"
+                    .into(),
+            ),
             _ => Failure::Unreachable(format!(
                 "no answer from PowerDNS ({}): {message}",
                 kind.as_str()

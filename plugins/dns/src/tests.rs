@@ -400,3 +400,40 @@ fn the_manifest_declares_the_finalizer_any_http_destination_and_its_definition()
     assert_eq!(manifest.destinations, ["http://*:*", "https://*:*"]);
     assert_eq!(manifest.definitions.len(), 1);
 }
+
+#[test]
+fn a_failure_whose_message_changes_while_its_reason_stays_is_not_written_again() {
+    let r = record(spec(&["192.0.2.1"], 60), json!({}));
+    let first = Err(HttpError {
+        kind: HttpErrorKind::Timeout,
+        message: "after 2001 ms".into(),
+    });
+    let ctx = FakeCtx::new().with_observation(READ_ID, first);
+    let reported = DnsRecordReconciler
+        .reconcile(&r, &ctx)
+        .unwrap()
+        .status
+        .unwrap();
+    let r = record(
+        spec(&["192.0.2.1"], 60),
+        setpoint_plugin_sdk::serde_json::to_value(reported).unwrap(),
+    );
+    let second = Err(HttpError {
+        kind: HttpErrorKind::Timeout,
+        message: "after 2003 ms".into(),
+    });
+    let ctx = FakeCtx::new().with_observation(READ_ID, second);
+    let err = DnsRecordReconciler.reconcile(&r, &ctx).unwrap_err();
+    assert!(!err.is_permanent(), "backs off: {err:?}");
+
+    // A hold by the host is reported without its time left.
+    let t = target(&["192.0.2.1"], 60);
+    let held = |ms: u32| {
+        t.observe(&Err(HttpError {
+            kind: HttpErrorKind::Throttled,
+            message: format!("circuit breaker: retry in {ms} ms"),
+        }))
+        .unwrap_err()
+    };
+    assert_eq!(held(29_000), held(28_000));
+}
