@@ -116,11 +116,6 @@ impl PowerDns {
         &self.api_key
     }
 
-    /// The DNS port on 127.0.0.1.
-    pub fn dns_port(&self) -> u16 {
-        self.dns_port
-    }
-
     /// Stop the server (SIGKILL, as a crash would); the data stays.
     pub async fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
