@@ -437,7 +437,8 @@ async fn an_oversized_answer_and_a_slow_server_end_with_clear_errors() {
             .contains("larger than the limit of 1048576 bytes")
     );
     assert_eq!(answers["slow"]["error"], "timeout", "{answers}");
-    assert_eq!(slow.requests().len(), 1, "the slow server got the request");
+    // Sent, then given up on (a later reconcile may read it again).
+    assert!(!slow.requests().is_empty(), "the slow server got the request");
     host.stop().await;
 }
 

@@ -93,7 +93,7 @@ async fn every_fault_in_the_zoo_ends_as_an_error_on_its_object_while_a_replicase
         let status = host.plugin(broken).await.unwrap();
         match &status.state {
             PluginState::Failed(reason) => assert!(
-                reason.contains("does not implement the setpoint:plugin@0.1.0 reconciler world"),
+                reason.contains("does not implement the setpoint:plugin@0.2.0 reconciler world"),
                 "{broken}: {reason}"
             ),
             other => panic!("{broken} should have failed to load, is {other:?}"),

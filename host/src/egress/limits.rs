@@ -18,7 +18,8 @@ pub struct LimitsConfig {
     pub plugin_rps: f64,
     /// Requests in flight per plugin.
     pub plugin_concurrency: usize,
-    /// Requests per second per plugin and destination.
+    /// Requests per second per plugin and destination, unless the grant
+    /// sets the plugin's rate (which then applies per destination too).
     pub destination_rps: f64,
     /// Consecutive failures (no answer, or 5xx) that open a destination's
     /// breaker.
@@ -157,7 +158,13 @@ impl Limits {
                 reason: "rate limit",
                 after,
             })?;
-        let rate = self.config.destination_rps.min(rate);
+        // A grant's rate is the operator's word for this plugin's
+        // destinations too; without one, each destination gets less than
+        // the plugin as a whole.
+        let rate = match plugin_rps {
+            Some(granted) => granted,
+            None => self.config.destination_rps.min(rate),
+        };
         state
             .destinations
             .entry(key)

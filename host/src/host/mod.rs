@@ -346,6 +346,11 @@ impl Host {
             .all()
             .into_iter()
             .filter(|k| k.group.contains('.') && k.group != api::kinds::CRD_GROUP)
+            // The host's own kind, read by the host, not by a plugin.
+            .filter(|k| {
+                k.api_version() != crate::egress::GRANT_API_VERSION
+                    || k.kind != crate::egress::GRANT_KIND
+            })
             .filter(|k| {
                 !reconciled
                     .iter()

@@ -79,6 +79,8 @@ fn reconciler() -> Arc<dyn Reconciler> {
         owns: vec![],
         definitions: vec![definition()],
         finalizer: None,
+        destinations: vec![],
+        secrets: vec![],
     }))
 }
 
