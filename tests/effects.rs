@@ -438,7 +438,10 @@ async fn an_oversized_answer_and_a_slow_server_end_with_clear_errors() {
     );
     assert_eq!(answers["slow"]["error"], "timeout", "{answers}");
     // Sent, then given up on (a later reconcile may read it again).
-    assert!(!slow.requests().is_empty(), "the slow server got the request");
+    assert!(
+        !slow.requests().is_empty(),
+        "the slow server got the request"
+    );
     host.stop().await;
 }
 
