@@ -24,6 +24,8 @@ mod containment;
 mod crash;
 /// Discovery documents, aggregated and legacy.
 mod discovery;
+/// The DNS provider plugin against a real PowerDNS.
+mod dns;
 /// The embedded store's data directory: clean stops, backups, a damaged or
 /// missing log, a full disk.
 mod durability;
@@ -57,6 +59,8 @@ mod reload;
 mod rollouts;
 /// The sandbox: the fault zoo beside well-behaved plugins.
 mod sandbox;
+/// Core Secrets: who may read them, and values kept out of logs.
+mod secrets;
 /// The walking skeleton: ReplicaSet and podsim choreography end to end.
 mod skeleton;
 /// Stacks: dependency order, cycles, the reverse-order finalizer.

@@ -1,6 +1,9 @@
 """A Setpoint reconciler written in Python: Greeting (demo.setpoint.dev/v1).
 
 spec.name -> status.message = "Hello, NAME" and status.observedGeneration.
+With spec.salutationUrl, the salutation is read from that URL instead (an
+observed request: the host performs the GET, under the operator's
+PluginGrant, and calls again with the answer).
 Built into a WebAssembly component with componentize-py; see README.md.
 """
 
@@ -13,8 +16,18 @@ from crd_json import CRD
 
 import wit_world
 from wit_world.imports import host
-from wit_world.imports.types import KindRef, Manifest, ReconcileError_Permanent, Response
-from componentize_py_types import Err
+from wit_world.imports.types import (
+    HttpRequest,
+    KindRef,
+    Manifest,
+    ReconcileError_Permanent,
+    ReconcileError_Transient,
+    Response,
+)
+from componentize_py_types import Err, Ok
+
+# The id the answer to the salutation read comes back under.
+SALUTATION = "salutation"
 
 class WitWorld(wit_world.WitWorld):
     def manifest(self) -> Manifest:
@@ -25,7 +38,9 @@ class WitWorld(wit_world.WitWorld):
             owns=[],
             definitions=[CRD],
             finalizer=None,
-            destinations=[],
+            # Any HTTP destination may be named by an object; the operator's
+            # PluginGrant decides which ones the plugin really reaches.
+            destinations=["http://*:*", "https://*:*"],
             secrets=[],
         )
 
@@ -35,7 +50,28 @@ class WitWorld(wit_world.WitWorld):
         name = spec.get("name")
         if not isinstance(name, str) or not name:
             raise Err(ReconcileError_Permanent("spec.name must be a non-empty string"))
-        message = f"Hello, {name}"
+        salutation = "Hello"
+        url = spec.get("salutationUrl")
+        if url:
+            answer = next((o.answer for o in req.observations if o.id == SALUTATION), None)
+            if answer is None:
+                # Not read yet: ask the host to read it; it calls again with
+                # the answer in req.observations.
+                read = HttpRequest(
+                    id=SALUTATION, method="GET", url=url, headers=[], body=None,
+                    secrets=[], timeout_ms=None,
+                )
+                return Response(
+                    children=None, status=None, events=[], requeue_after_ms=None,
+                    remove_finalizer=False, observe=[read], effects=[],
+                )
+            if isinstance(answer, Ok) and 200 <= answer.value.status < 300:
+                salutation = bytes(answer.value.body).decode("utf-8", "replace").strip()
+            elif isinstance(answer, Ok):
+                raise Err(ReconcileError_Transient(f"GET {url}: HTTP {answer.value.status}"))
+            else:
+                raise Err(ReconcileError_Transient(f"GET {url}: {answer.value.message}"))
+        message = f"{salutation}, {name}"
         generation = (obj.get("metadata") or {}).get("generation", 0)
         status = obj.get("status") or {}
         if status.get("message") != message or status.get("observedGeneration") != generation:

@@ -24,6 +24,9 @@ cp "$HERE/app.py" "$WORK/"
 python3 -c 'import json,sys; crd=json.dumps(json.load(open(sys.argv[1])), separators=(",", ":")); print("CRD = " + repr(crd))' \
   "$HERE/crds/greeting.json" >"$WORK/crd_json.py"
 
-(cd "$WORK" && componentize-py -d "$WIT" -w reconciler componentize app -o "$OUT/python-greeting.wasm.tmp")
-mv "$OUT/python-greeting.wasm.tmp" "$OUT/python-greeting.wasm"
-cp "$HERE/python-greeting.toml" "$OUT/python-greeting.toml"
+# A temporary name of this build's own, then an atomic rename: test
+# processes may build into the same OUT_DIR at once.
+(cd "$WORK" && componentize-py -d "$WIT" -w reconciler componentize app -o "$OUT/python-greeting.wasm.tmp.$$")
+mv "$OUT/python-greeting.wasm.tmp.$$" "$OUT/python-greeting.wasm"
+cp "$HERE/python-greeting.toml" "$OUT/python-greeting.toml.tmp.$$"
+mv "$OUT/python-greeting.toml.tmp.$$" "$OUT/python-greeting.toml"

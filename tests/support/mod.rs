@@ -2,6 +2,7 @@
 //! for convergence with a failure message that shows the last state seen.
 
 pub mod logs;
+pub mod pdns;
 pub mod recorder;
 
 use std::path::{Path, PathBuf};
@@ -39,6 +40,7 @@ const PLUGINS: &[&str] = &[
     "versioned3",
     "effector",
     "effector2",
+    "dns",
     "world01",
 ];
 

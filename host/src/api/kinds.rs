@@ -106,15 +106,16 @@ fn plugin_grant_kind() -> KindInfo {
 
 impl KindRegistry {
     /// A registry with the built-in kinds: `CustomResourceDefinition`, core
-    /// `Event`, and `PluginGrant` (`setpoint.dev/v1`, cluster-scoped: what
-    /// the operator grants a plugin, see `crate::egress`).
+    /// `Event` and `Secret` (`api::secret`), and `PluginGrant`
+    /// (`setpoint.dev/v1`, cluster-scoped: what the operator grants a
+    /// plugin, see `crate::egress`).
     ///
     /// ```
     /// use setpoint::api::KindRegistry;
     /// let kinds = KindRegistry::with_builtins();
     ///
     /// let names: Vec<String> = kinds.all().iter().map(|k| k.kind.clone()).collect();
-    /// assert_eq!(names, ["Event", "CustomResourceDefinition", "PluginGrant"]);
+    /// assert_eq!(names, ["Event", "Secret", "CustomResourceDefinition", "PluginGrant"]);
     /// ```
     pub fn with_builtins() -> Self {
         let registry = Self::default();
@@ -144,6 +145,7 @@ impl KindRegistry {
             schema: None,
             printer_columns: vec![],
         });
+        registry.insert(super::secret::kind_info());
         registry.insert(plugin_grant_kind());
         registry
     }
@@ -294,7 +296,7 @@ impl KindRegistry {
     /// use setpoint::api::KindRegistry;
     /// let kinds = KindRegistry::with_builtins();
     ///
-    /// assert_eq!(kinds.all().len(), 3);
+    /// assert_eq!(kinds.all().len(), 4);
     /// assert_eq!(kinds.all()[0].group, "", "sorted by group, then kind");
     /// ```
     pub fn all(&self) -> Vec<Arc<KindInfo>> {

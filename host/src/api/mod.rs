@@ -16,6 +16,8 @@
 //! - Deletion honours finalizers and the propagation policy (`delete`);
 //!   dependents are garbage-collected through owner references by a
 //!   background task ([`Api::start_garbage_collector`], `gc`).
+//! - Core `v1 Secret`s fold `stringData` into `data` and check it on
+//!   every write (`secret`).
 //! - Lists page through one snapshot (`list`); history is compacted by
 //!   [`Api::start_compactor`] (`compact`).
 
@@ -29,6 +31,7 @@ mod gc;
 pub mod kinds;
 mod list;
 mod patch;
+pub mod secret;
 mod validate;
 mod write;
 

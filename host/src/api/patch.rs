@@ -7,7 +7,10 @@
 
 use serde_json::Value;
 
-use super::{Api, Error, Result};
+use super::{Api, Error, Result, secret};
+
+/// What a failed `test` on a Secret reports instead of the values.
+const HIDDEN: &str = "(hidden)";
 use crate::object::patch::{self, Bounds, JsonPatch, PatchError};
 use crate::object::{KindInfo, Object, meta};
 
@@ -114,6 +117,20 @@ impl Api {
             ops.apply_within(object, bounds)
                 .map_err(|source| match source {
                     PatchError::TooLarge { size, limit, .. } => Error::TooLarge { size, limit },
+                    // A failed test would echo a Secret's value to a client
+                    // that may patch but not read it.
+                    PatchError::TestFailed { index, path, .. } if secret::is_secret(kind) => {
+                        Error::PatchFailed {
+                            kind: kind.plural.clone(),
+                            name: name.to_owned(),
+                            source: Box::new(PatchError::TestFailed {
+                                index,
+                                path,
+                                expected: Value::String(HIDDEN.into()),
+                                actual: Value::String(HIDDEN.into()),
+                            }),
+                        }
+                    }
                     source => Error::PatchFailed {
                         kind: kind.plural.clone(),
                         name: name.to_owned(),

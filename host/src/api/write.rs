@@ -8,7 +8,7 @@ use std::collections::HashSet;
 
 use serde_json::{Value, json};
 
-use super::{Api, Error, Result, crd, kinds, validate};
+use super::{Api, Error, Result, crd, kinds, secret, validate};
 use crate::object::{KindInfo, Object, meta, time};
 use crate::store::{self, Condition, KeyValue};
 
@@ -75,6 +75,9 @@ impl Api {
             if let Some(map) = object.as_object_mut() {
                 map.remove("status");
             }
+        }
+        if secret::is_secret(kind) {
+            secret::prepare(None, &mut object)?;
         }
         self.admit(kind, &mut object)?;
         let bytes = self.encode_checked(&object)?;
@@ -279,6 +282,9 @@ impl Api {
                 return Err(Error::invalid_fields(&kind.kind, &name, &problems));
             }
         } else {
+            if secret::is_secret(kind) {
+                secret::prepare(Some(current), &mut next)?;
+            }
             self.admit(kind, &mut next)?;
         }
         if spec_changed(current, &next) {

@@ -94,6 +94,7 @@ pub fn builtin_columns(resource: &Resource) -> Vec<Column> {
             col("COUNT", ".count"),
             col("MESSAGE", ".message"),
         ],
+        ("", "Secret") => vec![col("TYPE", ".type")],
         _ => vec![],
     }
 }

@@ -30,7 +30,7 @@
 //! ```
 //!
 //! - `verbs`: `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, or `*`.
-//! - `apiGroups`: `""` is the core group (events), `*` any group.
+//! - `apiGroups`: `""` is the core group (events, secrets), `*` any group.
 //! - `resources`: plural names; `pods/status` names a sub-resource, `*` all
 //!   resources and sub-resources.
 //! - Discovery, `/version`, `/openapi/*` are open to every authenticated

@@ -15,6 +15,7 @@ mod metrics;
 mod objects;
 mod openapi;
 mod options;
+mod protobuf;
 mod status;
 mod table;
 pub mod tls;

@@ -117,6 +117,35 @@ fn parse_body(body: &Bytes) -> Result<Value, Box<Response>> {
     })
 }
 
+/// A create or replace sent as Kubernetes protobuf (typed clients such as
+/// `kubectl create secret` do) becomes its JSON; any other body is kept.
+fn protobuf_as_json(
+    method: &Method,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Bytes, Box<Response>> {
+    let protobuf = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(super::protobuf::is_protobuf);
+    if !protobuf || !matches!(*method, Method::POST | Method::PUT) {
+        return Ok(body);
+    }
+    match super::protobuf::decode(&body) {
+        Ok(object) => Ok(Bytes::from(object.to_string())),
+        Err(err @ super::protobuf::Error::Unsupported(_)) => Err(Box::new(error_response(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            &err.to_string(),
+        ))),
+        Err(err) => Err(Box::new(error_response(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            &err.to_string(),
+        ))),
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn handle(
     host: Arc<Host>,
@@ -130,6 +159,10 @@ async fn handle(
 ) -> Response {
     let target = match resolve(&host, group, version, rest) {
         Ok(t) => t,
+        Err(response) => return *response,
+    };
+    let body = match protobuf_as_json(&method, &headers, body) {
+        Ok(body) => body,
         Err(response) => return *response,
     };
     let validation = if matches!(method, Method::POST | Method::PUT | Method::PATCH) {

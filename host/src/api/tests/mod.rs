@@ -17,6 +17,7 @@ mod limits;
 mod list;
 mod patch;
 mod schema;
+mod secret;
 
 use std::future::Future;
 use std::sync::Arc;

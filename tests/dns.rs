@@ -1,0 +1,395 @@
+//! The DNS provider against a real PowerDNS (`support::pdns`): the harness
+//! itself, then `plugins/dns` reconciling `DnsRecord`s.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use setpoint::controller::Outcome;
+use setpoint::object::{KindInfo, ObjectKey};
+
+use crate::support::pdns::PowerDns;
+use crate::support::{TestHost, eventually, ready_condition};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_powerdns_harness_serves_a_record_written_through_its_api_and_survives_a_restart() {
+    let mut pdns = PowerDns::start().await;
+    pdns.create_zone("example.test.").await;
+    pdns.patch_rrsets(
+        "example.test.",
+        json!([{"name": "www.example.test.", "type": "A", "ttl": 120, "changetype": "REPLACE",
+                "records": [{"content": "192.0.2.7", "disabled": false},
+                            {"content": "192.0.2.8", "disabled": false}]}]),
+    )
+    .await;
+    assert_eq!(
+        pdns.query("www.example.test.", "A").await,
+        ["192.0.2.7", "192.0.2.8"]
+    );
+    assert_eq!(pdns.query_ttl("www.example.test.", "A").await, Some(120));
+    let rrset = pdns
+        .rrset("example.test.", "www.example.test.", "A")
+        .await
+        .unwrap();
+    assert_eq!(rrset["ttl"], 120);
+
+    pdns.stop().await;
+    let refused = reqwest::Client::new()
+        .get(format!("{}/api/v1/servers/localhost", pdns.api_url()))
+        .header("X-API-Key", pdns.api_key())
+        .send()
+        .await;
+    assert!(refused.is_err(), "stopped: nothing listens");
+    pdns.resume().await;
+    assert_eq!(
+        pdns.query("www.example.test.", "A").await,
+        ["192.0.2.7", "192.0.2.8"],
+        "the data outlives a restart"
+    );
+
+    let wrong_key = reqwest::Client::new()
+        .get(format!("{}/api/v1/servers/localhost/zones", pdns.api_url()))
+        .header("X-API-Key", "wrong")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong_key.status(), 401);
+}
+
+const WAIT: Duration = Duration::from_secs(60);
+const ZONE: &str = "example.test.";
+
+/// A host running the `dns` plugin, a PowerDNS with zone `example.test.`,
+/// the API key in Secret `default/pdns-api` (key `api-key`, or `key` when
+/// given) and a grant for both.
+async fn setup(key: Option<&str>) -> (TestHost, PowerDns) {
+    let pdns = PowerDns::start().await;
+    pdns.create_zone(ZONE).await;
+    let host = TestHost::start(&["dns"]).await;
+    set_secret(&host, key.unwrap_or(pdns.api_key())).await;
+    let api = host.host.api();
+    let grants = api
+        .kinds()
+        .require("setpoint.dev/v1", "PluginGrant")
+        .unwrap();
+    api.create(
+        &grants,
+        json!({"apiVersion": "setpoint.dev/v1", "kind": "PluginGrant", "metadata": {"name": "dns"},
+               "spec": {"destinations": [pdns.api_url()], "secrets": ["default/pdns-api/api-key"]}}),
+    )
+    .await
+    .unwrap();
+    (host, pdns)
+}
+
+/// Create or change Secret `default/pdns-api` to hold `key`.
+async fn set_secret(host: &TestHost, key: &str) {
+    let api = host.host.api();
+    let secrets = api.kinds().require("v1", "Secret").unwrap();
+    let secret = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "pdns-api", "namespace": "default"},
+        "stringData": {"api-key": key}});
+    match api.get(&secrets, Some("default"), "pdns-api").await {
+        Ok(_) => {
+            api.merge_patch(
+                &secrets,
+                Some("default"),
+                "pdns-api",
+                &json!({"stringData": {"api-key": key}}),
+                false,
+            )
+            .await
+            .unwrap();
+        }
+        Err(_) => {
+            api.create(&secrets, secret).await.unwrap();
+        }
+    }
+}
+
+fn dns_record(pdns: &PowerDns, name: &str, records: &[&str], ttl: u32) -> Value {
+    json!({"apiVersion": "dns.setpoint.dev/v1", "kind": "DnsRecord",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"zone": "example.test", "name": name, "type": "A", "ttl": ttl,
+                 "records": records, "resyncSeconds": 1,
+                 "server": {"url": pdns.api_url(),
+                            "apiKeySecretRef": {"name": "pdns-api", "key": "api-key"}}}})
+}
+
+fn records_kind(host: &TestHost) -> Arc<KindInfo> {
+    host.host
+        .api()
+        .kinds()
+        .require("dns.setpoint.dev/v1", "DnsRecord")
+        .expect("the dns plugin registers DnsRecord")
+}
+
+/// The DnsRecord `name` in `default`, if it exists.
+async fn get_record(host: &TestHost, name: &str) -> Option<Value> {
+    host.host
+        .api()
+        .get(&records_kind(host), Some("default"), name)
+        .await
+        .ok()
+}
+
+fn ready(object: &Value) -> Value {
+    ready_condition(object).unwrap_or(Value::Null)
+}
+
+/// Wait until `dig` answers `name` with exactly `want` (sorted).
+async fn served(pdns: &PowerDns, name: &str, want: &[&str]) {
+    served_within(pdns, name, want, WAIT).await;
+}
+
+/// [`served`] with a time limit of its own.
+async fn served_within(pdns: &PowerDns, name: &str, want: &[&str], limit: Duration) {
+    let fqdn = format!("{name}.example.test.");
+    eventually(&format!("{fqdn} served as {want:?}"), limit, || async {
+        let got = pdns.query(&fqdn, "A").await;
+        if got == want {
+            Ok(())
+        } else {
+            Err(format!("{got:?}"))
+        }
+    })
+    .await;
+}
+
+/// Wait until the DnsRecord's Ready condition has `status` and `reason`.
+async fn ready_is(host: &TestHost, name: &str, status: &str, reason: &str) -> Value {
+    eventually(
+        &format!("DnsRecord {name} Ready={status} ({reason})"),
+        WAIT,
+        || async {
+            let object = get_record(host, name).await.ok_or("absent")?;
+            let ready = ready(&object);
+            if ready["status"] == status && ready["reason"] == reason {
+                Ok(object)
+            } else {
+                Err(object["status"].to_string())
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dns_record_is_served_updated_and_removed_with_its_object() {
+    let (host, pdns) = setup(None).await;
+    let api = host.host.api();
+    let kind = records_kind(&host);
+    api.create(&kind, dns_record(&pdns, "www", &["192.0.2.1"], 120))
+        .await
+        .unwrap();
+    served(&pdns, "www", &["192.0.2.1"]).await;
+    let object = ready_is(&host, "www", "True", "InSync").await;
+    assert_eq!(object["status"]["fqdn"], "www.example.test.");
+    assert_eq!(
+        object["status"]["observed"],
+        json!({"ttl": 120, "records": ["192.0.2.1"]})
+    );
+    assert_eq!(object["status"]["observedGeneration"], 1);
+    assert_eq!(
+        object["metadata"]["finalizers"],
+        json!(["dns.setpoint.dev/record"]),
+        "{object}"
+    );
+
+    // New contents and TTL.
+    api.merge_patch(
+        &kind,
+        Some("default"),
+        "www",
+        &json!({"spec": {"records": ["192.0.2.2", "192.0.2.3"], "ttl": 60}}),
+        false,
+    )
+    .await
+    .unwrap();
+    served(&pdns, "www", &["192.0.2.2", "192.0.2.3"]).await;
+    eventually("the new TTL served", WAIT, || async {
+        match pdns.query_ttl("www.example.test.", "A").await {
+            Some(60) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let object = ready_is(&host, "www", "True", "InSync").await;
+    assert_eq!(object["status"]["observedGeneration"], 2);
+
+    // Deleting the object deletes the record, then the object goes.
+    api.delete(&kind, Some("default"), "www", &Default::default())
+        .await
+        .unwrap();
+    served(&pdns, "www", &[]).await;
+    eventually("the DnsRecord is gone", WAIT, || async {
+        match get_record(&host, "www").await {
+            None => Ok(()),
+            Some(o) => Err(o["metadata"].to_string()),
+        }
+    })
+    .await;
+    assert_eq!(pdns.rrset(ZONE, "www.example.test.", "A").await, None);
+    host.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_deleted_or_edited_behind_the_objects_back_is_restored_within_the_resync_period() {
+    let (host, pdns) = setup(None).await;
+    let api = host.host.api();
+    api.create(
+        &records_kind(&host),
+        dns_record(&pdns, "api", &["192.0.2.10"], 300),
+    )
+    .await
+    .unwrap();
+    served(&pdns, "api", &["192.0.2.10"]).await;
+    ready_is(&host, "api", "True", "InSync").await;
+
+    pdns.patch_rrsets(
+        ZONE,
+        json!([{"name": "api.example.test.", "type": "A", "changetype": "DELETE"}]),
+    )
+    .await;
+    assert_eq!(
+        pdns.query("api.example.test.", "A").await,
+        Vec::<String>::new()
+    );
+    served(&pdns, "api", &["192.0.2.10"]).await;
+
+    pdns.patch_rrsets(
+        ZONE,
+        json!([{"name": "api.example.test.", "type": "A", "ttl": 5, "changetype": "REPLACE",
+                "records": [{"content": "198.51.100.66", "disabled": false}]}]),
+    )
+    .await;
+    assert_eq!(
+        pdns.query("api.example.test.", "A").await,
+        ["198.51.100.66"]
+    );
+    served(&pdns, "api", &["192.0.2.10"]).await;
+    eventually("the TTL restored", WAIT, || async {
+        match pdns.query_ttl("api.example.test.", "A").await {
+            Some(300) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    host.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_api_key_is_reported_as_unauthorized_with_backoff_and_a_fixed_secret_recovers() {
+    let wrong = "wrong-key-4f1c9a";
+    let (host, pdns) = setup(Some(wrong)).await;
+    let api = host.host.api();
+    api.create(
+        &records_kind(&host),
+        dns_record(&pdns, "mail", &["192.0.2.25"], 300),
+    )
+    .await
+    .unwrap();
+    let object = ready_is(&host, "mail", "False", "Unauthorized").await;
+    let message = ready(&object)["message"].as_str().unwrap().to_owned();
+    assert!(
+        message.contains("refused the API key") && message.contains("pdns-api/api-key"),
+        "{message}"
+    );
+    assert!(message.contains("HTTP 401"), "{message}");
+    assert!(!message.contains(wrong), "{message}");
+
+    // Retried with a growing delay, not in a loop: the host's history of
+    // the object shows transient errors, each scheduled later than the last.
+    let key = ObjectKey::new(Some("default"), "mail");
+    let delays = eventually("five retries in a row", WAIT, || async {
+        let history = host
+            .host
+            .history("dns.setpoint.dev/v1", "DnsRecord", &key)
+            .await;
+        let delays: Vec<Duration> = history
+            .iter()
+            .rev()
+            .take_while(
+                |r| matches!(&r.outcome, Outcome::TransientError(e) if e.contains("Unauthorized")),
+            )
+            .filter_map(|r| r.next_in)
+            .collect();
+        if delays.len() >= 5 {
+            Ok(delays)
+        } else {
+            Err(format!("{history:?}"))
+        }
+    })
+    .await;
+    // Newest first. Each delay doubles, less up to a tenth of jitter, so
+    // none is shorter than the one before it by more than the jitter, and
+    // the newest is far longer than the oldest.
+    assert!(
+        delays
+            .windows(2)
+            .all(|w| w[0].as_secs_f64() >= 0.85 * w[1].as_secs_f64()),
+        "{delays:?}"
+    );
+    assert!(delays[0] >= delays[delays.len() - 1] * 3, "{delays:?}");
+    assert_eq!(
+        pdns.query("mail.example.test.", "A").await,
+        Vec::<String>::new()
+    );
+
+    set_secret(&host, pdns.api_key()).await;
+    served(&pdns, "mail", &["192.0.2.25"]).await;
+    ready_is(&host, "mail", "True", "InSync").await;
+    host.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn powerdns_stopped_is_reported_unreachable_and_every_record_arrives_when_it_returns() {
+    let (host, mut pdns) = setup(None).await;
+    let api = host.host.api();
+    let kind = records_kind(&host);
+    api.create(&kind, dns_record(&pdns, "a0", &["192.0.2.100"], 300))
+        .await
+        .unwrap();
+    served(&pdns, "a0", &["192.0.2.100"]).await;
+    ready_is(&host, "a0", "True", "InSync").await;
+
+    pdns.stop().await;
+    // Changes made while PowerDNS is away: one update, five new records.
+    api.merge_patch(
+        &kind,
+        Some("default"),
+        "a0",
+        &json!({"spec": {"records": ["192.0.2.200"]}}),
+        false,
+    )
+    .await
+    .unwrap();
+    for i in 1..=5 {
+        let address = format!("192.0.2.{i}");
+        api.create(&kind, dns_record(&pdns, &format!("a{i}"), &[&address], 300))
+            .await
+            .unwrap();
+    }
+    let object = ready_is(&host, "a3", "False", "Unreachable").await;
+    assert!(
+        ready(&object)["message"]
+            .as_str()
+            .unwrap()
+            .contains("no answer from PowerDNS"),
+        "{object}"
+    );
+    ready_is(&host, "a0", "False", "Unreachable").await;
+
+    pdns.resume().await;
+    // The failures opened the host's circuit breaker for PowerDNS (30 s by
+    // default): requests are held, not sent, until it lets one through,
+    // so recovery may take that long and more.
+    let recovery = Duration::from_secs(150);
+    served_within(&pdns, "a0", &["192.0.2.200"], recovery).await;
+    for i in 1..=5 {
+        let (name, address) = (format!("a{i}"), format!("192.0.2.{i}"));
+        served_within(&pdns, &name, &[&address], recovery).await;
+        ready_is(&host, &name, "True", "InSync").await;
+    }
+    host.stop().await;
+}
