@@ -214,6 +214,10 @@ fn status_with(
     status
 }
 
+/// How soon a failure that backs off is looked at again after it is first
+/// reported; the host's backoff takes over from the next look.
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+
 /// Report `failure` on the object. A failure time may cure that the
 /// status already shows ends in a transient error instead, so the host's
 /// per-object backoff paces the retries; one that holds writes requeues
@@ -271,9 +275,12 @@ fn report(
         response = response.event(Event::warning(failure.reason(), failure.message()));
     }
     // Written now, a failure that backs off meets itself again in the
-    // reconcile this write causes, finds it reported, and backs off.
+    // reconcile asked for here (the echo of the plugin's own status write
+    // does not call it again), finds it reported, and from then on the
+    // host's per-object backoff paces the retries.
     Ok(match hold {
         Some(until) => response.requeue_after(until.saturating_duration_since(ctx.now())),
+        None if failure.retry_with_backoff() => response.requeue_after(FIRST_RETRY),
         None => response,
     })
 }

@@ -302,6 +302,8 @@ fn a_failure_is_written_once_then_left_to_the_hosts_backoff() {
     );
     assert!(response.effects.is_empty());
     assert_eq!(response.events.len(), 1);
+    // Its own status write does not call it again: it asks to be.
+    assert_eq!(response.requeue_after, Some(Duration::from_secs(1)));
 
     // The status now says so: the same failure is an error (backoff), and
     // no write is asked for.
