@@ -41,8 +41,14 @@ impl Entry {
         if let Some(object) = live.upgrade() {
             return object;
         }
-        // It was encoded from a JSON value: it decodes.
-        let object = Arc::new(serde_json::from_slice(&self.json).expect("cached JSON decodes"));
+        // It was encoded from a JSON value, so it decodes: deeper than the
+        // parser's default limit only if an earlier version stored it so
+        // (read as the store reads it, `codec`).
+        let object = serde_json::from_slice(&self.json)
+            .ok()
+            .or_else(|| crate::object::codec::decode_deep(&self.json))
+            .expect("cached JSON decodes");
+        let object = Arc::new(object);
         *live = Arc::downgrade(&object);
         object
     }
@@ -466,6 +472,26 @@ mod tests {
             .collect();
         assert_eq!(summary, [(true, "b".to_owned()), (false, "c".to_owned())]);
         assert_eq!(cache.revision(), 5);
+    }
+
+    #[test]
+    fn an_object_nobody_holds_is_decoded_again_even_one_nested_past_the_parsers_limit() {
+        let mut cache = Cache::default();
+        let mut deep = json!("bottom");
+        for _ in 0..300 {
+            deep = json!([deep]);
+        }
+        let mut object = obj("deep", "1", Some("o1"));
+        object["spec"] = deep;
+        cache.upsert(Arc::new(object.clone()), 1);
+        let key = ObjectKey::new(Some("ns"), "deep");
+        assert_eq!(*cache.get(&key).unwrap(), object, "decoded from the text");
+        let held = cache.get(&key).unwrap();
+        assert!(
+            Arc::ptr_eq(&held, &cache.get(&key).unwrap()),
+            "shared while held"
+        );
+        assert_eq!(cache.owned_by("o1").len(), 1);
     }
 
     #[test]

@@ -75,7 +75,7 @@ const LEGACY_READ_DEPTH: usize = 512;
 /// Decode stored bytes nested deeper than the JSON parser's default limit
 /// but within [`LEGACY_READ_DEPTH`]; `None` for anything else, whose
 /// original error then stands.
-fn decode_deep(bytes: &[u8]) -> Option<Value> {
+pub(crate) fn decode_deep(bytes: &[u8]) -> Option<Value> {
     if nesting(bytes) > LEGACY_READ_DEPTH {
         return None;
     }
