@@ -165,16 +165,23 @@ async fn what_is_declared_but_not_granted_shows_as_pending_until_granted() {
         condition(o)["reason"] == "GrantPending"
     })
     .await;
-    assert_eq!(object["status"]["answers"]["r"]["status"], 200, "what is granted works");
+    assert_eq!(
+        object["status"]["answers"]["r"]["status"], 200,
+        "what is granted works"
+    );
     let message = condition(&object)["message"].as_str().unwrap().to_owned();
-    for pending in ["destination http://*:*", "destination https://*:*", "secret *"] {
+    for pending in [
+        "destination http://*:*",
+        "destination https://*:*",
+        "secret *",
+    ] {
         assert!(message.contains(pending), "{message}");
     }
     // Granting the rest requeues the object, which then shows it all granted.
     grant(
         &host,
         "effector",
-        json!({"destinations": ["http://*:*", "https://*:*"], "secrets": ["*/*"]}),
+        json!({"destinations": ["http://*:*", "https://*:*", server.url()], "secrets": ["*/*"]}),
     )
     .await;
     wait_for(&host, "Effect", "pending", "granted", |o| {
@@ -473,7 +480,10 @@ async fn an_oversized_answer_and_a_slow_server_end_with_clear_errors() {
     );
     assert_eq!(answers["slow"]["error"], "timeout", "{answers}");
     // Sent, then given up on (a later reconcile may read it again).
-    assert!(!slow.requests().is_empty(), "the slow server got the request");
+    assert!(
+        !slow.requests().is_empty(),
+        "the slow server got the request"
+    );
     host.stop().await;
 }
 

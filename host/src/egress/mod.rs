@@ -399,7 +399,9 @@ impl Egress {
             ));
         }
         let secret_header = request.secrets.iter().find_map(|s| match &s.target {
-            crate::controller::SecretTarget::Header { name, .. } if policy::forbidden_header(name) => {
+            crate::controller::SecretTarget::Header { name, .. }
+                if policy::forbidden_header(name) =>
+            {
                 Some(name)
             }
             _ => None,

@@ -43,7 +43,9 @@ async fn server() -> anyhow::Result<(String, Arc<AtomicUsize>)> {
                 }
                 count.fetch_add(1, Ordering::Relaxed);
                 let _ = stream
-                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+                    )
                     .await;
             });
         }
@@ -58,7 +60,10 @@ async fn phase(
     spec: Value,
     done: fn(&Value) -> bool,
 ) -> anyhow::Result<f64> {
-    let kind = host.api().kinds().require("test.setpoint.dev/v1", "Effect")?;
+    let kind = host
+        .api()
+        .kinds()
+        .require("test.setpoint.dev/v1", "Effect")?;
     let started = Instant::now();
     let mut writers = Vec::new();
     for w in 0..WRITERS {
@@ -119,7 +124,10 @@ async fn main() -> anyhow::Result<()> {
         .build()
         .await?;
     let (url, served) = server().await?;
-    let grants = host.api().kinds().require("setpoint.dev/v1", "PluginGrant")?;
+    let grants = host
+        .api()
+        .kinds()
+        .require("setpoint.dev/v1", "PluginGrant")?;
     host.api()
         .create(
             &grants,
@@ -142,7 +150,10 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
     let requests = served.load(Ordering::Relaxed) - before;
-    println!("objects={objects} no-read={none:.0}/s one-read-round={one:.0}/s ratio={:.2} http-requests={requests}", none / one);
+    println!(
+        "objects={objects} no-read={none:.0}/s one-read-round={one:.0}/s ratio={:.2} http-requests={requests}",
+        none / one
+    );
     host.shutdown().await;
     Ok(())
 }
