@@ -587,6 +587,66 @@ async fn a_429_with_retry_after_becomes_a_requeue_after_that_time() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_run_after_the_response_in_order_and_the_next_reconcile_sees_their_outcomes() {
+    let host = TestHost::start(&["effector"]).await;
+    let server = Recorder::start(|r, _| {
+        if r.path == "/fail" {
+            Reply::text(500, "broken")
+        } else {
+            Reply::echo(r)
+        }
+    })
+    .await;
+    grant(&host, "effector", json!({"destinations": [server.url()]})).await;
+    let write = |id: &str, path: &str| json!({"id": id, "method": "PUT", "url": format!("{}{path}", server.url()), "body": "{}"});
+    create(
+        &host,
+        "Effect",
+        "writer",
+        json!({"writes": [write("first", "/a"), write("broken", "/fail"), write("never", "/b")]}),
+    )
+    .await;
+    eventually("the writes sent", Duration::from_secs(20), || async {
+        let n = server.requests().len();
+        if n >= 2 {
+            Ok(())
+        } else {
+            Err(format!("{n} requests"))
+        }
+    })
+    .await;
+    let object = wait_for(&host, "Effect", "writer", "outcomes seen", |o| {
+        o["status"]["outcomes"]["never"].is_object()
+    })
+    .await;
+    let outcomes = &object["status"]["outcomes"];
+    assert_eq!(outcomes["first"]["status"], 200, "{outcomes}");
+    assert_eq!(outcomes["broken"]["status"], 500, "{outcomes}");
+    assert!(
+        outcomes["never"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not sent: the earlier write broken failed"),
+        "{outcomes}"
+    );
+    let sent = server.requests();
+    let paths: Vec<&str> = sent.iter().map(|r| r.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        ["/a", "/fail"],
+        "in order, stopping at the failure, once per generation"
+    );
+    let key = sent[0].header("idempotency-key").unwrap();
+    assert_eq!(key.len(), 32, "{key}");
+    assert_ne!(
+        Some(key),
+        sent[1].header("idempotency-key"),
+        "one key per write"
+    );
+    host.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_built_against_0_1_still_loads_and_runs() {
     let host = TestHost::start(&["world01"]).await;
     create(&host, "World01", "old", json!({"n": 7})).await;
