@@ -150,6 +150,48 @@ async fn a_request_to_an_ungranted_host_or_port_is_refused_and_never_sent() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_is_declared_but_not_granted_shows_as_pending_until_granted() {
+    let host = TestHost::start(&["effector"]).await;
+    let server = Recorder::echo().await;
+    grant(&host, "effector", json!({"destinations": [server.url()]})).await;
+    create(
+        &host,
+        "Effect",
+        "pending",
+        json!({"reads": [read("r", server.url())]}),
+    )
+    .await;
+    let object = wait_for(&host, "Effect", "pending", "pending shown", |o| {
+        condition(o)["reason"] == "GrantPending"
+    })
+    .await;
+    assert_eq!(
+        object["status"]["answers"]["r"]["status"], 200,
+        "what is granted works"
+    );
+    let message = condition(&object)["message"].as_str().unwrap().to_owned();
+    for pending in [
+        "destination http://*:*",
+        "destination https://*:*",
+        "secret *",
+    ] {
+        assert!(message.contains(pending), "{message}");
+    }
+    // Granting the rest requeues the object, which then shows it all granted.
+    grant(
+        &host,
+        "effector",
+        json!({"destinations": ["http://*:*", "https://*:*", server.url()], "secrets": ["*/*"]}),
+    )
+    .await;
+    wait_for(&host, "Effect", "pending", "granted", |o| {
+        condition(o)["status"] == "True" && condition(o)["reason"] == "Granted"
+    })
+    .await;
+    host.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loopback_private_and_metadata_addresses_need_a_grant_naming_them() {
     let host = TestHost::start(&["effector"]).await;
     let local = Recorder::echo().await;
@@ -541,6 +583,66 @@ async fn a_429_with_retry_after_becomes_a_requeue_after_that_time() {
     assert!(failed.next_in >= Some(Duration::from_secs(2)), "{failed:?}");
     let requests = server.requests();
     assert!(requests[1].at.duration_since(requests[0].at) >= Duration::from_secs(2));
+    host.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_run_after_the_response_in_order_and_the_next_reconcile_sees_their_outcomes() {
+    let host = TestHost::start(&["effector"]).await;
+    let server = Recorder::start(|r, _| {
+        if r.path == "/fail" {
+            Reply::text(500, "broken")
+        } else {
+            Reply::echo(r)
+        }
+    })
+    .await;
+    grant(&host, "effector", json!({"destinations": [server.url()]})).await;
+    let write = |id: &str, path: &str| json!({"id": id, "method": "PUT", "url": format!("{}{path}", server.url()), "body": "{}"});
+    create(
+        &host,
+        "Effect",
+        "writer",
+        json!({"writes": [write("first", "/a"), write("broken", "/fail"), write("never", "/b")]}),
+    )
+    .await;
+    eventually("the writes sent", Duration::from_secs(20), || async {
+        let n = server.requests().len();
+        if n >= 2 {
+            Ok(())
+        } else {
+            Err(format!("{n} requests"))
+        }
+    })
+    .await;
+    let object = wait_for(&host, "Effect", "writer", "outcomes seen", |o| {
+        o["status"]["outcomes"]["never"].is_object()
+    })
+    .await;
+    let outcomes = &object["status"]["outcomes"];
+    assert_eq!(outcomes["first"]["status"], 200, "{outcomes}");
+    assert_eq!(outcomes["broken"]["status"], 500, "{outcomes}");
+    assert!(
+        outcomes["never"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not sent: the earlier write broken failed"),
+        "{outcomes}"
+    );
+    let sent = server.requests();
+    let paths: Vec<&str> = sent.iter().map(|r| r.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        ["/a", "/fail"],
+        "in order, stopping at the failure, once per generation"
+    );
+    let key = sent[0].header("idempotency-key").unwrap();
+    assert_eq!(key.len(), 32, "{key}");
+    assert_ne!(
+        Some(key),
+        sent[1].header("idempotency-key"),
+        "one key per write"
+    );
     host.stop().await;
 }
 

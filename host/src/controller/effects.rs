@@ -32,13 +32,24 @@ pub(super) struct KeyState {
 }
 
 impl KeyState {
-    /// The outcomes of the last writes of `key`, handed over once.
-    pub fn take_outcomes(&self, key: &ObjectKey) -> Vec<Answer> {
+    /// The outcomes of the last writes of `key`. Kept until a reconcile
+    /// that saw them is applied ([`KeyState::seen_outcomes`]): one that
+    /// fails or conflicts must not lose them.
+    pub fn outcomes(&self, key: &ObjectKey) -> Vec<Answer> {
         self.outcomes
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(key)
+            .get(key)
+            .cloned()
             .unwrap_or_default()
+    }
+
+    /// A reconcile that saw the outcomes was applied: they are done with.
+    pub fn seen_outcomes(&self, key: &ObjectKey) {
+        self.outcomes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
     }
 
     fn keep_outcomes(&self, key: &ObjectKey, outcomes: Vec<Answer>) {
@@ -66,7 +77,7 @@ impl KeyState {
 
     /// Forget a key that is gone.
     pub fn forget(&self, key: &ObjectKey) {
-        self.take_outcomes(key);
+        self.seen_outcomes(key);
         self.take_hold(key);
     }
 }

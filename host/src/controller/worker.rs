@@ -414,7 +414,7 @@ async fn reconcile_key(
         finalizing,
         now_unix_ms: time::now_unix_ms(),
         observations: Vec::new(),
-        outcomes: shared.effects.take_outcomes(key),
+        outcomes: shared.effects.outcomes(key),
         round: 0,
     };
     let callee = reconciler.clone();
@@ -487,6 +487,9 @@ async fn reconcile_key(
         }
         shared.clash_watch.watch(key, &clashes);
         report_clashes(shared, api, manifest, key, &clashes).await;
+    }
+    if !request.outcomes.is_empty() {
+        shared.effects.seen_outcomes(key);
     }
     let effects_done = effects::write(shared, egress, &scope, key, &response, &mut report).await;
     effects::report(shared, api, egress, manifest, key, &report).await;
