@@ -153,6 +153,24 @@ async fn a_request_to_an_ungranted_host_or_port_is_refused_and_never_sent() {
 async fn what_is_declared_but_not_granted_shows_as_pending_until_granted() {
     let host = TestHost::start(&["effector"]).await;
     let server = Recorder::echo().await;
+    let declared = [
+        "destination http://*:*",
+        "destination https://*:*",
+        "secret *",
+    ];
+    // No grant at all: everything the plugin declares is pending.
+    create(&host, "Effect", "idle", json!({})).await;
+    let object = wait_for(&host, "Effect", "idle", "pending shown", |o| {
+        condition(o)["reason"] == "GrantPending"
+    })
+    .await;
+    assert_eq!(condition(&object)["status"], "False", "{object}");
+    let message = condition(&object)["message"].as_str().unwrap().to_owned();
+    for pending in declared {
+        assert!(message.contains(pending), "{message}");
+    }
+    // A grant narrower than the declaration: what is granted works, the
+    // condition says so, and what is left out stays listed.
     grant(&host, "effector", json!({"destinations": [server.url()]})).await;
     create(
         &host,
@@ -161,20 +179,17 @@ async fn what_is_declared_but_not_granted_shows_as_pending_until_granted() {
         json!({"reads": [read("r", server.url())]}),
     )
     .await;
-    let object = wait_for(&host, "Effect", "pending", "pending shown", |o| {
-        condition(o)["reason"] == "GrantPending"
+    let object = wait_for(&host, "Effect", "pending", "partly granted", |o| {
+        condition(o)["reason"] == "PartlyGranted"
     })
     .await;
+    assert_eq!(condition(&object)["status"], "True", "{object}");
     assert_eq!(
         object["status"]["answers"]["r"]["status"], 200,
         "what is granted works"
     );
     let message = condition(&object)["message"].as_str().unwrap().to_owned();
-    for pending in [
-        "destination http://*:*",
-        "destination https://*:*",
-        "secret *",
-    ] {
+    for pending in declared {
         assert!(message.contains(pending), "{message}");
     }
     // Granting the rest requeues the object, which then shows it all granted.

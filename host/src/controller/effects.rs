@@ -20,7 +20,9 @@ use crate::object::{Object, ObjectKey};
 
 /// The condition that says whether the plugin's external requests are
 /// allowed: `False` with the refusal's reason (`DestinationNotGranted`, ...)
-/// or `GrantPending`, `True` when all it declared is granted.
+/// or `GrantPending` (no grant yet), `True` when its requests were allowed
+/// (`Granted` when all it declared is granted, `PartlyGranted` listing
+/// what is not).
 pub const EFFECTS_CONDITION: &str = "EffectsAllowed";
 
 /// Per-key state between reconciles: outcomes of writes, and how long a
@@ -245,6 +247,17 @@ pub(super) async fn report(
         if pending.is_empty() {
             json!({"type": EFFECTS_CONDITION, "status": "True", "reason": "Granted",
                    "message": "every destination and secret the plugin declares is granted"})
+        } else if egress.has_grant(manifest).await {
+            // An operator who grants less than a plugin declares (one
+            // server for a plugin that may talk to any) is practising least
+            // privilege, not forgetting: the object's requests so far were
+            // allowed, and one outside the grant turns this False, naming
+            // its destination. What is left out stays visible here.
+            json!({"type": EFFECTS_CONDITION, "status": "True", "reason": "PartlyGranted",
+                   "message": format!(
+                       "requests allowed; declared by plugin {} but not granted (PluginGrant {}), \
+                        refused if used: {}",
+                       manifest.name, manifest.name, pending.join("; "))})
         } else {
             json!({"type": EFFECTS_CONDITION, "status": "False", "reason": "GrantPending",
                    "message": format!(

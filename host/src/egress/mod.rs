@@ -209,6 +209,12 @@ impl Egress {
         }
     }
 
+    /// Whether the operator has granted `manifest`'s plugin anything (a
+    /// readable `PluginGrant` exists for it).
+    pub async fn has_grant(&self, manifest: &Manifest) -> bool {
+        matches!(self.grant(&manifest.name).await, Ok(Some(_)))
+    }
+
     /// What `manifest` declares that its grant does not cover: each entry
     /// `destination http://…` or `secret name/key`. Empty when everything
     /// declared is granted (or nothing is declared).
