@@ -131,19 +131,25 @@ impl Reconciler for DnsRecordReconciler {
                     plan::show(observed.as_ref()),
                     plan::show(Some(&target.wanted))
                 );
-                let status = status_with(
-                    record,
-                    ctx,
-                    Some(&target),
-                    Some(observed),
-                    Condition::new("Ready", false, reason, message.clone()),
-                    None,
-                );
-                Ok(Response::new()
+                // Retrying after a failure that backs off, the condition
+                // keeps saying so until the write lands: flipping between
+                // "Creating" and the failure would be a status write per
+                // attempt, a loop the host's breaker stops.
+                let retrying = ready_condition(&record.status)
+                    .filter(|c| !c.is_true() && BACKOFF_REASONS.contains(&c.reason.as_str()))
+                    .cloned();
+                let ready = retrying
+                    .clone()
+                    .unwrap_or_else(|| Condition::new("Ready", false, reason, message.clone()));
+                let status = status_with(record, ctx, Some(&target), Some(observed), ready, None);
+                let mut response = Response::new()
                     .status(status)
-                    .event(Event::normal(reason, message))
                     .effect(target.replace())
-                    .requeue_after(resync))
+                    .requeue_after(resync);
+                if retrying.is_none() {
+                    response = response.event(Event::normal(reason, message));
+                }
+                Ok(response)
             }
             Step::Delete(rrset) => {
                 let message = format!("deleting {} from PowerDNS", target.describe());
@@ -171,6 +177,14 @@ impl Reconciler for DnsRecordReconciler {
     }
 }
 
+/// The `Ready` reasons of failures the host's backoff paces
+/// ([`Failure::retry_with_backoff`]).
+const BACKOFF_REASONS: [&str; 4] = ["Unauthorized", "ZoneNotFound", "Unreachable", "NotGranted"];
+
+fn ready_condition(status: &DnsRecordStatus) -> Option<&Condition> {
+    status.conditions.iter().find(|c| c.type_ == "Ready")
+}
+
 /// A failure that holds writes, as the status reports it for this
 /// generation, while its hold lasts.
 fn held_failure(status: &DnsRecordStatus, generation: Option<i64>, now: Time) -> Option<Failure> {
@@ -178,7 +192,7 @@ fn held_failure(status: &DnsRecordStatus, generation: Option<i64>, now: Time) ->
     if status.observed_generation != generation || now >= until {
         return None;
     }
-    let ready = status.conditions.iter().find(|c| c.type_ == "Ready")?;
+    let ready = ready_condition(status)?;
     match ready.reason.as_str() {
         "Rejected" => Some(Failure::Rejected(ready.message.clone())),
         "NotConverging" => Some(Failure::NotConverging(ready.message.clone())),
@@ -240,7 +254,7 @@ fn report(
     // A failure that backs off keeps the message it was first reported
     // with while its reason stays: a message that changes on every look
     // (a time, a counter) would be a status write per retry, a loop.
-    let message = match record.status.conditions.iter().find(|c| c.type_ == "Ready") {
+    let message = match ready_condition(&record.status) {
         Some(ready)
             if failure.retry_with_backoff()
                 && !ready.is_true()
