@@ -30,8 +30,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use setpoint_plugin_sdk::{
-    Condition, Ctx, Error, Event, KindRef, Manifest, Object, Reconciler, Response, Time,
-    export_reconciler, set_condition,
+    Condition, Ctx, Error, Event, HttpErrorKind, KindRef, Manifest, Object, Reconciler, Response,
+    Time, export_reconciler, set_condition,
 };
 
 use plan::{DnsRecordSpec, Failure, Memory, Rrset, Step, Target, WRITE_ID};
@@ -101,10 +101,26 @@ impl Reconciler for DnsRecordReconciler {
             Err(failure) => return report(record, ctx, None, failure),
         };
         let answer = ctx.fetch_result(&target.read())?;
+        // The host held the read back (a rate limit, its breaker): nothing
+        // was learnt about PowerDNS, so nothing is reported; the host
+        // requeues the object when the hold ends. Reporting it would flip
+        // the status between this and the next look's, a write each time.
+        if let Err(held) = &answer
+            && held.kind == HttpErrorKind::Throttled
+        {
+            return Err(Error::transient(format!(
+                "the host holds requests to PowerDNS for now: {}",
+                held.message
+            )));
+        }
         let observed = target.observe(&answer);
         let read_ok = observed.is_ok();
+        // A write the host held back was not sent: as if never asked.
+        let last_write = ctx
+            .outcome(WRITE_ID)
+            .filter(|o| !matches!(o, Err(e) if e.kind == HttpErrorKind::Throttled));
         let memory = Memory {
-            last_write: ctx.outcome(WRITE_ID).map(|o| target.written(o)),
+            last_write: last_write.map(|o| target.written(o)),
             held: held_failure(&record.status, generation, ctx.now()),
         };
         let resync = Duration::from_secs(target.resync_seconds);
