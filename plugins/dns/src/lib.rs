@@ -18,7 +18,8 @@
 //! so, the reconcile ends in a transient error, so the host's per-object
 //! backoff paces the retries rather than a loop of status writes. A write
 //! PowerDNS refuses is not sent again for that generation until the resync
-//! period has passed.
+//! period has passed. A request the host held back (rate limit, breaker)
+//! reports nothing: it says nothing about PowerDNS.
 //!
 //! The decisions are pure functions in [`plan`].
 
