@@ -150,6 +150,48 @@ async fn a_request_to_an_ungranted_host_or_port_is_refused_and_never_sent() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_is_declared_but_not_granted_shows_as_pending_until_granted() {
+    let host = TestHost::start(&["effector"]).await;
+    let server = Recorder::echo().await;
+    grant(&host, "effector", json!({"destinations": [server.url()]})).await;
+    create(
+        &host,
+        "Effect",
+        "pending",
+        json!({"reads": [read("r", server.url())]}),
+    )
+    .await;
+    let object = wait_for(&host, "Effect", "pending", "pending shown", |o| {
+        condition(o)["reason"] == "GrantPending"
+    })
+    .await;
+    assert_eq!(
+        object["status"]["answers"]["r"]["status"], 200,
+        "what is granted works"
+    );
+    let message = condition(&object)["message"].as_str().unwrap().to_owned();
+    for pending in [
+        "destination http://*:*",
+        "destination https://*:*",
+        "secret *",
+    ] {
+        assert!(message.contains(pending), "{message}");
+    }
+    // Granting the rest requeues the object, which then shows it all granted.
+    grant(
+        &host,
+        "effector",
+        json!({"destinations": ["http://*:*", "https://*:*", server.url()], "secrets": ["*/*"]}),
+    )
+    .await;
+    wait_for(&host, "Effect", "pending", "granted", |o| {
+        condition(o)["status"] == "True" && condition(o)["reason"] == "Granted"
+    })
+    .await;
+    host.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loopback_private_and_metadata_addresses_need_a_grant_naming_them() {
     let host = TestHost::start(&["effector"]).await;
     let local = Recorder::echo().await;

@@ -350,6 +350,8 @@ fn main() {
                 owns: vec![],
                 definitions: vec![benchitem::definition()],
                 finalizer: None,
+                destinations: vec![],
+                secrets: vec![],
             },
             clock: clock.clone(),
             calls: AtomicU64::new(0),

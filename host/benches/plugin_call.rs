@@ -330,6 +330,9 @@ fn main() {
                 owned: vec![],
                 finalizing: false,
                 now_unix_ms: 1_700_000_000_000,
+                observations: vec![],
+                outcomes: vec![],
+                round: 0,
             };
             let s = micros_per_call(budget, || {
                 std::hint::black_box(side.reconcile(&request, &cache).unwrap());
@@ -360,6 +363,9 @@ fn main() {
             owned: vec![],
             finalizing: false,
             now_unix_ms: 1_700_000_000_000,
+            observations: vec![],
+            outcomes: vec![],
+            round: 0,
         };
         let slices = compare(budget, rounds, &[&native, &wasm], &request, &cache);
         let (n, w) = (&slices[0], &slices[1]);

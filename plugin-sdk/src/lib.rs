@@ -186,6 +186,8 @@ pub use serde_json;
 #[cfg(target_arch = "wasm32")]
 #[doc(hidden)]
 #[path = "bindings.rs"]
+// The generated glue passes a flattened 0.2 request as many arguments.
+#[allow(clippy::too_many_arguments)]
 pub mod __bindings;
 
 #[cfg(target_arch = "wasm32")]

@@ -398,6 +398,20 @@ impl Egress {
                 format!("{what}: the header {name} is set by the host, not by a plugin"),
             ));
         }
+        let secret_header = request.secrets.iter().find_map(|s| match &s.target {
+            crate::controller::SecretTarget::Header { name, .. }
+                if policy::forbidden_header(name) =>
+            {
+                Some(name)
+            }
+            _ => None,
+        });
+        if let Some(name) = secret_header {
+            return Err((
+                "ForbiddenHeader",
+                format!("{what}: the header {name} is set by the host, not by a plugin"),
+            ));
+        }
         if !rights
             .declared
             .destinations

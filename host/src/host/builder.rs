@@ -231,6 +231,7 @@ impl HostBuilder {
                 plugins: Mutex::default(),
                 claims: Default::default(),
                 sync: Mutex::default(),
+                followed: Default::default(),
             }),
             background: std::sync::Mutex::new(background),
             watcher: std::sync::Mutex::default(),

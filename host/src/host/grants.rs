@@ -14,9 +14,12 @@ use crate::object::meta;
 /// Start following grants and Secrets for the host's controllers.
 pub(super) fn follow(shared: &Arc<Shared>) {
     let weak = Arc::downgrade(shared);
+    let mut followed = shared.followed.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(kind) = shared.api.kinds().by_kind(GRANT_API_VERSION, GRANT_KIND) {
         let weak = weak.clone();
-        shared.informers.for_kind(kind).add_handler(move |change| {
+        let informer = shared.informers.for_kind(kind);
+        followed.push(informer.clone());
+        informer.add_handler(move |change| {
             let Some(shared) = weak.upgrade() else { return };
             if matches!(change, Change::Listed(_)) {
                 return;
@@ -31,7 +34,9 @@ pub(super) fn follow(shared: &Arc<Shared>) {
         });
     }
     if let Some(kind) = shared.api.kinds().by_kind("v1", "Secret") {
-        shared.informers.for_kind(kind).add_handler(move |change| {
+        let informer = shared.informers.for_kind(kind);
+        followed.push(informer.clone());
+        informer.add_handler(move |change| {
             let Some(shared) = weak.upgrade() else { return };
             if matches!(change, Change::Listed(_)) {
                 return;

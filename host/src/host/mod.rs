@@ -120,6 +120,9 @@ struct Shared {
     claims: std::sync::Mutex<claims::Claims>,
     /// One directory sync at a time.
     sync: Mutex<()>,
+    /// The informers of `PluginGrant` and `Secret` that `grants` follows
+    /// (an informer nobody holds stops).
+    followed: std::sync::Mutex<Vec<crate::informer::Informer>>,
 }
 
 /// Run the garbage collector and the compactor while this host leads the
@@ -389,6 +392,11 @@ impl Host {
         if let Some(cluster) = &self.shared.cluster {
             cluster.leave().await;
         }
+        self.shared
+            .followed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         self.shared.informers.clear();
         // Before the caller closes the store: a closed store would read as
         // a broken watch, logged and retried.

@@ -124,9 +124,12 @@ fn answer(result: &HttpResult) -> Value {
                 .iter()
                 .map(|(n, v)| (n.clone(), Value::String(v.clone())))
                 .collect();
-            json!({"status": r.status, "headers": headers, "body": r.text()})
+            json!({"status": r.status, "headers": headers, "body": r.text(),
+                   "error": null, "message": null})
         }
-        Err(e) => json!({"error": e.kind.as_str(), "message": e.message}),
+        // Nulls remove what an earlier answer left (the status is a merge patch).
+        Err(e) => json!({"error": e.kind.as_str(), "message": e.message,
+                         "status": null, "headers": null, "body": null}),
     }
 }
 
@@ -194,7 +197,12 @@ impl Reconciler for Effector {
             .collect();
         // Copy everything received into the log and the status.
         let received = json!({
-            "object": {"metadata": object.metadata, "spec": object.spec, "status": object.status},
+            // Not its status (what this plugin wrote last time) nor its
+            // resourceVersion (which that write moves): a converged object
+            // gets the same status again, so nothing is written.
+            "object": {"metadata": {"name": object.metadata.name, "namespace": object.metadata.namespace,
+                                    "uid": object.metadata.uid, "generation": object.metadata.generation},
+                       "spec": object.spec},
             "answers": seen, "outcomes": outcomes, "round": ctx.round(),
         });
         ctx.info(format!("received {received}"));
