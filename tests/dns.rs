@@ -393,3 +393,29 @@ async fn powerdns_stopped_is_reported_unreachable_and_every_record_arrives_when_
     }
     host.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_naming_a_server_outside_the_grant_is_reported_and_nothing_is_sent() {
+    let (host, pdns) = setup(None).await;
+    let elsewhere = crate::support::recorder::Recorder::echo().await;
+    let mut record = dns_record(&pdns, "elsewhere", &["192.0.2.50"], 300);
+    record["spec"]["server"]["url"] = json!(elsewhere.url());
+    host.host
+        .api()
+        .create(&records_kind(&host), record)
+        .await
+        .unwrap();
+    let object = ready_is(&host, "elsewhere", "False", "NotGranted").await;
+    let message = ready(&object)["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("did not send"), "{message}");
+    assert_eq!(
+        elsewhere.connections(),
+        0,
+        "nothing reached the other server"
+    );
+    assert_eq!(
+        pdns.query("elsewhere.example.test.", "A").await,
+        Vec::<String>::new()
+    );
+    host.stop().await;
+}

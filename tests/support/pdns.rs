@@ -73,6 +73,7 @@ impl PowerDns {
         let config = format!(
             "launch=gsqlite3\n\
              gsqlite3-database={database}\n\
+             gsqlite3-pragma-journal-mode=WAL\n\
              local-address=127.0.0.1\n\
              local-port={dns_port}\n\
              api=yes\n\

@@ -18,7 +18,8 @@
 //! so, the reconcile ends in a transient error, so the host's per-object
 //! backoff paces the retries rather than a loop of status writes. A write
 //! PowerDNS refuses is not sent again for that generation until the resync
-//! period has passed.
+//! period has passed. A request the host held back (rate limit, breaker)
+//! reports nothing: it says nothing about PowerDNS.
 //!
 //! The decisions are pure functions in [`plan`].
 
@@ -30,8 +31,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use setpoint_plugin_sdk::{
-    Condition, Ctx, Error, Event, KindRef, Manifest, Object, Reconciler, Response, Time,
-    export_reconciler, set_condition,
+    Condition, Ctx, Error, Event, HttpErrorKind, KindRef, Manifest, Object, Reconciler, Response,
+    Time, export_reconciler, set_condition,
 };
 
 use plan::{DnsRecordSpec, Failure, Memory, Rrset, Step, Target, WRITE_ID};
@@ -101,10 +102,26 @@ impl Reconciler for DnsRecordReconciler {
             Err(failure) => return report(record, ctx, None, failure),
         };
         let answer = ctx.fetch_result(&target.read())?;
+        // The host held the read back (a rate limit, its breaker): nothing
+        // was learnt about PowerDNS, so nothing is reported; the host
+        // requeues the object when the hold ends. Reporting it would flip
+        // the status between this and the next look's, a write each time.
+        if let Err(held) = &answer
+            && held.kind == HttpErrorKind::Throttled
+        {
+            return Err(Error::transient(format!(
+                "the host holds requests to PowerDNS for now: {}",
+                held.message
+            )));
+        }
         let observed = target.observe(&answer);
         let read_ok = observed.is_ok();
+        // A write the host held back was not sent: as if never asked.
+        let last_write = ctx
+            .outcome(WRITE_ID)
+            .filter(|o| !matches!(o, Err(e) if e.kind == HttpErrorKind::Throttled));
         let memory = Memory {
-            last_write: ctx.outcome(WRITE_ID).map(|o| target.written(o)),
+            last_write: last_write.map(|o| target.written(o)),
             held: held_failure(&record.status, generation, ctx.now()),
         };
         let resync = Duration::from_secs(target.resync_seconds);
@@ -131,19 +148,25 @@ impl Reconciler for DnsRecordReconciler {
                     plan::show(observed.as_ref()),
                     plan::show(Some(&target.wanted))
                 );
-                let status = status_with(
-                    record,
-                    ctx,
-                    Some(&target),
-                    Some(observed),
-                    Condition::new("Ready", false, reason, message.clone()),
-                    None,
-                );
-                Ok(Response::new()
+                // Retrying after a failure that backs off, the condition
+                // keeps saying so until the write lands: flipping between
+                // "Creating" and the failure would be a status write per
+                // attempt, a loop the host's breaker stops.
+                let retrying = ready_condition(&record.status)
+                    .filter(|c| !c.is_true() && BACKOFF_REASONS.contains(&c.reason.as_str()))
+                    .cloned();
+                let ready = retrying
+                    .clone()
+                    .unwrap_or_else(|| Condition::new("Ready", false, reason, message.clone()));
+                let status = status_with(record, ctx, Some(&target), Some(observed), ready, None);
+                let mut response = Response::new()
                     .status(status)
-                    .event(Event::normal(reason, message))
                     .effect(target.replace())
-                    .requeue_after(resync))
+                    .requeue_after(resync);
+                if retrying.is_none() {
+                    response = response.event(Event::normal(reason, message));
+                }
+                Ok(response)
             }
             Step::Delete(rrset) => {
                 let message = format!("deleting {} from PowerDNS", target.describe());
@@ -171,6 +194,14 @@ impl Reconciler for DnsRecordReconciler {
     }
 }
 
+/// The `Ready` reasons of failures the host's backoff paces
+/// ([`Failure::retry_with_backoff`]).
+const BACKOFF_REASONS: [&str; 4] = ["Unauthorized", "ZoneNotFound", "Unreachable", "NotGranted"];
+
+fn ready_condition(status: &DnsRecordStatus) -> Option<&Condition> {
+    status.conditions.iter().find(|c| c.type_ == "Ready")
+}
+
 /// A failure that holds writes, as the status reports it for this
 /// generation, while its hold lasts.
 fn held_failure(status: &DnsRecordStatus, generation: Option<i64>, now: Time) -> Option<Failure> {
@@ -178,7 +209,7 @@ fn held_failure(status: &DnsRecordStatus, generation: Option<i64>, now: Time) ->
     if status.observed_generation != generation || now >= until {
         return None;
     }
-    let ready = status.conditions.iter().find(|c| c.type_ == "Ready")?;
+    let ready = ready_condition(status)?;
     match ready.reason.as_str() {
         "Rejected" => Some(Failure::Rejected(ready.message.clone())),
         "NotConverging" => Some(Failure::NotConverging(ready.message.clone())),
@@ -244,7 +275,7 @@ fn report(
     // A failure that backs off keeps the message it was first reported
     // with while its reason stays: a message that changes on every look
     // (a time, a counter) would be a status write per retry, a loop.
-    let message = match record.status.conditions.iter().find(|c| c.type_ == "Ready") {
+    let message = match ready_condition(&record.status) {
         Some(ready)
             if failure.retry_with_backoff()
                 && !ready.is_true()

@@ -439,3 +439,65 @@ fn a_failure_whose_message_changes_while_its_reason_stays_is_not_written_again()
     };
     assert_eq!(held(29_000), held(28_000));
 }
+
+#[test]
+fn retrying_a_write_after_a_failure_leaves_the_status_as_it_is_until_the_write_lands() {
+    let r = record(spec(&["192.0.2.1"], 60), json!({}));
+    // The write was sent and got no answer.
+    let ctx = FakeCtx::new()
+        .with_observation(READ_ID, zone(json!([])))
+        .with_outcome(WRITE_ID, unanswered(HttpErrorKind::Connect));
+    let response = DnsRecordReconciler.reconcile(&r, &ctx).unwrap();
+    assert_eq!(
+        ready(&response),
+        (ConditionStatus::False, "Unreachable".into())
+    );
+    let reported = response.status.unwrap();
+    let r = record(
+        spec(&["192.0.2.1"], 60),
+        setpoint_plugin_sdk::serde_json::to_value(&reported).unwrap(),
+    );
+    // The next look: the write is sent again, the status stays.
+    let ctx = FakeCtx::new().with_observation(READ_ID, zone(json!([])));
+    let response = DnsRecordReconciler.reconcile(&r, &ctx).unwrap();
+    assert_eq!(response.effects.len(), 1);
+    assert_eq!(response.status.as_ref(), Some(&reported));
+    assert!(response.events.is_empty());
+    // Its outcome fails again: reported already, so backoff.
+    let ctx = FakeCtx::new()
+        .with_observation(READ_ID, zone(json!([])))
+        .with_outcome(WRITE_ID, unanswered(HttpErrorKind::Connect));
+    assert!(DnsRecordReconciler.reconcile(&r, &ctx).is_err());
+}
+
+#[test]
+fn requests_the_host_held_back_change_nothing_on_the_object() {
+    // In sync, then the next look is held by the host (rate limit, breaker):
+    // not a PowerDNS failure, no status, the host requeues.
+    let ctx = FakeCtx::new().with_observation(READ_ID, zone(www(60, &["192.0.2.1"])));
+    let r = record(spec(&["192.0.2.1"], 60), json!({}));
+    let in_sync = DnsRecordReconciler
+        .reconcile(&r, &ctx)
+        .unwrap()
+        .status
+        .unwrap();
+    let r = record(
+        spec(&["192.0.2.1"], 60),
+        setpoint_plugin_sdk::serde_json::to_value(&in_sync).unwrap(),
+    );
+    let ctx = FakeCtx::new().with_observation(READ_ID, unanswered(HttpErrorKind::Throttled));
+    let err = DnsRecordReconciler.reconcile(&r, &ctx).unwrap_err();
+    assert!(!err.is_permanent(), "{err:?}");
+
+    // A write the host held back was not sent: it is asked for again.
+    let r = record(spec(&["192.0.2.2"], 60), json!({}));
+    let ctx = FakeCtx::new()
+        .with_observation(READ_ID, zone(www(60, &["192.0.2.1"])))
+        .with_outcome(WRITE_ID, unanswered(HttpErrorKind::Throttled));
+    let response = DnsRecordReconciler.reconcile(&r, &ctx).unwrap();
+    assert_eq!(response.effects.len(), 1);
+    assert_eq!(
+        ready(&response),
+        (ConditionStatus::False, "Updating".into())
+    );
+}
