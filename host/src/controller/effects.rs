@@ -34,9 +34,11 @@ pub(super) struct KeyState {
 }
 
 impl KeyState {
-    /// The outcomes of the last writes of `key`. Kept until a reconcile
-    /// that saw them is applied ([`KeyState::seen_outcomes`]): one that
-    /// fails or conflicts must not lose them.
+    /// The outcomes of the last writes of `key`. Kept until the plugin has
+    /// answered a reconcile that saw them ([`KeyState::seen_outcomes`]),
+    /// and again when that answer could not be applied because the object
+    /// moved on ([`KeyState::keep_outcomes`]): a conflict must not lose
+    /// them, and an answer that is an error must not see them forever.
     pub fn outcomes(&self, key: &ObjectKey) -> Vec<Answer> {
         self.outcomes
             .lock()
@@ -46,7 +48,7 @@ impl KeyState {
             .unwrap_or_default()
     }
 
-    /// A reconcile that saw the outcomes was applied: they are done with.
+    /// The plugin answered a reconcile that saw the outcomes: they are done with.
     pub fn seen_outcomes(&self, key: &ObjectKey) {
         self.outcomes
             .lock()
@@ -54,7 +56,8 @@ impl KeyState {
             .remove(key);
     }
 
-    fn keep_outcomes(&self, key: &ObjectKey, outcomes: Vec<Answer>) {
+    /// Hand `outcomes` to the next reconcile of `key`.
+    pub fn keep_outcomes(&self, key: &ObjectKey, outcomes: Vec<Answer>) {
         self.outcomes
             .lock()
             .unwrap_or_else(|p| p.into_inner())

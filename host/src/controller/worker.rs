@@ -436,6 +436,12 @@ async fn reconcile_key(
         shared.view.clone()
     };
     let (request, response) = call_reconciler(shared, &callee, inline, &view, request).await?;
+    // The plugin has seen the outcomes and answered: an error is its
+    // decision about them, and handing them over again would replay the
+    // same failure forever. Only a conflict below hands them back.
+    if !request.outcomes.is_empty() {
+        shared.effects.seen_outcomes(key);
+    }
     let response = response?;
     let egress = &shared.egress;
     let scope = effects::scope(shared, manifest, &object, key, egress);
@@ -473,7 +479,13 @@ async fn reconcile_key(
             return Err(ReconcileError::Permanent(msg));
         }
         Err(err) => {
-            if !matches!(err, Error::Api(api::Error::Conflict { .. })) {
+            if matches!(err, Error::Api(api::Error::Conflict { .. })) {
+                // Decided on an old version: the retry decides again, and
+                // must see what the writes did.
+                if !request.outcomes.is_empty() {
+                    shared.effects.keep_outcomes(key, request.outcomes.clone());
+                }
+            } else {
                 reconciler.response_failed();
             }
             return write_failed(err);
@@ -487,9 +499,6 @@ async fn reconcile_key(
         }
         shared.clash_watch.watch(key, &clashes);
         report_clashes(shared, api, manifest, key, &clashes).await;
-    }
-    if !request.outcomes.is_empty() {
-        shared.effects.seen_outcomes(key);
     }
     let effects_done = effects::write(shared, egress, &scope, key, &response, &mut report).await;
     effects::report(shared, api, egress, manifest, key, &report).await;
