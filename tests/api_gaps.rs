@@ -578,7 +578,16 @@ async fn a_watcher_that_stops_reading_is_cut_off_without_reading_again() {
     let host = TestHost::start(&[]).await;
     let api = host.host.api().clone();
     let events = api.kinds().require("v1", "Event").unwrap();
-    let before = api.hub().subscribers();
+    // The host's own informers (grants, secrets) subscribe as they start:
+    // count from when they have.
+    let mut before = api.hub().subscribers();
+    let mut steady = 0;
+    while steady < 10 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let now = api.hub().subscribers();
+        steady = if now == before { steady + 1 } else { 0 };
+        before = now;
+    }
     let watch = http()
         .get(format!(
             "{}/api/v1/namespaces/default/events?watch=true&resourceVersion={}",
