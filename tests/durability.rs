@@ -483,7 +483,13 @@ async fn a_database_damaged_after_a_crash_is_named_as_the_database() {
         subject.starts_with(&file.display().to_string()),
         "the database should be named as the damaged file: {said}"
     );
-    assert!(subject.contains("lost"), "{said}");
+    // Either redb falls back to the commit before, which the log no longer
+    // continues (what was lost is said), or that commit's pages were reused
+    // since and redb's own check fails: both name the database as damaged.
+    assert!(
+        subject.contains("lost") || subject.contains("integrity check failed"),
+        "{said}"
+    );
 }
 
 /// A tmpfs of `mib` MiB mounted on a new directory, unmounted on drop; `None`
