@@ -3,7 +3,6 @@
 //! pointer) at send time, and masking every value used out of whatever
 //! the host records or hands back to the plugin.
 
-use base64::Engine as _;
 use serde_json::Value;
 
 use crate::controller::{HttpRequest, SecretTarget};
@@ -13,12 +12,9 @@ pub const MASK: &str = "***";
 
 /// The value of key `key` in a Secret object's `data` (base64), or why not.
 pub fn value_of(secret: &Value, key: &str) -> Result<String, String> {
-    let Some(encoded) = secret["data"][key].as_str() else {
-        return Err(format!("has no key {key:?}"));
-    };
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(encoded.trim())
-        .map_err(|_| format!("key {key:?} is not valid base64"))?;
+    let bytes = crate::api::secret::value(secret, key)
+        .map_err(|_| format!("key {key:?} is not valid base64"))?
+        .ok_or_else(|| format!("has no key {key:?}"))?;
     String::from_utf8(bytes).map_err(|_| format!("key {key:?} is not UTF-8 text"))
 }
 
