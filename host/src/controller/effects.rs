@@ -278,7 +278,9 @@ async fn write_condition(
     cached: &Arc<Object>,
     condition: serde_json::Value,
 ) {
-    if super::worker::with_condition(cached, EFFECTS_CONDITION, Some(condition.clone())).is_none() {
+    if super::conditions::with_condition(cached, EFFECTS_CONDITION, Some(condition.clone()))
+        .is_none()
+    {
         return;
     }
     for _ in 0..5 {
@@ -289,7 +291,7 @@ async fn write_condition(
             return;
         };
         let Some(next) =
-            super::worker::with_condition(&latest, EFFECTS_CONDITION, Some(condition.clone()))
+            super::conditions::with_condition(&latest, EFFECTS_CONDITION, Some(condition.clone()))
         else {
             return;
         };

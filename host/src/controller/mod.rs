@@ -36,6 +36,7 @@
 
 mod apply;
 mod breaker;
+mod conditions;
 mod echo;
 pub mod effects;
 pub mod events;
