@@ -247,10 +247,10 @@ pub(super) async fn report(
                "message": messages.join("; ")})
     } else {
         let pending = egress.pending(manifest).await;
-        if pending.is_empty() {
+        if pending.items.is_empty() {
             json!({"type": EFFECTS_CONDITION, "status": "True", "reason": "Granted",
                    "message": "every destination and secret the plugin declares is granted"})
-        } else if egress.has_grant(manifest).await {
+        } else if pending.granted {
             // An operator who grants less than a plugin declares (one
             // server for a plugin that may talk to any) is practising least
             // privilege, not forgetting: the object's requests so far were
@@ -260,12 +260,12 @@ pub(super) async fn report(
                    "message": format!(
                        "requests allowed; declared by plugin {} but not granted (PluginGrant {}), \
                         refused if used: {}",
-                       manifest.name, manifest.name, pending.join("; "))})
+                       manifest.name, manifest.name, pending.items.join("; "))})
         } else {
             json!({"type": EFFECTS_CONDITION, "status": "False", "reason": "GrantPending",
                    "message": format!(
                        "declared by plugin {} but not granted (PluginGrant {}): {}",
-                       manifest.name, manifest.name, pending.join("; "))})
+                       manifest.name, manifest.name, pending.items.join("; "))})
         }
     };
     write_condition(shared, api, key, &object, condition).await;

@@ -153,6 +153,17 @@ struct Rights {
     grant: Result<Option<Grant>, String>,
 }
 
+/// What a plugin declares and its grant leaves out ([`Egress::pending`]).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Pending {
+    /// Each `destination http://…` or `secret name/key` declared and not
+    /// granted; empty when everything declared is granted (or nothing is
+    /// declared).
+    pub items: Vec<String>,
+    /// Whether a valid `PluginGrant` for the plugin exists.
+    pub granted: bool,
+}
+
 /// `refused`: a request not sent.
 fn refused(message: impl Into<String>) -> HttpError {
     HttpError {
@@ -211,23 +222,22 @@ impl Egress {
         }
     }
 
-    /// Whether the operator has granted `manifest`'s plugin anything (a
-    /// readable `PluginGrant` exists for it).
-    pub async fn has_grant(&self, manifest: &Manifest) -> bool {
-        matches!(self.grant(&manifest.name).await, Ok(Some(_)))
-    }
-
-    /// What `manifest` declares that its grant does not cover: each entry
-    /// `destination http://…` or `secret name/key`. Empty when everything
-    /// declared is granted (or nothing is declared).
-    pub async fn pending(&self, manifest: &Manifest) -> Vec<String> {
+    /// What `manifest` declares that its grant does not cover, and
+    /// whether it has a grant at all.
+    pub async fn pending(&self, manifest: &Manifest) -> Pending {
         if manifest.destinations.is_empty() && manifest.secrets.is_empty() {
-            return Vec::new();
+            return Pending::default();
         }
         let rights = self.rights(manifest).await;
-        let grant = match rights.grant {
-            Ok(grant) => grant.unwrap_or_default(),
-            Err(err) => return vec![err],
+        let (grant, granted) = match rights.grant {
+            Ok(Some(grant)) => (grant, true),
+            Ok(None) => (Grant::default(), false),
+            Err(err) => {
+                return Pending {
+                    items: vec![err],
+                    granted: false,
+                };
+            }
         };
         let mut pending: Vec<String> = rights
             .declared
@@ -254,7 +264,10 @@ impl Egress {
                 pending.push(format!("secret {text}"));
             }
         }
-        pending
+        Pending {
+            items: pending,
+            granted,
+        }
     }
 
     /// Perform reads, all at once (bounded by the plugin's concurrency),
