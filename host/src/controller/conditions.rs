@@ -1,0 +1,249 @@
+//! What the controller says on the object itself when a reconcile did not
+//! simply succeed: `Ready=False` with an event for a permanent error or a
+//! hot loop, `ChildrenApplied=False` for desired children another object
+//! holds, `RequeueThrottled`; and [`with_condition`], the one way a
+//! condition is set on a cached object.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::{EventRecord, Manifest, Severity, Shared, apply, events};
+use crate::api::{self, Api};
+use crate::object::{ObjectKey, meta, time};
+
+/// The condition that reports desired children whose names another object
+/// holds.
+const CLASH_CONDITION: &str = "ChildrenApplied";
+
+/// Report desired children whose names another object holds: a warning
+/// event naming the holder for each, and `ChildrenApplied=False` with all of
+/// them; once none is left, the condition goes.
+pub(super) async fn report_clashes(
+    shared: &Shared,
+    api: &Api,
+    manifest: &Manifest,
+    key: &ObjectKey,
+    clashes: &[apply::Clash],
+) {
+    let Some(object) = shared.informer.get(key) else {
+        return;
+    };
+    let has_condition = object["status"]["conditions"]
+        .as_array()
+        .is_some_and(|c| c.iter().any(|c| c["type"] == CLASH_CONDITION));
+    if clashes.is_empty() && !has_condition {
+        return;
+    }
+    for clash in clashes {
+        let event = EventRecord {
+            severity: Severity::Warning,
+            reason: "ChildNameClash".into(),
+            message: format!(
+                "{}; the other children were applied, and this one will be when the name is free",
+                clash.describe()
+            ),
+        };
+        if let Err(err) = events::record(api, &manifest.name, &object, &event).await {
+            tracing::warn!(%err, "could not record event");
+        }
+    }
+    let condition = (!clashes.is_empty()).then(|| {
+        let described: Vec<String> = clashes.iter().map(apply::Clash::describe).collect();
+        json!({
+            "type": CLASH_CONDITION, "status": "False", "reason": "NameClash",
+            "message": format!("{}; the other children were applied", described.join("; ")),
+        })
+    });
+    for _ in 0..5 {
+        let latest = match api
+            .get(&shared.kind, key.namespace.as_deref(), &key.name)
+            .await
+        {
+            Ok(latest) => latest,
+            Err(_) => return,
+        };
+        let Some(next) = with_condition(&latest, CLASH_CONDITION, condition.clone()) else {
+            return;
+        };
+        let result = api.write_status(&shared.kind, next).await;
+        match result {
+            Err(api::Error::Conflict { .. }) => continue,
+            Err(err) => {
+                tracing::debug!(%err, "could not write the {CLASH_CONDITION} condition");
+                return;
+            }
+            Ok(_) => return,
+        }
+    }
+}
+
+/// `object` with the condition of type `kind` replaced by `condition` (or
+/// removed, for `None`); `None` if that changes nothing.
+pub(super) fn with_condition(
+    object: &crate::object::Object,
+    kind: &str,
+    condition: Option<serde_json::Value>,
+) -> Option<crate::object::Object> {
+    let mut conditions: Vec<serde_json::Value> = object["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let position = conditions.iter().position(|c| c["type"] == kind);
+    match (position, condition) {
+        (None, None) => return None,
+        (Some(i), None) => {
+            conditions.remove(i);
+        }
+        (Some(i), Some(mut next)) => {
+            let current = &conditions[i];
+            if ["status", "reason", "message"]
+                .iter()
+                .all(|f| current[*f] == next[*f])
+            {
+                return None;
+            }
+            next["lastTransitionTime"] = if current["status"] == next["status"] {
+                current["lastTransitionTime"].clone()
+            } else {
+                json!(time::now_rfc3339())
+            };
+            conditions[i] = next;
+        }
+        (None, Some(mut next)) => {
+            next["lastTransitionTime"] = json!(time::now_rfc3339());
+            conditions.push(next);
+        }
+    }
+    let mut next = object.clone();
+    next["status"]["conditions"] = json!(conditions);
+    Some(next)
+}
+
+/// Report on the object that its requeues are being slowed down: a
+/// warning event (once per idle streak, see `requeue`).
+pub(super) async fn report_throttled(
+    shared: &Shared,
+    api: &Api,
+    manifest: &Manifest,
+    key: &ObjectKey,
+    requested: Duration,
+    after: Duration,
+) {
+    let Some(object) = shared.informer.get(key) else {
+        return;
+    };
+    let message = format!(
+        "the reconciler keeps asking to be called again after {requested:?} with nothing to do; \
+         its calls of this object are slowed down (next in {after:?}, at most one every {:?}) until something changes",
+        shared.requeues.ceiling()
+    );
+    tracing::warn!(plugin = %manifest.name, object = %key, "{message}");
+    let event = EventRecord {
+        severity: Severity::Warning,
+        reason: "RequeueThrottled".into(),
+        message,
+    };
+    if let Err(err) = events::record(api, &manifest.name, &object, &event).await {
+        tracing::warn!(%err, "could not record event");
+    }
+}
+
+/// Report why an object stopped on the object itself: a warning event and
+/// `Ready=False` with `reason` (`ReconcileError`, `HotLoop`).
+/// Record a warning event and write a `Ready=False` condition with
+/// `reason` and `message`. Returns the version that write made, if it was
+/// made on top of the version `based_on` (what the failed reconcile saw).
+pub(super) async fn report_not_ready(
+    shared: &Shared,
+    api: &Api,
+    manifest: &Manifest,
+    key: &ObjectKey,
+    (reason, message): (&str, &str),
+    based_on: Option<&str>,
+) -> Option<String> {
+    let object = shared.informer.get(key)?;
+    let event = EventRecord {
+        severity: Severity::Warning,
+        reason: reason.into(),
+        message: message.to_owned(),
+    };
+    if let Err(err) = events::record(api, &manifest.name, &object, &event).await {
+        tracing::warn!(%err, "could not record event");
+    }
+    // The cache may not show this reconcile's own last write yet: read the
+    // stored object, and retry on a conflict with a concurrent writer.
+    for _ in 0..5 {
+        let latest = match api
+            .get(&shared.kind, key.namespace.as_deref(), &key.name)
+            .await
+        {
+            Ok(latest) => latest,
+            Err(err) => {
+                tracing::debug!(%err, "could not read the object to report it not ready");
+                return None;
+            }
+        };
+        let on_what_failed = based_on.is_some() && meta::resource_version(&latest) == based_on;
+        let next = with_not_ready(&latest, reason, message)?;
+        let result = api.write_status(&shared.kind, next).await;
+        match result {
+            Err(api::Error::Conflict { .. }) => continue,
+            Err(err) => {
+                tracing::debug!(%err, "could not write the Ready=False condition");
+                return None;
+            }
+            Ok(written) => {
+                return on_what_failed
+                    .then(|| meta::resource_version(&written).map(str::to_owned))
+                    .flatten();
+            }
+        }
+    }
+    None
+}
+
+/// `object` with a `Ready=False` condition carrying `reason` and `message`,
+/// or `None` if it already has that condition.
+fn with_not_ready(
+    object: &crate::object::Object,
+    reason: &str,
+    message: &str,
+) -> Option<crate::object::Object> {
+    let mut conditions: Vec<serde_json::Value> = object["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let ready = json!({
+        "type": "Ready", "status": "False", "reason": reason, "message": message,
+        "observedGeneration": meta::generation(object),
+    });
+    let existing = conditions.iter_mut().find(|c| c["type"] == "Ready");
+    match existing {
+        Some(c)
+            if c["status"] == "False"
+                && c["reason"] == reason
+                && c["message"] == message
+                && c["observedGeneration"] == ready["observedGeneration"] =>
+        {
+            return None;
+        }
+        Some(c) => {
+            let mut next = ready;
+            next["lastTransitionTime"] = if c["status"] == "False" {
+                c["lastTransitionTime"].clone()
+            } else {
+                json!(time::now_rfc3339())
+            };
+            *c = next;
+        }
+        None => {
+            let mut next = ready;
+            next["lastTransitionTime"] = json!(time::now_rfc3339());
+            conditions.push(next);
+        }
+    }
+    let mut next = object.clone();
+    next["status"]["conditions"] = json!(conditions);
+    Some(next)
+}
