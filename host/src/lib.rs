@@ -59,6 +59,7 @@ pub mod host;
 pub mod informer;
 mod metrics;
 pub mod object;
+pub mod plan;
 pub mod plugins;
 pub mod queue;
 pub mod runtime;

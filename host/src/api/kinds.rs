@@ -187,6 +187,25 @@ impl KindRegistry {
             );
     }
 
+    /// A registry of its own holding the kinds this one holds now: what
+    /// is inserted into or removed from either later, the other does not
+    /// see.
+    ///
+    /// ```
+    /// use setpoint::api::KindRegistry;
+    /// let kinds = KindRegistry::with_builtins();
+    /// let fork = kinds.fork();
+    /// fork.remove("", "events");
+    /// assert!(fork.by_kind("v1", "Event").is_none());
+    /// assert!(kinds.by_kind("v1", "Event").is_some());
+    /// ```
+    pub fn fork(&self) -> Self {
+        let kinds = self.kinds.read().unwrap_or_else(|p| p.into_inner()).clone();
+        Self {
+            kinds: Arc::new(RwLock::new(kinds)),
+        }
+    }
+
     /// The compiled schema writes of `kind` are checked against: the
     /// registered one for the kind's group, plural and version, else the
     /// kind's own (compiled now). `None` when the kind has no schema.

@@ -44,6 +44,7 @@ use std::sync::atomic::AtomicI64;
 pub use delete::{DeleteOptions, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, Propagation};
 pub use error::{Cause, CauseType, Error, FieldConflict};
 pub use gc::{GcConfig, GcHealth};
+pub(crate) use gc::Simulation as GcSimulation;
 pub use kinds::KindRegistry;
 pub use list::{ListOptions, ObjectList};
 
@@ -275,6 +276,46 @@ impl Api {
     pub fn fenced(&self, fence: store::Fence) -> Self {
         Self {
             backend: Arc::new(store::FencedBackend::new(self.backend.clone(), fence)),
+            ..self.clone()
+        }
+    }
+
+    /// This API over `overlay` (an [`store::OverlayBackend`] over this
+    /// API's store, say), with a registry of kinds of its own: every write
+    /// runs the whole write path and lands in the overlay, a definition
+    /// created there registers its kind for this API alone, and the real
+    /// store, registry and garbage collector never see any of it. What a
+    /// plan (`crate::plan`) runs the cascade over.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::store::{MemoryBackend, OverlayBackend};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let overlay = Arc::new(OverlayBackend::new(api.backend().clone()).await?);
+    /// let planning = api.over(overlay);
+    /// let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    ///     "metadata": {"name": "widgets.example.com"},
+    ///     "spec": {"group": "example.com", "scope": "Namespaced",
+    ///         "names": {"kind": "Widget", "plural": "widgets"},
+    ///         "versions": [{"name": "v1", "served": true, "storage": true,
+    ///             "schema": {"openAPIV3Schema": {"type": "object"}}}]}});
+    /// let crds = api.kinds().require("apiextensions.k8s.io/v1", "CustomResourceDefinition")?;
+    /// planning.create(&crds, crd).await?;
+    /// assert!(planning.kinds().by_kind("example.com/v1", "Widget").is_some());
+    /// assert!(api.kinds().by_kind("example.com/v1", "Widget").is_none());
+    /// assert_eq!(api.current_revision().await?, 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn over(&self, overlay: Arc<dyn Backend>) -> Self {
+        Self {
+            backend: overlay,
+            kinds: self.kinds.fork(),
+            dry_run: false,
+            gc: Default::default(),
             ..self.clone()
         }
     }

@@ -117,6 +117,11 @@ impl Client {
         }
     }
 
+    /// `POST path` with a JSON body; the success answer's JSON body.
+    pub async fn post_json(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
+        self.send_ok(Method::POST, path, Some(body)).await
+    }
+
     fn fail(status: StatusCode, body: &Value) -> anyhow::Error {
         match body["message"].as_str() {
             Some(message) => anyhow!("{message} (HTTP {})", status.as_u16()),
@@ -397,7 +402,7 @@ impl Client {
             if !status.is_success() {
                 return Err(Self::fail(status, &live));
             }
-            let desired = merged(&live, object);
+            let desired = crate::object::patch::applied_over(&live, object);
             let (status, body) = self.send(Method::PUT, &item, Some(&desired)).await?;
             match status {
                 s if s.is_success() => {
@@ -411,24 +416,6 @@ impl Client {
         }
         bail!("gave up after repeated conflicts updating {name:?}")
     }
-}
-
-/// The live object with the manifest's fields laid over it: top-level
-/// fields other than metadata and status replaced, labels and annotations
-/// replaced when given, the live resource version kept as the precondition.
-fn merged(live: &Value, manifest: &Value) -> Value {
-    let mut next = live.clone();
-    for (field, value) in manifest.as_object().into_iter().flatten() {
-        if field != "metadata" && field != "status" {
-            next[field] = value.clone();
-        }
-    }
-    for field in ["labels", "annotations", "finalizers"] {
-        if let Some(value) = manifest["metadata"].get(field) {
-            next["metadata"][field] = value.clone();
-        }
-    }
-    next
 }
 
 /// `?k=v&…`, percent-encoded.

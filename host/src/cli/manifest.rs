@@ -81,6 +81,77 @@ pub fn parse_manifests(path: &Path, text: &str) -> anyhow::Result<Vec<Manifest>>
     Ok(manifests)
 }
 
+/// Every object of a manifest file, each document on its own: a document
+/// that does not parse is named with its error and the others are still
+/// read (`setpoint plan` plans the rest). The objects are not checked
+/// here; whoever takes them reports what is wrong with each.
+pub fn read_documents(path: &Path) -> anyhow::Result<(Vec<Manifest>, Vec<(String, String)>)> {
+    let text = if path == Path::new("-") {
+        std::io::read_to_string(std::io::stdin()).context("reading standard input")?
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?
+    };
+    let mut manifests = Vec::new();
+    let mut errors = Vec::new();
+    let origin = |document: usize| format!("{} (document {document})", path.display());
+    for (i, chunk) in split_documents(path, &text).into_iter().enumerate() {
+        let document = i + 1;
+        let parsed = if chunk.trim_start().starts_with('{') {
+            serde_json::from_str::<Value>(chunk)
+                .map(|v| vec![v])
+                .map_err(|e| format!("not valid JSON: {e}"))
+        } else {
+            crate::object::yaml::documents(chunk).map_err(|(_, e)| format!("not valid YAML: {e}"))
+        };
+        match parsed {
+            Err(message) => errors.push((origin(document), message)),
+            Ok(values) => {
+                for value in values.into_iter().filter(|v| !v.is_null()) {
+                    let items = if value["kind"] == "List" {
+                        value["items"].as_array().cloned().unwrap_or_default()
+                    } else {
+                        vec![value]
+                    };
+                    manifests.extend(items.into_iter().map(|object| Manifest {
+                        source: path.to_owned(),
+                        document,
+                        object,
+                    }));
+                }
+            }
+        }
+    }
+    if manifests.is_empty() && errors.is_empty() {
+        bail!("{} contains no objects", path.display());
+    }
+    Ok((manifests, errors))
+}
+
+/// The text of each document: JSON is one, YAML is split at its `---`
+/// lines (so that one broken document does not hide the others).
+fn split_documents<'t>(path: &Path, text: &'t str) -> Vec<&'t str> {
+    if path.extension().is_some_and(|e| e == "json") || text.trim_start().starts_with('{') {
+        return vec![text];
+    }
+    let mut documents = Vec::new();
+    let mut start = 0;
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let bare = line.trim_end();
+        if bare == "---" || bare.starts_with("--- ") {
+            if !text[start..offset].trim().is_empty() {
+                documents.push(&text[start..offset]);
+            }
+            start = offset + line.len();
+        }
+        offset += line.len();
+    }
+    if !text[start..].trim().is_empty() {
+        documents.push(&text[start..]);
+    }
+    documents
+}
+
 fn check(manifest: &Manifest) -> anyhow::Result<()> {
     let object = &manifest.object;
     if !object.is_object() {
@@ -122,6 +193,28 @@ fn type_name(value: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_broken_document_is_named_and_the_others_are_still_read() {
+        let dir = std::env::temp_dir().join(format!("setpoint-docs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("m.yaml");
+        std::fs::write(
+            &path,
+            "apiVersion: v1\nkind: Event\nmetadata: {name: a}\n---\nkind: [unclosed\n---\n\"just text\"\n--- \napiVersion: v1\nkind: Event\nmetadata: {name: b}\n",
+        )
+        .unwrap();
+        let (manifests, errors) = read_documents(&path).unwrap();
+        let names: Vec<_> = manifests
+            .iter()
+            .map(|m| (m.document, m.object["metadata"]["name"].as_str().unwrap_or("-")))
+            .collect();
+        assert_eq!(names, [(1, "a"), (3, "-"), (4, "b")], "unchecked, in order");
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].0.ends_with("m.yaml (document 2)"), "{errors:?}");
+        assert!(errors[0].1.starts_with("not valid YAML"), "{errors:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn multi_document_yaml_and_lists_are_read_in_order() {

@@ -11,6 +11,7 @@ mod kubeconfig;
 mod manifest;
 pub mod new_plugin;
 mod output;
+pub mod plan;
 mod plugins;
 mod serve;
 
@@ -129,6 +130,30 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Show what applying a manifest, or deleting an object, would do —
+    /// the objects, the controllers' reaction through every level of
+    /// children, the external writes — without changing anything.
+    #[command(group = clap::ArgGroup::new("what").required(true).args(["files", "delete"]))]
+    Plan {
+        /// The manifest file to plan applying, or `-` for standard input.
+        #[arg(short = 'f', long = "filename")]
+        files: Vec<PathBuf>,
+        /// Plan deleting this object instead.
+        #[arg(long, num_args = 2, value_names = ["KIND", "NAME"])]
+        delete: Vec<String>,
+        /// The namespace of the object to delete.
+        #[arg(short = 'n', long, default_value = "default")]
+        namespace: String,
+        /// What happens to the dependents of the object to delete.
+        #[arg(long, value_enum, default_value = "background")]
+        cascade: plan::CascadePolicy,
+        /// The output format.
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: plan::PlanFormat,
+        /// Where the host is.
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// Show objects of a kind, or one object.
     Get {
         /// The kind: its name, plural, singular or short name (`replicasets`, `rs`).
@@ -243,6 +268,28 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 println!("{line}");
             }
             Ok(ExitCode::SUCCESS)
+        }),
+        Command::Plan {
+            files,
+            delete,
+            namespace,
+            cascade,
+            output,
+            server,
+        } => block_on(async move {
+            let client = server.client()?;
+            let plan = match delete.as_slice() {
+                [kind, name] => plan::plan_delete(&client, kind, name, &namespace, cascade).await?,
+                _ => plan::plan_apply(&client, &files).await?,
+            };
+            plan::print(&plan, output)?;
+            // Like `kubectl apply`, a plan with errors fails (after showing
+            // everything that could be planned).
+            Ok(if plan.errors.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }),
         Command::Get {
             kind,

@@ -21,17 +21,17 @@ use crate::api::{self, Api, DeleteOptions};
 use crate::object::{KindInfo, Object, ObjectKey, meta, patch};
 
 /// Store revisions written, with the kind written to.
-pub(super) type Writes = Vec<(Arc<KindInfo>, i64)>;
+pub(crate) type Writes = Vec<(Arc<KindInfo>, i64)>;
 
 /// Everything the applier needs about the controller.
-pub(super) struct Applier<'a> {
+pub(crate) struct Applier<'a> {
     pub api: &'a Api,
     pub manifest: &'a Manifest,
     pub owned_kinds: &'a [Arc<KindInfo>],
     pub kind: &'a Arc<KindInfo>,
     /// The reconciled object's key, and where the echo of its status
-    /// write is dropped (see `echo`).
-    pub echo: (&'a ObjectKey, &'a Echoes),
+    /// write is dropped (see `echo`); `None` where nothing watches (a plan).
+    pub echo: Option<(&'a ObjectKey, &'a Echoes)>,
     /// Store revisions this applier wrote, per kind: the next reconcile of
     /// the same key waits until the informers have seen them.
     pub written: std::sync::Mutex<Writes>,
@@ -45,7 +45,7 @@ pub(super) struct Applier<'a> {
 
 /// A desired child whose name another object holds.
 #[derive(Debug, Clone)]
-pub(super) struct Clash {
+pub(crate) struct Clash {
     /// The child's kind.
     pub kind: Arc<KindInfo>,
     /// Its namespace, for a namespaced kind.
@@ -355,10 +355,11 @@ impl Applier<'_> {
         // The resource version the reconciler saw is the precondition: a
         // status computed from an old object must not overwrite a newer one.
         // Its echo shows the reconciler nothing it does not know: dropped.
-        let (key, echoes) = self.echo;
-        let writing = echoes.writing(key);
+        let writing = self.echo.map(|(key, echoes)| echoes.writing(key));
         let updated = self.api.write_status(self.kind, next).await?;
-        writing.wrote(parent, &updated);
+        if let Some(writing) = writing {
+            writing.wrote(parent, &updated);
+        }
         self.wrote(self.kind, &updated);
         Ok(())
     }

@@ -48,7 +48,7 @@ enum Own {
 /// Entries live from a write until its echo (or the key's next event), so
 /// the map holds about as many keys as there are writes in flight.
 #[derive(Debug)]
-pub(super) struct Echoes {
+pub(crate) struct Echoes {
     queue: WorkQueue<ObjectKey>,
     keys: Mutex<HashMap<ObjectKey, Own>>,
 }
@@ -144,7 +144,7 @@ impl Echoes {
 /// A write of one key in flight. [`Writing::wrote`] settles it with the
 /// version written; dropped unsettled (a failed write, a cancelled task),
 /// it releases what it held.
-pub(super) struct Writing<'a> {
+pub(crate) struct Writing<'a> {
     echoes: &'a Echoes,
     key: &'a ObjectKey,
     settled: bool,

@@ -123,7 +123,7 @@ fn unanswered<'a>(
 /// Call the reconciler again while its response wants reads it has no
 /// answer to: perform them, add the answers to the request and call again,
 /// at most `max_rounds` calls in all. `call` makes one call.
-pub(super) async fn rounds<F, Fut>(
+pub(crate) async fn rounds<F, Fut>(
     egress: &Egress,
     scope: &Scope<'_>,
     mut request: Request,

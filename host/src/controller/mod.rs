@@ -34,10 +34,10 @@
 //! informer handlers and drops its informers, so a plugin that goes away
 //! releases its watches.
 
-mod apply;
+pub(crate) mod apply;
 mod breaker;
 mod conditions;
-mod echo;
+pub(crate) mod echo;
 pub mod effects;
 pub mod events;
 mod failures;
@@ -523,6 +523,18 @@ impl Controller {
         }
         if let Some(task) = self.acquisitions.take() {
             task.abort();
+        }
+    }
+}
+
+impl Controller {
+    /// What a plan calls of this controller: the reconciler running now,
+    /// its kind and the kinds it owns.
+    pub(crate) fn plan_target(&self) -> crate::plan::Target {
+        crate::plan::Target {
+            reconciler: self.shared.reconciler(),
+            kind: self.shared.kind.clone(),
+            owned_kinds: self.shared.owned_kinds.clone(),
         }
     }
 }

@@ -359,7 +359,7 @@ async fn reconcile_key(
         manifest,
         owned_kinds: &shared.owned_kinds,
         kind: &shared.kind,
-        echo: (key, &shared.echoes),
+        echo: Some((key, &shared.echoes)),
         written: Default::default(),
         events: Default::default(),
         clashes: Default::default(),

@@ -86,7 +86,12 @@ impl Default for EgressConfig {
 #[derive(Clone)]
 pub struct Egress {
     inner: Arc<Inner>,
+    /// Sends only requests that change nothing (see [`Egress::read_only`]).
+    read_only: bool,
 }
+
+/// Methods a read-only egress sends: the ones HTTP defines as safe.
+const SAFE_METHODS: [&str; 3] = ["GET", "HEAD", "OPTIONS"];
 
 struct Inner {
     config: EgressConfig,
@@ -182,7 +187,37 @@ impl Egress {
                 api,
                 metrics: Metrics::default(),
             }),
+            read_only: false,
         }
+    }
+
+    /// This egress, sending only safe requests (`GET`, `HEAD`, `OPTIONS`)
+    /// under the same grants, limits and metrics; any other request, and
+    /// every write, is refused unsent (reason `NotSentReadOnly`). What a
+    /// plan observes the outside world through: it may look, never touch.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use std::sync::Arc;
+    /// use setpoint::api::Api;
+    /// use setpoint::egress::{Egress, EgressConfig};
+    /// use setpoint::store::MemoryBackend;
+    ///
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await.unwrap();
+    /// let egress = Egress::new(api, EgressConfig::default());
+    /// assert!(!egress.is_read_only() && egress.read_only().is_read_only());
+    /// # });
+    /// ```
+    pub fn read_only(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            read_only: true,
+        }
+    }
+
+    /// Whether this egress sends only safe requests ([`Egress::read_only`]).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
     }
 
     /// The settings.
@@ -341,10 +376,22 @@ impl Egress {
             .as_ref()
             .map_or_else(|_| "invalid".to_owned(), ToString::to_string);
         let mut masker = Masker::default();
-        let result = match self
-            .prepare(scope, rights, request, destination, &mut masker)
-            .await
+        let prepared = if self.read_only
+            && (role != "observe"
+                || !SAFE_METHODS.contains(&request.method.to_ascii_uppercase().as_str()))
         {
+            Err((
+                "NotSentReadOnly",
+                format!(
+                    "{} {} not sent: only safe reads (GET, HEAD, OPTIONS) are sent while planning",
+                    request.method, request.url
+                ),
+            ))
+        } else {
+            self.prepare(scope, rights, request, destination, &mut masker)
+                .await
+        };
+        let result = match prepared {
             Err((reason, message)) => {
                 self.inner.metrics.refused(plugin, &label, reason);
                 tracing::warn!(plugin, object = %scope.key, method = %request.method, url = %request.url, reason, "external request refused: {message}");

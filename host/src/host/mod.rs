@@ -175,6 +175,53 @@ impl Host {
         self.background.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// What applying `request` would do now: the object changes, the
+    /// controllers' reaction through every level of children, the garbage
+    /// collector's, and the external writes provider plugins would send,
+    /// planned over an in-memory overlay of the store with the running
+    /// plugins (see [`crate::plan`]). Nothing is written and no external
+    /// write is sent.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+    /// use serde_json::json;
+    /// use setpoint::Host;
+    /// use setpoint::plan::{Action, Document, Request};
+    ///
+    /// let host = Host::builder().in_memory().build().await.unwrap();
+    /// let before = host.api().current_revision().await.unwrap();
+    /// let event = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "hello"}});
+    /// let plan = host
+    ///     .plan(Request::Apply(vec![Document { origin: "example".into(), object: event }]))
+    ///     .await
+    ///     .unwrap();
+    /// assert_eq!(plan.changes_of("Event", Action::Create).len(), 1);
+    /// assert_eq!(host.api().current_revision().await.unwrap(), before, "nothing written");
+    /// host.shutdown().await;
+    /// # });
+    /// ```
+    pub async fn plan(
+        &self,
+        request: crate::plan::Request,
+    ) -> Result<crate::plan::Plan, crate::plan::Error> {
+        let targets = self
+            .shared
+            .controllers
+            .lock()
+            .await
+            .values()
+            .map(Controller::plan_target)
+            .collect();
+        let context = crate::plan::Context {
+            api: self.shared.api.clone(),
+            informers: self.shared.informers.clone(),
+            egress: self.shared.egress.read_only(),
+            pool: self.shared.pool.clone(),
+            targets,
+        };
+        crate::plan::run(&context, request).await
+    }
+
     /// The object API.
     pub fn api(&self) -> &Api {
         &self.shared.api

@@ -15,6 +15,7 @@ mod metrics;
 mod objects;
 mod openapi;
 mod options;
+mod plan;
 mod protobuf;
 mod status;
 mod table;
@@ -61,6 +62,7 @@ pub fn router_with(host: Arc<Host>, config: Config) -> Router {
         .route("/setpoint/v1/history", get(host_info::history))
         .route("/setpoint/v1/cluster", get(host_info::cluster))
         .route("/setpoint/v1/backup", get(backup::backup))
+        .route("/setpoint/v1/plan", axum::routing::post(plan::plan))
         .route("/openapi/v2", get(openapi::v2))
         .route("/openapi/v3", get(openapi::v3_index))
         .route("/openapi/v3/{*rest}", get(openapi::v3_group_version))

@@ -20,6 +20,7 @@
 #[cfg(test)]
 mod conformance;
 mod dry_run;
+mod overlay;
 pub mod embedded;
 mod error;
 pub mod etcd;
@@ -33,6 +34,7 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 pub use dry_run::DryRunBackend;
+pub use overlay::OverlayBackend;
 pub use embedded::EmbeddedBackend;
 pub use error::Error;
 pub use etcd::{EtcdBackend, EtcdConfig};

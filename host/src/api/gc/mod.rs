@@ -376,6 +376,16 @@ impl Collector {
     /// List everything at one revision, queue leftover work and subscribe
     /// from that revision. The error is only logged.
     async fn load(&mut self) -> std::result::Result<Subscription, String> {
+        let revision = self.index().await?;
+        self.api
+            .hub
+            .subscribe(ROOT, revision)
+            .map_err(|e| e.to_string())
+    }
+
+    /// List everything at one revision into the index and queue leftover
+    /// work; returns the revision listed at.
+    async fn index(&mut self) -> std::result::Result<Revision, String> {
         let mut revision: Option<Revision> = None;
         let mut start_after = None;
         loop {
@@ -417,11 +427,7 @@ impl Collector {
             }
         }
         work.into_iter().for_each(|item| self.enqueue(item));
-        let revision = revision.unwrap_or_default();
-        self.api
-            .hub
-            .subscribe(ROOT, revision)
-            .map_err(|e| e.to_string())
+        Ok(revision.unwrap_or_default())
     }
 
     /// Whether a dependent with this owner reference needs a decision.
@@ -732,6 +738,87 @@ impl Collector {
             }
         }
         Ok(())
+    }
+}
+
+/// The collector's decisions, run to completion over an API whose changes
+/// are handed in rather than watched: what a plan (`crate::plan`) runs over
+/// its overlay to show what a deletion cascades to. The same code decides
+/// as in the running collector; only the waiting is left out (work that
+/// fails is tried again at once, a bounded number of times).
+pub(crate) struct Simulation {
+    collector: Collector,
+    loaded: bool,
+}
+
+/// Attempts at one item before a simulation gives up on it.
+const SIMULATED_ATTEMPTS: u32 = 5;
+
+impl Simulation {
+    /// A collector over `api` that has seen nothing yet.
+    pub(crate) fn new(api: Api) -> Self {
+        Self {
+            collector: Collector::new(api),
+            loaded: false,
+        }
+    }
+
+    /// A change made through the API. The first one that may need the
+    /// collector (a deletion, or an object being deleted) makes it list
+    /// the whole store through the API, the changes so far included.
+    pub(crate) async fn on_change(
+        &mut self,
+        kind: EventType,
+        key: &str,
+        object: &Object,
+    ) -> std::result::Result<(), String> {
+        if !self.loaded {
+            let deleting =
+                kind == EventType::Deleted || meta::deletion_timestamp(object).is_some();
+            if !deleting {
+                return Ok(());
+            }
+            self.collector.index().await?;
+            self.loaded = true;
+        }
+        self.collector.on_event(kind, key, object);
+        Ok(())
+    }
+
+    /// Work the queue until it is empty; returns the items that kept
+    /// failing, with their last error.
+    pub(crate) async fn settle(&mut self) -> Vec<String> {
+        let mut failed = Vec::new();
+        loop {
+            if self.collector.queue.is_empty() {
+                let retry: Vec<Item> = self
+                    .collector
+                    .delayed
+                    .drain(..)
+                    .map(|(_, item)| item)
+                    .collect();
+                if retry.is_empty() {
+                    return failed;
+                }
+                for item in retry {
+                    if self.collector.failures.get(&item).copied().unwrap_or(0) < SIMULATED_ATTEMPTS {
+                        self.collector.enqueue(item);
+                    } else {
+                        failed.push(format!("garbage collection of {item:?} kept failing"));
+                    }
+                }
+                continue;
+            }
+            let item = self.collector.queue.front().cloned();
+            self.collector.work_one().await;
+            // An item that found its object gone is retried without a
+            // failure count; count it here so a simulation always ends.
+            if let Some(item) = item
+                && self.collector.delayed.iter().any(|(_, i)| *i == item)
+            {
+                *self.collector.failures.entry(item).or_insert(0) += 1;
+            }
+        }
     }
 }
 

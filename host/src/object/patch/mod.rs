@@ -36,6 +36,38 @@ pub fn merge(target: &mut Value, patch: &Value) {
     }
 }
 
+/// What `setpoint apply` writes over a live object: the manifest's
+/// top-level fields replace the live ones (`metadata` and `status` aside),
+/// and its labels, annotations and finalizers replace the live ones; the
+/// rest of the live metadata (uid, resourceVersion, owner references) and
+/// the status stay. Shared by the CLI and by plans, so a plan of a
+/// manifest writes exactly what applying it would.
+///
+/// ```
+/// use serde_json::json;
+/// let live = json!({"metadata": {"name": "web", "uid": "u1", "labels": {"old": "x"}},
+///                   "spec": {"replicas": 1, "paused": true}, "status": {"ready": 1}});
+/// let manifest = json!({"metadata": {"name": "web", "labels": {"app": "web"}},
+///                       "spec": {"replicas": 3}});
+/// let next = setpoint::object::patch::applied_over(&live, &manifest);
+/// assert_eq!(next, json!({"metadata": {"name": "web", "uid": "u1", "labels": {"app": "web"}},
+///                         "spec": {"replicas": 3}, "status": {"ready": 1}}));
+/// ```
+pub fn applied_over(live: &Value, manifest: &Value) -> Value {
+    let mut next = live.clone();
+    for (field, value) in manifest.as_object().into_iter().flatten() {
+        if field != "metadata" && field != "status" {
+            next[field] = value.clone();
+        }
+    }
+    for field in ["labels", "annotations", "finalizers"] {
+        if let Some(value) = manifest["metadata"].get(field) {
+            next["metadata"][field] = value.clone();
+        }
+    }
+    next
+}
+
 #[cfg(test)]
 mod tests {
     use super::merge;
