@@ -48,6 +48,9 @@ mod kubectl;
 mod metrics;
 /// `setpoint new-plugin` and `setpoint plugins`.
 mod new_plugin;
+/// `setpoint plan`: plans compared with what applying them does, nothing
+/// written or sent while planning, bad input reported per object.
+mod plan;
 /// A plugin written in Python (componentize-py) on a real host.
 mod python_plugin;
 /// The reconcile loop's guarantees with native reconcilers: coalescing,

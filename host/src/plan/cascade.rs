@@ -76,6 +76,16 @@ fn without_bookkeeping(object: &Object, keep_status: bool) -> Value {
     object
 }
 
+/// An object as a plan shows it: without the resource version (the
+/// overlay's own, never the store's) and managed fields.
+fn shown(mut object: Object) -> Value {
+    if let Some(m) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+        m.remove("managedFields");
+    }
+    object
+}
+
 impl<'a> Cascade<'a> {
     pub(super) async fn new(context: &'a Context) -> Result<Self, Error> {
         let overlay = Arc::new(OverlayBackend::new(context.api.backend().clone()).await?);
@@ -412,10 +422,22 @@ impl<'a> Cascade<'a> {
             deadline: tokio::time::Instant::now() + context.egress.config().reconcile_budget,
         };
         let mut report = Report::default();
+        // Every read asked for, in any round, to show with its answer.
+        let asked = std::sync::Mutex::new(response.observe.clone());
         let pool_call = |r: Request| {
             let (reconciler, view) = (reconciler.clone(), view.clone());
             let pool = context.pool.clone();
-            async move { call_on(&pool, &reconciler, &view, r).await }
+            let asked = &asked;
+            async move {
+                let called = call_on(&pool, &reconciler, &view, r).await;
+                if let Ok((_, Ok(response))) = &called {
+                    asked
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .extend(response.observe.iter().cloned());
+                }
+                called
+            }
         };
         let rounds = rounds(&context.egress, &scope, request, response, &mut report, pool_call).await;
         let (request, mut response) = match rounds {
@@ -425,7 +447,8 @@ impl<'a> Cascade<'a> {
                 return;
             }
         };
-        self.note_reads(&manifest.name, &object_ref, &request, &response, &report);
+        let asked = asked.into_inner().unwrap_or_else(|p| p.into_inner());
+        self.note_reads(&manifest.name, &object_ref, &request, &asked, &report);
         for event in std::mem::take(&mut response.events) {
             self.plan.events.push(PlannedEvent {
                 object: object_ref.clone(),
@@ -523,10 +546,14 @@ impl<'a> Cascade<'a> {
         plugin: &str,
         object: &ObjectRef,
         request: &Request,
-        response: &Response,
+        asked: &[HttpRequest],
         report: &Report,
     ) {
-        for read in &response.observe {
+        let mut noted = HashSet::new();
+        for read in asked {
+            if !noted.insert(read.id.as_str()) {
+                continue;
+            }
             let result = request
                 .observations
                 .iter()
@@ -597,8 +624,8 @@ impl<'a> Cascade<'a> {
                 object,
                 cause: causes.next().unwrap_or(Cause::Request),
                 then: causes.collect(),
-                before: before.map(|o| without_bookkeeping(&o, true)),
-                after: after.map(|o| without_bookkeeping(&o, true)),
+                before: before.map(shown),
+                after: after.map(shown),
             });
         }
         Ok(self.plan)
