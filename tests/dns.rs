@@ -419,3 +419,85 @@ async fn a_record_naming_a_server_outside_the_grant_is_reported_and_nothing_is_s
     );
     host.stop().await;
 }
+
+/// Issue #20: a record change planned, then made. The plan's reads are
+/// real (the zone as it is), its write is listed and not sent, and the
+/// change made for real sends exactly the write the plan listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planned_record_change_lists_the_write_the_real_change_then_sends() {
+    let (host, pdns) = setup(None).await;
+    let api = host.host.api();
+    let kind = records_kind(&host);
+    api.create(&kind, dns_record(&pdns, "www", &["192.0.2.1"], 120))
+        .await
+        .unwrap();
+    served(&pdns, "www", &["192.0.2.1"]).await;
+    ready_is(&host, "www", "True", "InSync").await;
+    let recent = "DnsRecord/default/www";
+    let writes_sent = || {
+        host.host
+            .egress()
+            .metrics()
+            .recent(recent)
+            .into_iter()
+            .filter(|r| r.role == "effect")
+            .map(|r| (r.method, r.url))
+            .collect::<Vec<_>>()
+    };
+    let sent_before = writes_sent();
+
+    let plan = host
+        .host
+        .plan(setpoint::plan::Request::Apply(vec![setpoint::plan::Document {
+            origin: "www.yaml".into(),
+            object: dns_record(&pdns, "www", &["192.0.2.9"], 120),
+        }]))
+        .await
+        .unwrap();
+    assert!(plan.errors.is_empty(), "{:#?}", plan.errors);
+    assert_eq!(plan.writes.len(), 1, "{:#?}", plan.writes);
+    let write = &plan.writes[0];
+    assert_eq!(write.plugin, "dns");
+    assert!(
+        write.body.as_deref().is_some_and(|b| b.contains("192.0.2.9")),
+        "the new contents: {write:?}"
+    );
+    assert!(
+        !write.body.as_deref().unwrap_or("").contains(pdns.api_key()),
+        "the key is a reference, never a value"
+    );
+    assert!(
+        plan.observations
+            .iter()
+            .any(|o| o.method == "GET" && o.result.as_deref() == Some("200")),
+        "the zone was read as the real reconcile reads it: {:#?}",
+        plan.observations
+    );
+    assert!(
+        plan.pending.iter().any(|p| p.reason.contains("outcome")),
+        "{:#?}",
+        plan.pending
+    );
+    // Nothing was sent: PowerDNS still serves the old address.
+    assert_eq!(writes_sent(), sent_before);
+    assert_eq!(pdns.query("www.example.test.", "A").await, ["192.0.2.1"]);
+
+    api.merge_patch(
+        &kind,
+        Some("default"),
+        "www",
+        &json!({"spec": {"records": ["192.0.2.9"]}}),
+        false,
+    )
+    .await
+    .unwrap();
+    served(&pdns, "www", &["192.0.2.9"]).await;
+    ready_is(&host, "www", "True", "InSync").await;
+    let sent = writes_sent();
+    assert_eq!(
+        sent[sent_before.len()..],
+        [(write.method.clone(), write.url.clone())],
+        "the real change sent the planned write, and nothing else"
+    );
+    host.stop().await;
+}
