@@ -448,10 +448,12 @@ async fn a_planned_record_change_lists_the_write_the_real_change_then_sends() {
 
     let plan = host
         .host
-        .plan(setpoint::plan::Request::Apply(vec![setpoint::plan::Document {
-            origin: "www.yaml".into(),
-            object: dns_record(&pdns, "www", &["192.0.2.9"], 120),
-        }]))
+        .plan(setpoint::plan::Request::Apply(vec![
+            setpoint::plan::Document {
+                origin: "www.yaml".into(),
+                object: dns_record(&pdns, "www", &["192.0.2.9"], 120),
+            },
+        ]))
         .await
         .unwrap();
     assert!(plan.errors.is_empty(), "{:#?}", plan.errors);
@@ -459,7 +461,10 @@ async fn a_planned_record_change_lists_the_write_the_real_change_then_sends() {
     let write = &plan.writes[0];
     assert_eq!(write.plugin, "dns");
     assert!(
-        write.body.as_deref().is_some_and(|b| b.contains("192.0.2.9")),
+        write
+            .body
+            .as_deref()
+            .is_some_and(|b| b.contains("192.0.2.9")),
         "the new contents: {write:?}"
     );
     assert!(

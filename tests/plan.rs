@@ -111,7 +111,11 @@ async fn reality_matches(host: &TestHost, before: &State, plan: &Plan) {
         if now == expected {
             Ok(())
         } else {
-            Err(format!("\nreality: {}\nplan:    {}", show(&now), show(&expected)))
+            Err(format!(
+                "\nreality: {}\nplan:    {}",
+                show(&now),
+                show(&expected)
+            ))
         }
     })
     .await;
@@ -128,8 +132,7 @@ async fn reality_matches(host: &TestHost, before: &State, plan: &Plan) {
     }
     let settled = differences(before, &state(host).await);
     assert_eq!(
-        settled,
-        expected,
+        settled, expected,
         "after the host fell quiet, reality still equals the plan"
     );
 }
@@ -262,8 +265,10 @@ async fn rolling_a_deployment_to_a_new_template_does_what_its_plan_said() {
 }
 
 fn stack() -> Value {
-    let pod = |app: &str| json!({"apiVersion": "demo.setpoint.dev/v1", "kind": "Pod",
-        "metadata": {"labels": {"app": app}}, "spec": {"startupDelayMs": 10}});
+    let pod = |app: &str| {
+        json!({"apiVersion": "demo.setpoint.dev/v1", "kind": "Pod",
+        "metadata": {"labels": {"app": app}}, "spec": {"startupDelayMs": 10}})
+    };
     json!({
         "apiVersion": "demo.setpoint.dev/v1", "kind": "Stack",
         "metadata": {"name": "blog", "namespace": "default"},
@@ -382,7 +387,11 @@ async fn planning_writes_nothing_wakes_no_watcher_and_sends_no_external_write() 
         .iter()
         .map(|r| format!("{} {}", r.method, r.path))
         .collect();
-    assert_eq!(methods, ["GET /look"], "only the safe read reached the server");
+    assert_eq!(
+        methods,
+        ["GET /look"],
+        "only the safe read reached the server"
+    );
     let writes: Vec<(String, String, Option<String>)> = plan
         .writes
         .iter()
@@ -434,7 +443,9 @@ async fn planning_writes_nothing_wakes_no_watcher_and_sends_no_external_write() 
 
     // Applied for real, the same writes are sent, in the order planned.
     api.create(
-        &api.kinds().require("test.setpoint.dev/v1", "Effect").unwrap(),
+        &api.kinds()
+            .require("test.setpoint.dev/v1", "Effect")
+            .unwrap(),
         effect("one", spec),
     )
     .await
@@ -500,9 +511,15 @@ async fn bad_objects_and_failing_plugins_are_reported_per_object_and_the_rest_is
             .unwrap_or_else(|| panic!("no error for {origin}: {errors:#?}"))
     };
     assert_eq!(error_of("test document 1"), "not an object");
-    assert!(error_of("test document 2").contains("unknown kind \"Ghost\""), "{errors:#?}");
+    assert!(
+        error_of("test document 2").contains("unknown kind \"Ghost\""),
+        "{errors:#?}"
+    );
     assert!(error_of("test document 3").contains("metadata.name is required"));
-    assert!(error_of("test document 4").contains("spec.replicas"), "{errors:#?}");
+    assert!(
+        error_of("test document 4").contains("spec.replicas"),
+        "{errors:#?}"
+    );
     let by_plugin = |plugin: &str, name: &str| {
         plan.errors
             .iter()
@@ -513,7 +530,10 @@ async fn bad_objects_and_failing_plugins_are_reported_per_object_and_the_rest_is
     assert!(by_plugin("flaky", "down").contains("cannot ever work"));
     assert!(by_plugin("zoo", "boom").contains("panicked"), "{errors:#?}");
     assert_eq!(
-        plan.cycles.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+        plan.cycles
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>(),
         ["loop"],
         "the flipping Zoo is a cycle"
     );
@@ -556,10 +576,18 @@ async fn setpoint_plan_shows_a_tree_or_json_and_fails_on_errors() {
     let path = manifest.to_str().unwrap();
     let (code, text, err) = run(&["plan", "-f", path]);
     assert_eq!(code, Some(0), "{text}{err}");
-    assert!(text.starts_with("Plan: 3 to create, 0 to change, 0 to delete"), "{text}");
-    assert!(text.contains("+ ReplicaSet default/web created; requested"), "{text}");
     assert!(
-        text.contains("+ Pod default/web-0 created; plugin replicaset reconciling ReplicaSet default/web"),
+        text.starts_with("Plan: 3 to create, 0 to change, 0 to delete"),
+        "{text}"
+    );
+    assert!(
+        text.contains("+ ReplicaSet default/web created; requested"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "+ Pod default/web-0 created; plugin replicaset reconciling ReplicaSet default/web"
+        ),
         "{text}"
     );
     assert!(text.contains("    + spec.replicas: 2"), "{text}");
@@ -573,7 +601,10 @@ async fn setpoint_plan_shows_a_tree_or_json_and_fails_on_errors() {
     // A broken document is an error of the plan; the rest is still planned.
     std::fs::write(
         &manifest,
-        format!("{}---\nkind: [broken\n", std::fs::read_to_string(&manifest).unwrap()),
+        format!(
+            "{}---\nkind: [broken\n",
+            std::fs::read_to_string(&manifest).unwrap()
+        ),
     )
     .unwrap();
     let (code, text, _) = run(&["plan", "-f", path]);
@@ -585,6 +616,9 @@ async fn setpoint_plan_shows_a_tree_or_json_and_fails_on_errors() {
     let (code, text, err) = run(&["plan", "--delete", "rs", "web"]);
     assert_eq!(code, Some(1), "nothing to delete yet: {text}{err}");
     assert!(err.contains("not found"), "{err}");
-    assert!(host.list("ReplicaSet").await.is_empty(), "planning created nothing");
+    assert!(
+        host.list("ReplicaSet").await.is_empty(),
+        "planning created nothing"
+    );
     host.stop().await;
 }

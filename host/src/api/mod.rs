@@ -43,8 +43,8 @@ use std::sync::atomic::AtomicI64;
 
 pub use delete::{DeleteOptions, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, Propagation};
 pub use error::{Cause, CauseType, Error, FieldConflict};
-pub use gc::{GcConfig, GcHealth};
 pub(crate) use gc::Simulation as GcSimulation;
+pub use gc::{GcConfig, GcHealth};
 pub use kinds::KindRegistry;
 pub use list::{ListOptions, ObjectList};
 

@@ -81,11 +81,15 @@ pub fn parse_manifests(path: &Path, text: &str) -> anyhow::Result<Vec<Manifest>>
     Ok(manifests)
 }
 
+/// A document that could not be read: where it is (`file (document N)`),
+/// and why.
+pub type Unreadable = (String, String);
+
 /// Every object of a manifest file, each document on its own: a document
 /// that does not parse is named with its error and the others are still
 /// read (`setpoint plan` plans the rest). The objects are not checked
 /// here; whoever takes them reports what is wrong with each.
-pub fn read_documents(path: &Path) -> anyhow::Result<(Vec<Manifest>, Vec<(String, String)>)> {
+pub fn read_documents(path: &Path) -> anyhow::Result<(Vec<Manifest>, Vec<Unreadable>)> {
     let text = if path == Path::new("-") {
         std::io::read_to_string(std::io::stdin()).context("reading standard input")?
     } else {
@@ -207,7 +211,12 @@ mod tests {
         let (manifests, errors) = read_documents(&path).unwrap();
         let names: Vec<_> = manifests
             .iter()
-            .map(|m| (m.document, m.object["metadata"]["name"].as_str().unwrap_or("-")))
+            .map(|m| {
+                (
+                    m.document,
+                    m.object["metadata"]["name"].as_str().unwrap_or("-"),
+                )
+            })
             .collect();
         assert_eq!(names, [(1, "a"), (3, "-"), (4, "b")], "unchecked, in order");
         assert_eq!(errors.len(), 1, "{errors:?}");

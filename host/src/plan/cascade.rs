@@ -17,9 +17,7 @@ use super::{Context, DeleteTarget, Document, Error, MAX_RECONCILES, MAX_RECONCIL
 use crate::api::{self, Api, DeleteOptions, GcSimulation, Propagation};
 use crate::controller::apply::Applier;
 use crate::controller::effects::rounds;
-use crate::controller::{
-    CacheView, HttpRequest, ReconcileError, Reconciler, Request, Response,
-};
+use crate::controller::{CacheView, HttpRequest, ReconcileError, Reconciler, Request, Response};
 use crate::egress::{Report, Scope};
 use crate::object::{Object, ObjectKey, codec, meta, patch, time};
 use crate::store::{EventKind, OverlayBackend};
@@ -110,7 +108,12 @@ impl<'a> Cascade<'a> {
         })
     }
 
-    fn error(&mut self, object: Option<ObjectRef>, origin: impl Into<String>, message: impl Into<String>) {
+    fn error(
+        &mut self,
+        object: Option<ObjectRef>,
+        origin: impl Into<String>,
+        message: impl Into<String>,
+    ) {
         self.plan.errors.push(PlanError {
             object,
             origin: origin.into(),
@@ -128,7 +131,10 @@ impl<'a> Cascade<'a> {
                 document.origin.clone()
             };
             if let Err(message) = self.apply_document(&document.object).await {
-                let object = document.object.is_object().then(|| object_ref(&document.object));
+                let object = document
+                    .object
+                    .is_object()
+                    .then(|| object_ref(&document.object));
                 let object = object.filter(|o| !o.kind.is_empty() && !o.name.is_empty());
                 self.error(object, origin, message);
             }
@@ -154,9 +160,11 @@ impl<'a> Cascade<'a> {
                 "unknown kind {kind_name:?} in {api_version:?}: the host has no such kind (is the plugin that defines it loaded?)"
             )
         })?;
-        let namespace = kind
-            .namespaced
-            .then(|| object["metadata"]["namespace"].as_str().unwrap_or("default"));
+        let namespace = kind.namespaced.then(|| {
+            object["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default")
+        });
         match self.planning.get(&kind, namespace, name).await {
             Ok(live) => {
                 let next = patch::applied_over(&live, object);
@@ -295,7 +303,9 @@ impl<'a> Cascade<'a> {
                 self.error(
                     None,
                     "plan",
-                    format!("stopped after {MAX_RECONCILES} reconciler calls; the plan is incomplete"),
+                    format!(
+                        "stopped after {MAX_RECONCILES} reconciler calls; the plan is incomplete"
+                    ),
                 );
                 return;
             }
@@ -364,7 +374,11 @@ impl<'a> Cascade<'a> {
                 drop(applier);
                 match added {
                     Ok(true) => {
-                        let own = Own { target: *index, key: &store_key, seen: &object };
+                        let own = Own {
+                            target: *index,
+                            key: &store_key,
+                            seen: &object,
+                        };
                         self.absorb(&cause, Some(own)).await;
                         return;
                     }
@@ -380,7 +394,11 @@ impl<'a> Cascade<'a> {
         }
         let owned = match self
             .view
-            .owned_by(&target.owned_kinds, meta::uid(&object), key.namespace.as_deref())
+            .owned_by(
+                &target.owned_kinds,
+                meta::uid(&object),
+                key.namespace.as_deref(),
+            )
             .await
         {
             Ok(owned) => owned,
@@ -439,7 +457,15 @@ impl<'a> Cascade<'a> {
                 called
             }
         };
-        let rounds = rounds(&context.egress, &scope, request, response, &mut report, pool_call).await;
+        let rounds = rounds(
+            &context.egress,
+            &scope,
+            request,
+            response,
+            &mut report,
+            pool_call,
+        )
+        .await;
         let (request, mut response) = match rounds {
             Ok(done) => done,
             Err(err) => {
@@ -458,7 +484,9 @@ impl<'a> Cascade<'a> {
             });
         }
         for write in &response.effects {
-            self.plan.writes.push(external(&manifest.name, &object_ref, write, None));
+            self.plan
+                .writes
+                .push(external(&manifest.name, &object_ref, write, None));
         }
         let pending = |reason: String| PendingStep {
             object: object_ref.clone(),
@@ -487,7 +515,8 @@ impl<'a> Cascade<'a> {
             clashes: Default::default(),
         };
         let applied = applier.apply(&object, &request.owned, &response).await;
-        let clashes = std::mem::take(&mut *applier.clashes.lock().unwrap_or_else(|p| p.into_inner()));
+        let clashes =
+            std::mem::take(&mut *applier.clashes.lock().unwrap_or_else(|p| p.into_inner()));
         let mut failed = None;
         if let Err(err) = applied {
             failed = Some(err.to_string());
@@ -527,7 +556,11 @@ impl<'a> Cascade<'a> {
                 format!("its response could not be applied: {message}"),
             );
         }
-        let own = Own { target: *index, key: &store_key, seen: &object };
+        let own = Own {
+            target: *index,
+            key: &store_key,
+            seen: &object,
+        };
         self.absorb(&cause, Some(own)).await;
     }
 
@@ -609,7 +642,8 @@ impl<'a> Cascade<'a> {
                         && meta::deletion_timestamp(before).is_none()
                     {
                         Action::Deleting
-                    } else if without_bookkeeping(before, false) == without_bookkeeping(after, false)
+                    } else if without_bookkeeping(before, false)
+                        == without_bookkeeping(after, false)
                     {
                         Action::Status
                     } else {

@@ -46,8 +46,7 @@ use serde_json::Value;
 
 pub use render::{RenderOptions, render};
 pub use report::{
-    Action, Cause, Change, ExternalRequest, ObjectRef, PendingStep, Plan, PlanError,
-    PlannedEvent,
+    Action, Cause, Change, ExternalRequest, ObjectRef, PendingStep, Plan, PlanError, PlannedEvent,
 };
 
 use crate::api::{Api, Propagation};

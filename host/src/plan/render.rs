@@ -103,13 +103,21 @@ pub fn render(plan: &Plan, options: RenderOptions) -> String {
         render_change(&mut out, &paint, change);
     }
     if !plan.writes.is_empty() {
-        let _ = writeln!(out, "\n{}", paint.bold("External writes (listed, not sent):"));
+        let _ = writeln!(
+            out,
+            "\n{}",
+            paint.bold("External writes (listed, not sent):")
+        );
         for write in &plan.writes {
             render_request(&mut out, &paint, write);
         }
     }
     if !plan.observations.is_empty() {
-        let _ = writeln!(out, "\n{}", paint.bold("External reads made while planning:"));
+        let _ = writeln!(
+            out,
+            "\n{}",
+            paint.bold("External reads made while planning:")
+        );
         for read in &plan.observations {
             render_request(&mut out, &paint, read);
         }
@@ -127,11 +135,19 @@ pub fn render(plan: &Plan, options: RenderOptions) -> String {
     if !plan.pending.is_empty() {
         let _ = writeln!(out, "\n{}", paint.bold("Pending (shown, not planned):"));
         for step in &plan.pending {
-            let _ = writeln!(out, "  {}: plugin {} {}", step.object, step.plugin, step.reason);
+            let _ = writeln!(
+                out,
+                "  {}: plugin {} {}",
+                step.object, step.plugin, step.reason
+            );
         }
     }
     if !plan.cycles.is_empty() {
-        let _ = writeln!(out, "\n{}", paint.bold("Cycles (reconciles that kept writing; stopped):"));
+        let _ = writeln!(
+            out,
+            "\n{}",
+            paint.bold("Cycles (reconciles that kept writing; stopped):")
+        );
         for object in &plan.cycles {
             let _ = writeln!(out, "  {object}");
         }
@@ -186,7 +202,11 @@ fn render_change(out: &mut String, paint: &Paint, change: &Change) {
         let _ = writeln!(out, "    {} {line}", paint.sign(sign));
     }
     if lines.len() > shown {
-        let _ = writeln!(out, "    … {} more field(s); `-o json` shows all", lines.len() - shown);
+        let _ = writeln!(
+            out,
+            "    … {} more field(s); `-o json` shows all",
+            lines.len() - shown
+        );
     }
 }
 
@@ -273,10 +293,7 @@ fn diff(lines: &mut Vec<(&'static str, String)>, path: &str, before: &Value, aft
         }
         (Value::Null, after) => lines.push(("+", format!("{path}: {}", show(after)))),
         (before, Value::Null) => lines.push(("-", format!("{path}: {}", show(before)))),
-        (before, after) => lines.push((
-            "~",
-            format!("{path}: {} → {}", show(before), show(after)),
-        )),
+        (before, after) => lines.push(("~", format!("{path}: {} → {}", show(before), show(after)))),
     }
 }
 
@@ -314,8 +331,14 @@ mod tests {
             ..Plan::default()
         };
         let text = render(&plan, RenderOptions::default());
-        assert!(text.starts_with("Plan: 0 to create, 1 to change, 0 to delete"), "{text}");
-        assert!(text.contains("~ ReplicaSet default/web changed; requested"), "{text}");
+        assert!(
+            text.starts_with("Plan: 0 to create, 1 to change, 0 to delete"),
+            "{text}"
+        );
+        assert!(
+            text.contains("~ ReplicaSet default/web changed; requested"),
+            "{text}"
+        );
         assert!(text.contains("    ~ spec.replicas: 3 → 5"), "{text}");
         assert!(text.contains("    ~ spec.ports[1]: 443 → 8443"), "{text}");
         assert!(text.contains("    + metadata.labels.new: \"2\""), "{text}");
@@ -336,6 +359,9 @@ mod tests {
         };
         let text = render(&plan, RenderOptions::default());
         assert!(text.contains("+ spec.f00: 0"), "{text}");
-        assert!(text.contains("… 20 more field(s); `-o json` shows all"), "{text}");
+        assert!(
+            text.contains("… 20 more field(s); `-o json` shows all"),
+            "{text}"
+        );
     }
 }

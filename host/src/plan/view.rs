@@ -28,7 +28,11 @@ fn decode(kv: &KeyValue) -> Option<Arc<Object>> {
 impl PlanView {
     /// The objects of `kind` the overlay holds under `prefix`: keys it
     /// replaced or deleted, and the objects it holds now.
-    fn overlaid(&self, kind: &KindInfo, namespace: Option<&str>) -> Vec<(String, Option<Arc<Object>>)> {
+    fn overlaid(
+        &self,
+        kind: &KindInfo,
+        namespace: Option<&str>,
+    ) -> Vec<(String, Option<Arc<Object>>)> {
         self.overlay
             .entries_under(&Api::prefix(kind, namespace))
             .into_iter()

@@ -4,7 +4,7 @@
 //! would do, as a [`crate::plan::Plan`] in JSON. Nothing is written.
 //!
 //! A plan shows objects before and after, whichever the cascade touches:
-//! grant it (a `nonResourceURLs` rule, verb `create`) only to callers who
+//! grant it (a `nonResourceURLs` rule, verb `post`) only to callers who
 //! may read what the plugins reconcile.
 
 use std::sync::Arc;

@@ -20,13 +20,13 @@
 #[cfg(test)]
 mod conformance;
 mod dry_run;
-mod overlay;
 pub mod embedded;
 mod error;
 pub mod etcd;
 mod fenced;
 pub mod memory;
 pub mod metered;
+mod overlay;
 
 use std::sync::Arc;
 
@@ -34,13 +34,13 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 pub use dry_run::DryRunBackend;
-pub use overlay::OverlayBackend;
 pub use embedded::EmbeddedBackend;
 pub use error::Error;
 pub use etcd::{EtcdBackend, EtcdConfig};
 pub use fenced::FencedBackend;
 pub use memory::MemoryBackend;
 pub use metered::{Metered, StoreMetrics};
+pub use overlay::OverlayBackend;
 
 /// A global, gap-free write counter. Revision 0 means "nothing written yet".
 pub type Revision = i64;

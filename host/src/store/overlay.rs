@@ -102,7 +102,10 @@ impl OverlayBackend {
     pub fn entries_under(&self, prefix: &str) -> Vec<(String, Option<KeyValue>)> {
         self.state()
             .entries
-            .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
+            .range::<str, _>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
             .take_while(|(k, _)| k.starts_with(prefix))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
@@ -193,7 +196,11 @@ impl Backend for OverlayBackend {
         let state = self.state();
         // Overlay keys up to the last key of the store's page belong in
         // this page (all of them when the store had no more).
-        let upper = base.kvs.last().filter(|_| base.more).map(|kv| kv.key.clone());
+        let upper = base
+            .kvs
+            .last()
+            .filter(|_| base.more)
+            .map(|kv| kv.key.clone());
         let mut merged: BTreeMap<String, KeyValue> = base
             .kvs
             .into_iter()
@@ -308,10 +315,19 @@ mod tests {
     async fn ranges_merge_the_overlay_into_every_page_of_the_store() {
         let store = store_with(&["/r/a", "/r/c", "/r/e", "/r/g", "/x/z"]).await;
         let overlay = OverlayBackend::new(store.clone()).await.unwrap();
-        overlay.put("/r/b", vec![], Condition::Absent).await.unwrap();
-        overlay.put("/r/f", vec![], Condition::Absent).await.unwrap();
+        overlay
+            .put("/r/b", vec![], Condition::Absent)
+            .await
+            .unwrap();
+        overlay
+            .put("/r/f", vec![], Condition::Absent)
+            .await
+            .unwrap();
         overlay.delete("/r/c", Condition::Any).await.unwrap();
-        overlay.put("/r/h", vec![], Condition::Absent).await.unwrap();
+        overlay
+            .put("/r/h", vec![], Condition::Absent)
+            .await
+            .unwrap();
 
         let all = overlay
             .range(Range {
@@ -344,18 +360,31 @@ mod tests {
             }
         }
         assert_eq!(paged, ["/r/a", "/r/b", "/r/e", "/r/f", "/r/g", "/r/h"]);
-        assert_eq!(store.current_revision().await.unwrap(), 5, "store untouched");
+        assert_eq!(
+            store.current_revision().await.unwrap(),
+            5,
+            "store untouched"
+        );
     }
 
     #[tokio::test]
     async fn changes_are_kept_in_order_with_the_previous_value_on_delete() {
         let store = store_with(&["/a"]).await;
         let overlay = OverlayBackend::new(store).await.unwrap();
-        overlay.put("/b", b"1".to_vec(), Condition::Absent).await.unwrap();
-        overlay.delete("/a", Condition::ModRevision(1)).await.unwrap();
+        overlay
+            .put("/b", b"1".to_vec(), Condition::Absent)
+            .await
+            .unwrap();
+        overlay
+            .delete("/a", Condition::ModRevision(1))
+            .await
+            .unwrap();
         let changes = overlay.take_changes();
         assert_eq!(changes.len(), 2);
-        assert_eq!((changes[0].kind, changes[0].created), (EventKind::Put, true));
+        assert_eq!(
+            (changes[0].kind, changes[0].created),
+            (EventKind::Put, true)
+        );
         assert_eq!(changes[0].kv.mod_revision, 2);
         assert_eq!(changes[1].kind, EventKind::Delete);
         assert_eq!(&*changes[1].kv.value, b"/a", "the deleted key's last value");

@@ -773,8 +773,7 @@ impl Simulation {
         object: &Object,
     ) -> std::result::Result<(), String> {
         if !self.loaded {
-            let deleting =
-                kind == EventType::Deleted || meta::deletion_timestamp(object).is_some();
+            let deleting = kind == EventType::Deleted || meta::deletion_timestamp(object).is_some();
             if !deleting {
                 return Ok(());
             }
@@ -801,7 +800,8 @@ impl Simulation {
                     return failed;
                 }
                 for item in retry {
-                    if self.collector.failures.get(&item).copied().unwrap_or(0) < SIMULATED_ATTEMPTS {
+                    if self.collector.failures.get(&item).copied().unwrap_or(0) < SIMULATED_ATTEMPTS
+                    {
                         self.collector.enqueue(item);
                     } else {
                         failed.push(format!("garbage collection of {item:?} kept failing"));
