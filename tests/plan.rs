@@ -210,6 +210,70 @@ async fn scaling_a_replicaset_does_what_its_plan_said() {
     host.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_plan_follows_each_propagation_policy() {
+    let host = TestHost::start(&["replicaset", "podsim"]).await;
+    let api = host.host.api();
+    let kind = host.kind("ReplicaSet");
+    for (policy, propagation) in [
+        ("Orphan", setpoint::api::Propagation::Orphan),
+        ("Foreground", setpoint::api::Propagation::Foreground),
+        ("Background", setpoint::api::Propagation::Background),
+    ] {
+        api.create(&kind, replicaset(2, 10)).await.unwrap();
+        replicaset_ready(&host, "web", 2).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let before = state(&host).await;
+        let plan = host
+            .host
+            .plan(Request::Delete(setpoint::plan::DeleteTarget {
+                api_version: "demo.setpoint.dev/v1".into(),
+                kind: "ReplicaSet".into(),
+                namespace: Some("default".into()),
+                name: "web".into(),
+                propagation_policy: Some(policy.into()),
+            }))
+            .await
+            .unwrap();
+        assert!(plan.errors.is_empty(), "{policy}: {:#?}", plan.errors);
+        let (kept, deleted) = (
+            plan.changes_of("Pod", Action::Update).len(),
+            plan.changes_of("Pod", Action::Delete).len(),
+        );
+        match propagation {
+            setpoint::api::Propagation::Orphan => assert_eq!((kept, deleted), (2, 0), "{plan:#?}"),
+            _ => assert_eq!((kept, deleted), (0, 2), "{policy}: {plan:#?}"),
+        }
+        api.delete(
+            &kind,
+            Some("default"),
+            "web",
+            &setpoint::api::DeleteOptions::default().with_propagation(propagation),
+        )
+        .await
+        .unwrap();
+        reality_matches(&host, &before, &plan).await;
+        // Orphans stay; the next round starts from no Pods.
+        for pod in host.list("Pod").await {
+            let name = pod["metadata"]["name"].as_str().unwrap().to_owned();
+            api.delete(
+                &host.kind("Pod"),
+                Some("default"),
+                &name,
+                &Default::default(),
+            )
+            .await
+            .unwrap();
+        }
+        eventually("no pods left", CONVERGE, || async {
+            let n = host.list("Pod").await.len();
+            (n == 0).then_some(()).ok_or(format!("{n} pods"))
+        })
+        .await;
+    }
+    host.stop().await;
+}
+
 fn deployment(image: &str, startup_delay_ms: u64) -> Value {
     json!({
         "apiVersion": "demo.setpoint.dev/v1", "kind": "Deployment",

@@ -187,6 +187,17 @@ fn render_change(out: &mut String, paint: &Paint, change: &Change) {
         paint.bold(&change.object.to_string()),
         paint.dim(&format!("{what}; {by}"))
     );
+    let finalizers: Vec<&str> = change
+        .before
+        .as_ref()
+        .and_then(|b| b["metadata"]["finalizers"].as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    if matches!(change.action, Action::Delete | Action::Deleting) && !finalizers.is_empty() {
+        let _ = writeln!(out, "    finalizers: {}", finalizers.join(", "));
+    }
     let mut lines = Vec::new();
     match change.action {
         Action::Delete => {}
