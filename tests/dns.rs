@@ -504,5 +504,61 @@ async fn a_planned_record_change_lists_the_write_the_real_change_then_sends() {
         [(write.method.clone(), write.url.clone())],
         "the real change sent the planned write, and nothing else"
     );
+
+    // A planned deletion: the finalizer's external delete, listed; the
+    // plugin lets the object go once it sees the delete's outcome, which
+    // only the real world gives (pending). Made for real, the same delete
+    // is sent.
+    let plan = host
+        .host
+        .plan(setpoint::plan::Request::Delete(
+            setpoint::plan::DeleteTarget {
+                api_version: "dns.setpoint.dev/v1".into(),
+                kind: "DnsRecord".into(),
+                namespace: Some("default".into()),
+                name: "www".into(),
+                propagation_policy: None,
+            },
+        ))
+        .await
+        .unwrap();
+    assert!(plan.errors.is_empty(), "{:#?}", plan.errors);
+    assert_eq!(plan.writes.len(), 1, "{:#?}", plan.writes);
+    let delete = &plan.writes[0];
+    assert!(
+        delete.body.as_deref().is_some_and(|b| b.contains("DELETE")),
+        "the rrset is deleted: {delete:?}"
+    );
+    assert!(
+        plan.pending
+            .iter()
+            .any(|p| p.reason.contains("outcome of 1 external write")),
+        "the finalizer's removal waits for the delete's outcome: {:#?}",
+        plan.pending
+    );
+    assert_eq!(
+        plan.changes_of("DnsRecord", setpoint::plan::Action::Deleting)
+            .len(),
+        1,
+        "the object waits for its finalizer: {:#?}",
+        plan.changes
+    );
+    assert_eq!(pdns.query("www.example.test.", "A").await, ["192.0.2.9"]);
+    let sent_before = writes_sent();
+    api.delete(&kind, Some("default"), "www", &Default::default())
+        .await
+        .unwrap();
+    served(&pdns, "www", &[]).await;
+    eventually("the record object goes", WAIT, || async {
+        match get_record(&host, "www").await {
+            None => Ok(()),
+            Some(o) => Err(o["metadata"].to_string()),
+        }
+    })
+    .await;
+    assert_eq!(
+        writes_sent()[sent_before.len()..],
+        [(delete.method.clone(), delete.url.clone())]
+    );
     host.stop().await;
 }
