@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use setpoint::server::auth::{Rule, Tokens, User};
-use setpoint::server::{Config, RateLimit};
+use setpoint_server::auth::{Rule, Tokens, User};
+use setpoint_server::{Config, RateLimit};
 
 use crate::support::{TestHost, eventually, plugins_dir, pod, pods, setpoint_bin};
 
@@ -328,12 +328,12 @@ fn futures_stream(
 
 #[tokio::test]
 async fn binding_beyond_loopback_needs_authentication() {
-    let refused = setpoint::server::bind("0.0.0.0:0".parse().unwrap(), false).await;
+    let refused = setpoint_server::bind("0.0.0.0:0".parse().unwrap(), false).await;
     assert_eq!(
         refused.unwrap_err().kind(),
         std::io::ErrorKind::PermissionDenied
     );
-    let listener = setpoint::server::bind("0.0.0.0:0".parse().unwrap(), true)
+    let listener = setpoint_server::bind("0.0.0.0:0".parse().unwrap(), true)
         .await
         .unwrap();
     assert!(listener.local_addr().unwrap().ip().is_unspecified());

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use setpoint::server::Config;
-use setpoint::server::auth::{Rule, Tokens, User};
+use setpoint_server::Config;
+use setpoint_server::auth::{Rule, Tokens, User};
 
 use crate::support::{TestHost, logs};
 

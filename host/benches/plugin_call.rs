@@ -399,7 +399,7 @@ fn main() {
     latencies.sort();
     println!(
         "reload: file written -> new version reconciling, {reloads} reloads (debounce {:?}): median {:.0} ms, p99 {:.0} ms",
-        setpoint::plugins::watch::DEBOUNCE,
+        setpoint::plugins::dir_watch::DEBOUNCE,
         percentile(&latencies, 0.5).as_secs_f64() * 1e3,
         percentile(&latencies, 0.99).as_secs_f64() * 1e3,
     );

@@ -44,13 +44,16 @@
 //! - [`runtime`]: wasmtime, the sandbox and the plugin world bindings.
 //! - [`plugins`]: the plugins directory.
 //! - [`cluster`]: several hosts on one etcd sharing the work.
-//! - [`server`]: the Kubernetes-style HTTP API.
-//! - [`cli`]: the `setpoint` command line.
+//! - [`plan`]: what a change would do, planned over an overlay of the store.
+//!
+//! The Kubernetes-style HTTP API is the `setpoint-server` crate, the
+//! `setpoint` command line the `setpoint-cli` crate: an embedder that
+//! depends on this crate alone builds neither (nor clap, axum or, without
+//! the `notify` feature, a file-event library).
 
 #![forbid(unsafe_code)]
 
 pub mod api;
-pub mod cli;
 pub mod client;
 pub mod cluster;
 pub mod controller;
@@ -63,7 +66,6 @@ pub mod plan;
 pub mod plugins;
 pub mod queue;
 pub mod runtime;
-pub mod server;
 pub mod store;
 pub mod watch;
 

@@ -139,12 +139,12 @@ pub struct TestHost {
 impl TestHost {
     /// Start a host with the named plugins, every one of which must load.
     pub async fn start(plugins: &[&str]) -> Self {
-        Self::start_with(plugins, setpoint::server::Config::default()).await
+        Self::start_with(plugins, setpoint_server::Config::default()).await
     }
 
     /// Start a host with the named plugins, every one of which must load,
     /// its API behind the gate `config` (tokens, rate limits, body limit).
-    pub async fn start_with(plugins: &[&str], config: setpoint::server::Config) -> Self {
+    pub async fn start_with(plugins: &[&str], config: setpoint_server::Config) -> Self {
         let host = Self::start_in_with(
             plugins_dir(plugins),
             setpoint::runtime::RuntimeConfig::default(),
@@ -168,14 +168,14 @@ impl TestHost {
         dir: tempfile::TempDir,
         runtime: setpoint::runtime::RuntimeConfig,
     ) -> Self {
-        Self::start_in_with(dir, runtime, setpoint::server::Config::default()).await
+        Self::start_in_with(dir, runtime, setpoint_server::Config::default()).await
     }
 
     /// [`TestHost::start_in`] with the API behind the gate `config`.
     pub async fn start_in_with(
         dir: tempfile::TempDir,
         runtime: setpoint::runtime::RuntimeConfig,
-        config: setpoint::server::Config,
+        config: setpoint_server::Config,
     ) -> Self {
         let controller = setpoint::controller::Config {
             workers: 2,
@@ -190,12 +190,12 @@ impl TestHost {
                 .await
                 .expect("host starts"),
         );
-        let listener = setpoint::server::bind_loopback("127.0.0.1:0".parse().unwrap())
+        let listener = setpoint_server::bind_loopback("127.0.0.1:0".parse().unwrap())
             .await
             .unwrap();
         let addr = listener.local_addr().unwrap();
         let server = tokio::spawn(
-            setpoint::server::serve_with(listener, host.clone(), config, std::future::pending())
+            setpoint_server::serve_with(listener, host.clone(), config, std::future::pending())
                 .map_unit(),
         );
         Self {
@@ -313,7 +313,7 @@ pub fn setpoint_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         // `scripts/test` builds the whole workspace first and names the
-        // binary it built: building it again here with `-p setpoint` would
+        // binary it built: building it again here with `-p setpoint-cli` would
         // resolve features differently and compile the dependency tree a
         // second time.
         if let Some(bin) = std::env::var_os("SETPOINT_BIN").map(PathBuf::from)
@@ -330,7 +330,7 @@ pub fn setpoint_bin() -> PathBuf {
             .args([
                 "build",
                 "-p",
-                "setpoint",
+                "setpoint-cli",
                 "--bin",
                 "setpoint",
                 "--target-dir",

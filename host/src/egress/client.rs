@@ -9,8 +9,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::http::{Method, Request};
+use bytes::Bytes;
+use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use rustls_pki_types::pem::PemObject;

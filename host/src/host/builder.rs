@@ -240,7 +240,7 @@ impl HostBuilder {
         if let Some(dir) = self.plugins_dir {
             if self.watch_plugins {
                 // Watch before the first scan, so no change slips between.
-                let (watcher, mut changes) = plugins::watch::watch_dir(&dir)?;
+                let (watcher, mut changes) = plugins::dir_watch::watch_dir(&dir)?;
                 host.load_plugins_dir(&dir).await?;
                 let shared = host.shared.clone();
                 let task = tokio::spawn(async move {

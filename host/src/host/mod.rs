@@ -88,7 +88,7 @@ pub enum Error {
     },
     /// The plugins directory cannot be watched.
     #[error(transparent)]
-    Watch(#[from] plugins::watch::WatchError),
+    Watch(#[from] plugins::dir_watch::WatchError),
     /// Joining the cluster failed.
     #[error(transparent)]
     Cluster(#[from] cluster::Error),
@@ -99,7 +99,7 @@ pub struct Host {
     shared: Arc<Shared>,
     /// The garbage collector, the compactor and the plugins watcher task.
     background: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
-    watcher: std::sync::Mutex<Option<plugins::watch::DirWatcher>>,
+    watcher: std::sync::Mutex<Option<plugins::dir_watch::DirWatcher>>,
 }
 
 /// What the host and its plugins-directory task share.

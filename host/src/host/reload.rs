@@ -3,7 +3,7 @@
 //!
 //! # What a plugin file change does
 //!
-//! The directory watcher ([`plugins::watch`]) only says "look again"; the
+//! The directory watcher ([`plugins::dir_watch`]) only says "look again"; the
 //! host then compares every `*.wasm` file (and its `NAME.toml` settings) with
 //! what it runs, by size and modification time, then by content hash:
 //!

@@ -2,11 +2,11 @@
 //! ([`PluginStatus`]), loading one file off the async threads
 //! ([`load_file`]), per-plugin settings ([`settings`]), reconcile counters
 //! that survive reloads ([`Counted`]) and the directory watcher that drives
-//! hot reload ([`watch`]). The host (`host.rs`) decides what a loaded file
+//! hot reload ([`dir_watch`]). The host (`host.rs`) decides what a loaded file
 //! means for the running controllers; see `Host::sync_plugin_file`.
 
+pub mod dir_watch;
 pub mod settings;
-pub mod watch;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -402,45 +402,22 @@ async fn checkpoints_wait_while_the_disk_is_full_and_a_close_keeps_the_log() {
     store.close().await.unwrap();
 }
 
-/// One HTTP request to `url`; the status and body.
-async fn call(method: &str, url: &str, body: Option<serde_json::Value>) -> (u16, String) {
-    use http_body_util::BodyExt;
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<http_body_util::Full<axum::body::Bytes>>();
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let request = axum::http::Request::builder()
-        .method(method)
-        .uri(url)
-        .header("content-type", "application/json")
-        .body(http_body_util::Full::new(axum::body::Bytes::from(body)))
-        .unwrap();
-    let response = client.request(request).await.unwrap();
-    let status = response.status().as_u16();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8_lossy(&bytes).into_owned())
-}
-
+/// The full-disk answers a host gives its clients (the HTTP server maps
+/// these errors to 507 `InsufficientStorage`, `api::Error::code` and
+/// `reason`; `tests/durability.rs` checks it through the binary on a real
+/// full tmpfs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn over_http_a_full_disk_is_507_reads_stay_200_and_readyz_says_not_ready() {
+async fn on_a_full_disk_writes_are_507_reads_go_on_and_the_store_says_not_writable() {
+    use crate::api::Api;
     let dir = tempfile::tempdir().unwrap();
     let plan = Faulty::default();
     let store = open(dir.path(), &plan);
-    let host = Arc::new(
-        crate::Host::builder()
-            .backend(Arc::new(store.clone()))
-            .build()
-            .await
-            .unwrap(),
-    );
-    let listener = crate::server::bind_loopback("127.0.0.1:0".parse().unwrap())
+    let host = crate::Host::builder()
+        .backend(Arc::new(store.clone()))
+        .build()
         .await
         .unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(crate::server::serve(
-        listener,
-        host.clone(),
-        std::future::pending(),
-    ));
+    let api: &Api = host.api();
     let crd = serde_json::json!({"apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition", "metadata": {"name": "notes.test.setpoint.dev"},
         "spec": {"group": "test.setpoint.dev", "scope": "Namespaced",
@@ -448,64 +425,53 @@ async fn over_http_a_full_disk_is_507_reads_stay_200_and_readyz_says_not_ready()
           "versions": [{"name": "v1", "served": true, "storage": true,
             "schema": {"openAPIV3Schema": {"type": "object",
               "x-kubernetes-preserve-unknown-fields": true}}}]}});
-    let crds = format!("{url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions");
-    assert_eq!(call("POST", &crds, Some(crd)).await.0, 201);
-    let notes = format!("{url}/apis/test.setpoint.dev/v1/namespaces/default/notes");
+    let crds = api
+        .kinds()
+        .require("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+        .unwrap();
+    api.create(&crds, crd).await.unwrap();
+    let notes = api.kinds().require("test.setpoint.dev/v1", "Note").unwrap();
     let note = |name: &str| {
         serde_json::json!({"apiVersion": "test.setpoint.dev/v1", "kind": "Note",
-            "metadata": {"name": name}, "spec": {"text": "x".repeat(64 << 10)}})
+            "metadata": {"name": name, "namespace": "default"}, "spec": {"text": "x".repeat(64 << 10)}})
     };
-    // The kind is served once the definition is followed.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while call("POST", &notes, Some(note("first"))).await.0 != 201 {
-        assert!(Instant::now() < deadline, "the kind was never served");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(
-        call("GET", &format!("{url}/readyz"), None).await,
-        (200, "ok".into())
-    );
+    api.create(&notes, note("first")).await.unwrap();
+    assert!(api.backend().writable().is_ok());
 
     plan.0.full.store(true, Ordering::Release);
     let mut created = vec!["first".to_owned()];
     let refused = loop {
         assert!(created.len() < 100, "never out of room");
         let name = format!("n{}", created.len());
-        let (status, body) = call("POST", &notes, Some(note(&name))).await;
-        match status {
-            201 => created.push(name),
-            _ => break (status, body),
+        match api.create(&notes, note(&name)).await {
+            Ok(_) => created.push(name),
+            Err(err) => break err,
         }
     };
-    assert_eq!(refused.0, 507, "{}", refused.1);
-    let status: serde_json::Value = serde_json::from_str(&refused.1).unwrap();
-    assert_eq!(status["reason"], "InsufficientStorage", "{status}");
-    assert_eq!(status["code"], 507);
+    assert_eq!(refused.code(), 507, "{refused}");
+    assert_eq!(refused.reason(), "InsufficientStorage");
     assert!(
-        status["message"]
-            .as_str()
-            .unwrap()
-            .contains("writes are refused"),
-        "{status}"
+        refused.to_string().contains("writes are refused"),
+        "{refused}"
     );
-    // Reads are served; readiness says why writes are not.
-    let (code, body) = call("GET", &notes, None).await;
-    assert_eq!(code, 200, "{body}");
-    let list: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(list["items"].as_array().unwrap().len(), created.len());
-    assert_eq!(call("GET", &format!("{notes}/first"), None).await.0, 200);
-    let (code, body) = call("GET", &format!("{url}/readyz"), None).await;
-    assert_eq!(code, 503, "{body}");
-    assert!(body.contains("out of disk space"), "{body}");
+    // Reads are served; the store says why writes are not (`/readyz`).
+    let list = api
+        .list(&notes, &crate::api::ListOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(list.items.len(), created.len());
+    api.get(&notes, Some("default"), "first").await.unwrap();
+    let why = api.backend().writable().unwrap_err().to_string();
+    assert!(why.contains("out of disk space"), "{why}");
 
-    // Room again: ready, and writes are taken, with no restart.
+    // Room again: writable, and writes are taken, with no restart.
     plan.0.full.store(false, Ordering::Release);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while call("GET", &format!("{url}/readyz"), None).await.0 != 200 {
-        assert!(Instant::now() < deadline, "never ready again");
+    while api.backend().writable().is_err() {
+        assert!(Instant::now() < deadline, "never writable again");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(call("POST", &notes, Some(note("later"))).await.0, 201);
+    api.create(&notes, note("later")).await.unwrap();
     host.shutdown().await;
     store.close().await.unwrap();
 }

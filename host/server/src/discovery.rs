@@ -22,8 +22,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::status::error_response;
-use crate::Host;
-use crate::object::KindInfo;
+use setpoint::Host;
+use setpoint::object::KindInfo;
 
 pub(super) async fn version() -> Json<Value> {
     Json(json!({

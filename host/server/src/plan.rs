@@ -1,7 +1,7 @@
 //! `POST /setpoint/v1/plan`: what applying a manifest (`{"apply":
 //! [{"origin": …, "object": …}, …]}`) or deleting an object (`{"delete":
 //! {"apiVersion", "kind", "namespace", "name", "propagationPolicy"}}`)
-//! would do, as a [`crate::plan::Plan`] in JSON. Nothing is written.
+//! would do, as a [`setpoint::plan::Plan`] in JSON. Nothing is written.
 //!
 //! A plan shows objects before and after, whichever the cascade touches:
 //! grant it (a `nonResourceURLs` rule, verb `post`) only to callers who
@@ -16,8 +16,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 use super::status::{ApiError, error_response};
-use crate::Host;
-use crate::plan::{Error, Request};
+use setpoint::Host;
+use setpoint::plan::{Error, Request};
 
 pub(super) async fn plan(
     State(host): State<Arc<Host>>,
@@ -43,5 +43,10 @@ pub(super) async fn plan(
         }
         Err(Error::Api(err)) => ApiError(err).into_response(),
         Err(Error::Store(err)) => ApiError(err.into()).into_response(),
+        Err(err) => error_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            &err.to_string(),
+        ),
     }
 }

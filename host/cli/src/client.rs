@@ -402,7 +402,7 @@ impl Client {
             if !status.is_success() {
                 return Err(Self::fail(status, &live));
             }
-            let desired = crate::object::patch::applied_over(&live, object);
+            let desired = setpoint::object::patch::applied_over(&live, object);
             let (status, body) = self.send(Method::PUT, &item, Some(&desired)).await?;
             match status {
                 s if s.is_success() => {

@@ -32,11 +32,11 @@ use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 use super::status::error_response;
-use crate::api::Api;
-use crate::object::KindInfo;
-use crate::object::field::FieldPath;
-use crate::object::patch::{JsonPatch, PatchOperation};
-use crate::object::pointer::Pointer;
+use setpoint::api::Api;
+use setpoint::object::KindInfo;
+use setpoint::object::field::FieldPath;
+use setpoint::object::patch::{JsonPatch, PatchOperation};
+use setpoint::object::pointer::Pointer;
 
 /// At most this many problems are named in one answer: a body of
 /// thousands of unknown fields must not become thousands of headers.
@@ -142,7 +142,7 @@ pub(super) fn review(
 }
 
 fn unknown_in_json_patch(
-    schema: &crate::object::schema::Schema,
+    schema: &setpoint::object::schema::Schema,
     patch: &JsonPatch,
 ) -> Vec<FieldPath> {
     let mut found = Vec::new();

@@ -47,7 +47,7 @@ pub fn parse_manifests(path: &Path, text: &str) -> anyhow::Result<Vec<Manifest>>
     } else {
         // Bounded work: deep nesting and alias bombs are refused before they
         // cost more than reading them (see `object::yaml`).
-        crate::object::yaml::documents(text).map_err(|(document, err)| {
+        setpoint::object::yaml::documents(text).map_err(|(document, err)| {
             anyhow::anyhow!(
                 "{} (document {document}) is not valid YAML: {err}",
                 path.display()
@@ -105,7 +105,8 @@ pub fn read_documents(path: &Path) -> anyhow::Result<(Vec<Manifest>, Vec<Unreada
                 .map(|v| vec![v])
                 .map_err(|e| format!("not valid JSON: {e}"))
         } else {
-            crate::object::yaml::documents(chunk).map_err(|(_, e)| format!("not valid YAML: {e}"))
+            setpoint::object::yaml::documents(chunk)
+                .map_err(|(_, e)| format!("not valid YAML: {e}"))
         };
         match parsed {
             Err(message) => errors.push((origin(document), message)),

@@ -8,8 +8,8 @@
 use axum::http::{HeaderMap, header};
 use serde_json::{Map, Value, json};
 
-use crate::object::jsonpath::select;
-use crate::object::{KindInfo, meta, time};
+use setpoint::object::jsonpath::select;
+use setpoint::object::{KindInfo, meta, time};
 
 /// What each row carries in `rows[].object` (`includeObject`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -31,7 +31,7 @@
 //! - `setpoint_effects_requests_total{plugin,destination,class}`,
 //!   `setpoint_effects_refused_total{plugin,destination,reason}` and
 //!   `setpoint_effects_request_duration_seconds{plugin,destination}` for
-//!   plugins' external requests (`crate::egress`).
+//!   plugins' external requests (`setpoint::egress`).
 //!
 //! Owns the HTTP request counters and the text rendering; the workqueue,
 //! the store wrapper (`store::Metered`), the plugin counters and the
@@ -47,12 +47,12 @@ use std::time::Duration;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
-use crate::Host;
-use crate::informer::InformerStats;
-use crate::queue::{DURATION_BUCKETS_SECONDS, HistogramSnapshot, MetricsSnapshot};
-use crate::runtime::PluginCallStats;
-use crate::store::metered::OperationSnapshot;
-use crate::store::{EngineMetric, MetricKind};
+use setpoint::Host;
+use setpoint::informer::InformerStats;
+use setpoint::queue::{DURATION_BUCKETS_SECONDS, HistogramSnapshot, MetricsSnapshot};
+use setpoint::runtime::PluginCallStats;
+use setpoint::store::metered::OperationSnapshot;
+use setpoint::store::{EngineMetric, MetricKind};
 
 /// Upper bounds (seconds) of the request duration histogram.
 const REQUEST_BUCKETS: [f64; 10] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
@@ -174,7 +174,7 @@ pub(super) struct HostNumbers {
     /// The shared informers.
     pub(super) informers: Vec<InformerStats>,
     /// The garbage collector's progress.
-    pub(super) gc: crate::api::GcHealth,
+    pub(super) gc: setpoint::api::GcHealth,
     /// `setpoint_effects_*`, rendered by the egress.
     pub(super) effects: String,
 }
@@ -427,7 +427,7 @@ pub(super) fn render(numbers: &HostNumbers, requests: &RequestMetrics) -> String
 
 /// The garbage collector: a stalled or lagging one is visible here (and
 /// restarted by its watchdog, which counts and logs every restart).
-fn render_gc(out: &mut String, gc: &crate::api::GcHealth) {
+fn render_gc(out: &mut String, gc: &setpoint::api::GcHealth) {
     header(
         out,
         "setpoint_gc_restarts_total",

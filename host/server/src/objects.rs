@@ -17,10 +17,10 @@ use serde_json::Value;
 use super::fields::{self, FieldValidation, Format, Write};
 use super::status::{ApiError, error_response};
 use super::table;
-use crate::Host;
-use crate::api::{Api, Error, ListOptions};
-use crate::object::patch::JsonPatch;
-use crate::object::{KindInfo, meta};
+use setpoint::Host;
+use setpoint::api::{Api, Error, ListOptions};
+use setpoint::object::patch::JsonPatch;
+use setpoint::object::{KindInfo, meta};
 
 /// What a path names.
 struct Target {
@@ -573,7 +573,7 @@ fn parse_yaml_or_json(body: &Bytes) -> Result<Value, Box<Response>> {
     })?;
     // Bounded work: deep nesting and alias bombs are refused before they
     // cost more than reading them (see `object::yaml`).
-    crate::object::yaml::from_str(text).map_err(|e| {
+    setpoint::object::yaml::from_str(text).map_err(|e| {
         Box::new(error_response(
             StatusCode::BAD_REQUEST,
             "BadRequest",

@@ -1,7 +1,7 @@
 //! Tests of the `/metrics` rendering against real hosts.
 
 use super::*;
-use crate::store::{Condition, EmbeddedBackend};
+use setpoint::store::{Condition, EmbeddedBackend};
 
 fn series(page: &str, name: &str) -> Option<f64> {
     page.lines()
@@ -43,7 +43,7 @@ async fn the_embedded_store_engine_numbers_are_exported() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_shared_informers_are_exported_per_kind() {
-    use crate::controller::Native;
+    use setpoint::controller::Native;
     let host = Host::builder().build().await.unwrap();
     host.add_reconciler(Arc::new(Native::new(replicaset::ReplicaSetReconciler)))
         .await

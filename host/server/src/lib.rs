@@ -30,7 +30,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::Host;
+use setpoint::Host;
 
 pub use guard::{Config, RateLimit};
 pub use status::status_body;

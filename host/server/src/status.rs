@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use crate::api::Error;
+use setpoint::api::Error;
 
 /// A `Status` failure body.
 pub fn status_body(code: u16, reason: &str, message: &str, details: Value) -> Value {

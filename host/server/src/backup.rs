@@ -14,7 +14,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::status::ApiError;
-use crate::Host;
+use setpoint::Host;
 
 /// Bytes read from the copy per chunk of the answer.
 const CHUNK: usize = 1 << 20;

@@ -13,10 +13,10 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::status::error_response;
-use crate::Host;
-use crate::controller::Outcome;
-use crate::object::ObjectKey;
-use crate::plugins::PluginState;
+use setpoint::Host;
+use setpoint::controller::Outcome;
+use setpoint::object::ObjectKey;
+use setpoint::plugins::PluginState;
 
 fn unix_seconds(time: std::time::SystemTime) -> f64 {
     time.duration_since(UNIX_EPOCH)
@@ -117,7 +117,7 @@ pub(super) async fn history(
     let external = host
         .egress()
         .metrics()
-        .recent(&crate::controller::effects::recent_key(kind, &key));
+        .recent(&setpoint::controller::effects::recent_key(kind, &key));
     Json(json!({"records": records, "reconciler": reconciled, "externalRequests": external}))
         .into_response()
 }

@@ -12,8 +12,8 @@ use anyhow::{Context, bail};
 use http_body_util::BodyExt;
 
 use super::client::Client;
-use crate::server::backup::REVISION_HEADER;
-use crate::store::{EmbeddedBackend, Revision};
+use setpoint::store::{EmbeddedBackend, Revision};
+use setpoint_server::backup::REVISION_HEADER;
 
 /// What a saved backup holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

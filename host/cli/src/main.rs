@@ -17,8 +17,8 @@ use clap::Parser;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = setpoint::cli::Cli::parse();
-    match setpoint::cli::run(cli) {
+    let cli = setpoint_cli::Cli::parse();
+    match setpoint_cli::run(cli) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {err:#}");

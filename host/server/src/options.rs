@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use crate::api::{DeleteOptions, Error, Propagation};
+use setpoint::api::{DeleteOptions, Error, Propagation};
 
 /// The one `dryRun` value Kubernetes defines: every stage runs, nothing is
 /// persisted.

@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::Host;
-use crate::server::auth::Tokens;
+use setpoint::Host;
+use setpoint_server::auth::Tokens;
 
 /// Arguments of `setpoint serve`.
 #[derive(Debug, clap::Args)]
@@ -124,31 +124,31 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             None => None,
         };
         let tls = match (&args.tls_cert, &args.tls_key) {
-            (Some(cert), Some(key)) => Some(crate::server::tls::load(cert, key)?),
+            (Some(cert), Some(key)) => Some(setpoint_server::tls::load(cert, key)?),
             _ => None,
         };
-        let listener = crate::server::bind(args.addr, tokens.is_some())
+        let listener = setpoint_server::bind(args.addr, tokens.is_some())
             .await
             .with_context(|| format!("cannot listen on {}", args.addr))?;
         let addr = listener.local_addr()?;
         let scheme = if tls.is_some() { "https" } else { "http" };
-        let config = crate::server::Config {
+        let config = setpoint_server::Config {
             tokens: tokens.clone(),
             max_in_flight: args.max_in_flight,
-            rate_limit: (args.rate_limit_qps > 0.0).then_some(crate::server::RateLimit {
+            rate_limit: (args.rate_limit_qps > 0.0).then_some(setpoint_server::RateLimit {
                 qps: args.rate_limit_qps,
                 burst: args.rate_limit_burst.max(1),
             }),
             ..Default::default()
         };
-        let controller = crate::controller::Config { workers: args.workers, ..Default::default() };
+        let controller = setpoint::controller::Config { workers: args.workers, ..Default::default() };
         let mut etcd_backend = None;
         let mut embedded = None;
-        let (backend, store_description): (Arc<dyn crate::store::Backend>, String) = if args.in_memory {
-            (Arc::new(crate::store::MemoryBackend::new()), "in-memory store".into())
+        let (backend, store_description): (Arc<dyn setpoint::store::Backend>, String) = if args.in_memory {
+            (Arc::new(setpoint::store::MemoryBackend::new()), "in-memory store".into())
         } else if !args.etcd.is_empty() {
             let read = |p: &PathBuf| std::fs::read(p).with_context(|| format!("cannot read {}", p.display()));
-            let config = crate::store::EtcdConfig {
+            let config = setpoint::store::EtcdConfig {
                 endpoints: args.etcd.clone(),
                 prefix: args.etcd_prefix.clone(),
                 user: match &args.etcd_user {
@@ -164,7 +164,7 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                     _ => None,
                 },
             };
-            let store = crate::store::EtcdBackend::connect(config)
+            let store = setpoint::store::EtcdBackend::connect(config)
                 .await
                 .with_context(|| format!("cannot connect to etcd at {}", args.etcd.join(",")))?;
             etcd_backend = Some(store.clone());
@@ -172,21 +172,21 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         } else {
             let dir = args.data.clone();
             // Opening checks the whole file: keep it off the async threads.
-            let store = tokio::task::spawn_blocking(move || crate::store::EmbeddedBackend::open(&dir))
+            let store = tokio::task::spawn_blocking(move || setpoint::store::EmbeddedBackend::open(&dir))
                 .await?
                 .with_context(|| format!("cannot open the data directory {}", args.data.display()))?;
             embedded = Some(store.clone());
             (Arc::new(store), format!("embedded store in {}", args.data.display()))
         };
-        let runtime = crate::runtime::RuntimeConfig { cache_dir: compiled_code_cache(&args)?, ..Default::default() };
+        let runtime = setpoint::runtime::RuntimeConfig { cache_dir: compiled_code_cache(&args)?, ..Default::default() };
         let mut builder = Host::builder()
             .backend(backend)
             .plugins_dir(&args.plugins)
             .controller(controller)
             .runtime(runtime);
         if let (true, Some(etcd)) = (args.cluster, etcd_backend) {
-            let defaults = crate::cluster::Config::default();
-            builder = builder.etcd_backend(etcd).cluster(crate::cluster::Config {
+            let defaults = setpoint::cluster::Config::default();
+            builder = builder.etcd_backend(etcd).cluster(setpoint::cluster::Config {
                 host_id: args.host_id.clone().unwrap_or(defaults.host_id),
                 lease_ttl: std::time::Duration::from_secs(args.lease_ttl),
                 shards: args.shards,
@@ -204,9 +204,9 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         };
         for plugin in host.plugins().await {
             match &plugin.state {
-                crate::plugins::PluginState::Running => tracing::info!(
+                setpoint::plugins::PluginState::Running => tracing::info!(
                     plugin = %plugin.name, kind = plugin.kind.as_deref().unwrap_or(""), "loaded {}", plugin.path.display()),
-                crate::plugins::PluginState::Failed(reason) => tracing::error!(
+                setpoint::plugins::PluginState::Failed(reason) => tracing::error!(
                     plugin = %plugin.name, "{} failed: {reason}", plugin.path.display()),
             }
         }
@@ -223,10 +223,10 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         };
         let mut server = match tls {
             Some(tls) => {
-                let listener = crate::server::tls::TlsListener::new(listener, tls)?;
-                tokio::spawn(crate::server::serve_tls(listener, host.clone(), config, shutdown))
+                let listener = setpoint_server::tls::TlsListener::new(listener, tls)?;
+                tokio::spawn(setpoint_server::serve_tls(listener, host.clone(), config, shutdown))
             }
-            None => tokio::spawn(crate::server::serve_with(listener, host.clone(), config, shutdown)),
+            None => tokio::spawn(setpoint_server::serve_with(listener, host.clone(), config, shutdown)),
         };
         tokio::select! {
             served = &mut server => served?.context("serving the API")?,
@@ -382,7 +382,7 @@ fn print_instructions(
             };
             let text =
                 super::kubeconfig::render(&server, Some((&user.name, &user.token)), ca.as_deref());
-            crate::server::auth::write_private(&path, &text)
+            setpoint_server::auth::write_private(&path, &text)
                 .with_context(|| format!("writing {}", path.display()))?;
             let path = std::path::absolute(&path).unwrap_or(path);
             eprintln!("Point kubectl at it (as user {:?}):", user.name);

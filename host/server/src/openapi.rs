@@ -18,8 +18,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
 use super::status::error_response;
-use crate::Host;
-use crate::object::KindInfo;
+use setpoint::Host;
+use setpoint::object::KindInfo;
 
 /// The gnostic protobuf `Document{swagger: "2.0"}`: every kubectl from 1.20
 /// on accepts it, and finding no schemas in it, validates nothing itself.

@@ -31,11 +31,11 @@ use tokio::sync::mpsc;
 
 use super::status::{ApiError, status_body};
 use super::table::{self, IncludeObject};
-use crate::Host;
-use crate::api::{Api, Error, ListOptions};
-use crate::object::selector::LabelSelector;
-use crate::object::{KindInfo, meta};
-use crate::watch::{self, EventType};
+use setpoint::Host;
+use setpoint::api::{Api, Error, ListOptions};
+use setpoint::object::selector::LabelSelector;
+use setpoint::object::{KindInfo, meta};
+use setpoint::watch::{self, EventType};
 
 /// How long a stream may be quiet before a bookmark is sent.
 pub const BOOKMARK_INTERVAL: Duration = Duration::from_secs(5);
@@ -277,7 +277,7 @@ async fn send_or_cut_off(
     tx: &mpsc::Sender<Result<Bytes, Infallible>>,
     line: Bytes,
     subscription: &watch::Subscription,
-    hub: &crate::watch::WatchHub,
+    hub: &setpoint::watch::WatchHub,
 ) -> bool {
     let mut check = tokio::time::interval(SLOW_CLIENT_CHECK);
     check.tick().await;

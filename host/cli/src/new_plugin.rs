@@ -31,7 +31,7 @@ impl SdkSource {
                 return Self::Path(sdk);
             }
         }
-        let built_from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugin-sdk");
+        let built_from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plugin-sdk");
         if built_from.join("Cargo.toml").is_file() {
             return Self::Path(std::fs::canonicalize(&built_from).unwrap_or(built_from));
         }
@@ -340,7 +340,7 @@ mod tests {
 
     #[test]
     fn a_new_crate_builds_with_the_workspaces_plugin_profile() {
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml");
         let workspace = std::fs::read_to_string(workspace).unwrap();
         let generated = cargo_toml("flags", &SdkSource::Version("0.1.0".into()));
         let keys = ["opt-level", "lto", "codegen-units", "strip"];
@@ -352,7 +352,7 @@ mod tests {
 
     #[test]
     fn a_new_crate_gets_the_workspaces_wasm_link_flags() {
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.cargo/config.toml");
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cargo/config.toml");
         let workspace = std::fs::read_to_string(workspace).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let root = generate("flags", dir.path(), &SdkSource::Version("0.1.0".into())).unwrap();
@@ -386,7 +386,7 @@ mod tests {
     /// line, is the generated crate's own test, so it passes against it.
     #[test]
     fn the_guides_unit_test_snippet_is_the_templates_own_test() {
-        let guide = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/plugins.md");
+        let guide = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/plugins.md");
         let guide = std::fs::read_to_string(guide).unwrap();
         let section = guide.split("## 3.").nth(1).unwrap();
         let snippet = section.split("```rust").nth(1).unwrap();

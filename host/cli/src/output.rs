@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::Format;
 use super::client::Resource;
-use crate::object::time;
+use setpoint::object::time;
 
 /// Render one object.
 pub fn render_one(
@@ -100,7 +100,7 @@ pub fn builtin_columns(resource: &Resource) -> Vec<Column> {
 }
 
 fn cell(object: &Value, path: &str) -> String {
-    let found = crate::object::jsonpath::select(object, path);
+    let found = setpoint::object::jsonpath::select(object, path);
     if found.is_empty() {
         return "<none>".into();
     }

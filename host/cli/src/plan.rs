@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::client::Client;
 use super::manifest::read_documents;
-use crate::plan::{Document, Plan, PlanError, RenderOptions, render};
+use setpoint::plan::{Document, Plan, PlanError, RenderOptions, render};
 
 /// How to show a plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
