@@ -600,7 +600,7 @@ fn runnable_threads() -> usize {
 /// host's threads compete for the CPU than that, where without the turns
 /// every spinner does (12 runnable threads on 2 cores, the tester's 17 s
 /// for a ReplicaSet beside them). The ReplicaSet beside them converges.
-/// How long it takes is a timing, measured by `scripts/bench containment`
+/// How long it takes is a timing, measured by `scripts/bench spin`
 /// (BENCHMARKS.md, "Plugins that spin").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugins_that_spin_share_half_the_cores_and_leave_the_rest_to_their_neighbours() {

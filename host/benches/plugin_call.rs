@@ -22,8 +22,8 @@
 //! - Per-call overhead: the Wasm time per call minus the native time.
 //! - It runs with the system allocator, as the library does for an embedder
 //!   that chooses none. Under the `setpoint` binary's mimalloc the native
-//!   side is 20-30 % faster and the Wasm side unchanged (the guest has its
-//!   own allocator), so the ratios are higher there (BENCHMARKS.md).
+//!   side is faster and the Wasm side unchanged (the guest has its own
+//!   allocator), so the ratios are higher there (docs/benchmarks/plugins.md).
 //! - `--only native|wasm` runs one side alone (for `perf record`);
 //!   `--size BYTES[,BYTES...]` measures only these object sizes, in this
 //!   order (`--size 262144,1024`: small calls in a slot a big one used);

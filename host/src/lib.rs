@@ -26,8 +26,8 @@
 //! parts of the host.
 //!
 //! The library sets no global allocator. The `setpoint` binary uses
-//! mimalloc, which took about a fifth off the CPU per reconcile of the
-//! loop benchmark against glibc's allocator; a program that embeds a busy
+//! mimalloc, which took CPU per reconcile off the loop benchmark against
+//! glibc's allocator (docs/benchmarks/loop.md#mimalloc-adopted-without-transparent-huge-pages-2026-11-22); a program that embeds a busy
 //! host may want to do the same (`#[global_allocator]`).
 //!
 //! ## The parts

@@ -98,8 +98,8 @@
 //!
 //! - `wasm32-unknown-unknown` (the default of Setpoint's plugins and of
 //!   `setpoint new-plugin`): no WASI, so each call instantiates one core
-//!   module with only the plugin world's imports, about 2 µs less per call
-//!   than with WASI. There is no stdout or stderr: log with [`Ctx::log`]
+//!   module with only the plugin world's imports, cheaper per call than with
+//!   WASI (docs/benchmarks/plugins.md#plugins-built-without-wasi-2026-11-22-0752). There is no stdout or stderr: log with [`Ctx::log`]
 //!   (a panic's message reaches the host through the log, and ends up in the
 //!   error on the object). `std::time` and randomness are not there either:
 //!   [`Ctx::now`] is the clock, and crates that need an entropy source (say

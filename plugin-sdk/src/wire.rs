@@ -167,8 +167,8 @@ fn check_ids(list: &str, requests: &[HttpRequest]) -> Result<(), Error> {
 /// Drops what a reconcile parsed and built, except in a Wasm plugin. There
 /// each call runs in a fresh instance whose memory is reset as a whole once
 /// the call returns, so handing every allocation back to the allocator
-/// first is work for nothing: skipping it saved about 4 µs (9%) of a 16 KiB
-/// reconcile in Wasm (BENCHMARKS.md, plugins). Only the values of one call
+/// first is work for nothing, and skipping it saves time on every
+/// reconcile in Wasm (docs/benchmarks/plugins.md#branch-plugin-perf-parse-once-build-maps-in-bulk). Only the values of one call
 /// are leaked, and only into memory that is about to be discarded.
 fn discard<T>(value: T) {
     if cfg!(target_arch = "wasm32") {

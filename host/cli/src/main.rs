@@ -8,10 +8,10 @@ use std::process::ExitCode;
 use clap::Parser;
 
 /// mimalloc rather than glibc's allocator: the host's loop allocates and
-/// frees JSON values on many threads, where glibc spent about a fifth of the
+/// frees JSON values on many threads, where glibc spent a large share of the
 /// loop's CPU (`malloc_consolidate`, cross-thread frees). With it the loop
-/// benchmark's update phase takes about a fifth less CPU per reconcile with
-/// a Wasm plugin (BENCHMARKS.md, Whole loop). Embedders of the library pick
+/// benchmark's update phase takes less CPU per reconcile with a Wasm plugin
+/// (docs/benchmarks/loop.md#mimalloc-adopted-without-transparent-huge-pages-2026-11-22). Embedders of the library pick
 /// their own allocator.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -53,10 +53,11 @@ pub(crate) struct PoolStats {
 }
 
 /// Threads of a pool unless configured: four per core, at least 4 and at
-/// most 64. One per core sent 40 % of the loop benchmark's calls to the
+/// most 64. One per core sent many of the loop benchmark's calls to the
 /// overflow (many workers hand over calls in bursts, faster than two
-/// threads take them), 4 per core about 10 % and was faster than 1, 2 or 8
-/// per core; idle threads only cost their stacks.
+/// threads take them), 4 per core far fewer and was faster than 1, 2 or 8
+/// per core (docs/benchmarks/loop.md#branch-loop-pool-reconcile-thread-pool-and-fewer-copies-per-write-2026-11-21);
+/// idle threads only cost their stacks.
 pub(crate) fn default_threads() -> usize {
     std::thread::available_parallelism()
         .map_or(4, |n| n.get() * 4)

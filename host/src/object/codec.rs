@@ -28,11 +28,11 @@ pub fn encode(object: &Object) -> Vec<u8> {
 ///
 /// `serde_json::to_string` writes straight into a byte buffer;
 /// `Value::to_string` (`Display`) goes through a `fmt::Formatter` for every
-/// token and took about twice as long on a 16 KiB object. Not inlined, so
+/// token and was slower (docs/benchmarks/plugins.md#branch-plugin-perf-parse-once-build-maps-in-bulk). Not inlined, so
 /// that every reconcile path runs the same machine code: separate copies of
-/// the serialiser, placed differently in the binary, measured up to 10 %
+/// the serialiser, placed differently in the binary, measured
 /// apart on the plugin benchmark for reasons that had nothing to do with the
-/// path itself.
+/// path itself (docs/benchmarks/plugins.md#current-figures-the-manifest-kept-out-of-the-reconciles-memory-2026-11-22-1140).
 ///
 /// ```
 /// use serde_json::json;

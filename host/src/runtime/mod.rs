@@ -326,7 +326,7 @@ fn engine_config(pool: Option<u32>, settings: &RuntimeConfig, cache: &Option<Cac
     config.consume_fuel(settings.fuel_metering);
     // Plugins are synchronous (WASI 0.2, no component-model async): without
     // this every store sets up, and every call enters and leaves, the task
-    // bookkeeping for concurrent guests (about 1 µs of a 1 KiB reconcile).
+    // bookkeeping for concurrent guests (docs/benchmarks/plugins.md#branch-plugin-perf-parse-once-build-maps-in-bulk).
     config.concurrency_support(false);
     config.cache(cache.clone());
     // For profiling plugins: wasmtime writes /tmp/perf-PID.map so that
@@ -343,8 +343,8 @@ fn engine_config(pool: Option<u32>, settings: &RuntimeConfig, cache: &Option<Cac
             .total_stacks(n)
             .total_core_instances(8 * n)
             .max_memory_size(limits.memory_bytes.max(1 << 20))
-            // Reset slots with memset rather than madvise: measured 1.7x faster
-            // per fresh instance on this class of machine (see BENCHMARKS.md).
+            // Reset slots with memset rather than madvise, which was slower per
+            // fresh instance (docs/benchmarks/plugins.md#build-and-pool-settings-from-before-these-notes-2026-11-21).
             .linear_memory_keep_resident(4 << 20)
             .table_keep_resident(64 << 10)
             // Where the kernel has PAGEMAP_SCAN (Linux 6.7+), reset only the
@@ -376,7 +376,7 @@ fn start_epoch_ticker(engine: &Engine) {
 /// instantiation fail, so callers wait for a slot instead.
 ///
 /// `Condvar::notify_one` makes a `futex` system call even when nobody waits
-/// (once per reconcile; about 1 µs on the development VM), so a freed slot
+/// (once per reconcile; docs/benchmarks/plugins.md#branch-plugin-perf2-cpu-per-call-and-what-did-not-help), so a freed slot
 /// is only signalled when a caller is actually waiting.
 struct Slots {
     state: Mutex<SlotCounts>,

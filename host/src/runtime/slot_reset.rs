@@ -2,7 +2,8 @@
 //! kernel's `PAGEMAP_SCAN` to find the pages a call dirtied.
 //!
 //! The scan resets only the pages a call wrote instead of all of the
-//! kept-resident part of the slot (BENCHMARKS.md, plugins). But wasmtime
+//! kept-resident part of the slot
+//! (docs/benchmarks/plugins.md#what-else-was-measured-2026-11-22-0950-to-1100). But wasmtime
 //! 48's scan asks for dirty pages that are *present*: a dirty page the
 //! kernel has swapped out is not present, so it is neither reset nor
 //! decommitted, and the next instance in that slot would read the previous

@@ -5,9 +5,8 @@
 //! the call returns, so what a call allocates rarely needs to be reused
 //! within the call. `malloc`/`free` in wasi-libc's dlmalloc cost tens of
 //! nanoseconds each in Wasm (every loop back-edge also pays an epoch check);
-//! a bump is a handful of instructions. On the `plugin_call` benchmark this
-//! took about 0.6 µs off a 1 KiB and 2 µs off a 16 KiB reconcile
-//! (BENCHMARKS.md).
+//! a bump is a handful of instructions. What this saves on the `plugin_call`
+//! benchmark: docs/benchmarks/plugins.md#a-bump-arena-with-a-budget-in-the-guest-2026-11-22-0500.
 //!
 //! What keeps it from changing which plugins fit their memory cap:
 //!
@@ -304,7 +303,7 @@ mod glue {
         /// builds its definitions in tens of KiB, and the host's pool
         /// resets every page a call ever wrote in a slot on every later
         /// call in that slot, which made each 1 KiB reconcile after it
-        /// about 0.6 µs slower (BENCHMARKS.md, plugins). Pages past the initial memory are outside what later
+        /// slower (docs/benchmarks/plugins.md#current-figures-the-manifest-kept-out-of-the-reconciles-memory-2026-11-22-1140). Pages past the initial memory are outside what later
         /// instances can reach, so they cost the reconciles nothing.
         ///
         /// Does nothing once something was allocated, or if the memory

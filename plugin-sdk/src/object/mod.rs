@@ -140,8 +140,8 @@ pub struct ObjectMeta {
 /// from sorted entries costs about two key comparisons per entry instead of
 /// a descent through the tree per insert. Key comparisons are `memcmp`
 /// calls, which in a Wasm guest are a byte-at-a-time loop: on a 16 KiB
-/// object whose bulk is annotations, inserting them one by one was a quarter
-/// of the whole reconcile (BENCHMARKS.md, plugins). Duplicate keys keep the
+/// object whose bulk is annotations, inserting them one by one was a large
+/// share of the whole reconcile (docs/benchmarks/plugins.md#branch-plugin-perf-parse-once-build-maps-in-bulk). Duplicate keys keep the
 /// last value, as inserting would.
 fn string_map<'de, D: serde::Deserializer<'de>>(
     deserializer: D,

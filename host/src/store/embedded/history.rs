@@ -3,7 +3,8 @@
 //! here instead of in an on-disk index.
 //!
 //! Kept on disk, such an index cost one more random B-tree insert per write
-//! (about a third of the applier's work); as etcd does with its key index,
+//! (docs/benchmarks/store.md#with-the-applier-thread-and-the-in-memory-version-index-current);
+//! as etcd does with its key index,
 //! it is rebuilt from the `revisions` table when the store opens. The
 //! applier records a batch's versions before it commits the batch, and
 //! compaction drops versions only after committing their removal, so a

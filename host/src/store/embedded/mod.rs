@@ -91,8 +91,8 @@
 //! store is created under a temporary name and renamed into
 //! place once initialised, so `store.redb` is never legitimately empty.
 //!
-//! The check reads every live page on each open: about 0.2 s for 100,000
-//! keys of 1 KiB on the development VM.
+//! The check reads every live page on each open (what that costs:
+//! docs/benchmarks/store.md#with-the-applier-thread-and-the-in-memory-version-index-current).
 //!
 //! # Backups and a full disk
 //!

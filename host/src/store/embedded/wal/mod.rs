@@ -4,8 +4,8 @@
 //!
 //! Why: a durable redb commit writes every B-tree page a batch touched
 //! (values, the index and the current table, spread over the file) and
-//! waits for all of them; at 64 concurrent writers that was ~150 pages and
-//! 1.2–1.6 ms per commit. The log instead appends one record per batch (the
+//! waits for all of them, many pages per commit at 64 concurrent writers
+//! (docs/benchmarks/store.md#with-the-write-ahead-log-before-the-applier). The log instead appends one record per batch (the
 //! encoded entries, ~1 KiB per 1 KiB put) and syncs that one sequential
 //! write; the database commits with `Durability::None` and is made durable
 //! only at a *checkpoint* (every [`CHECKPOINT_BYTES`] of log, when idle, and

@@ -71,12 +71,12 @@ struct Prepared<F> {
 /// Makes a segment of `size` bytes ready under `tmp`.
 ///
 /// Why allocated: appending changes file-system metadata, which costs a
-/// journal commit per sync (~260 µs for a 64 KiB record here, and far more
-/// while other processes write to the same file system); writing into
-/// allocated space (`fallocate`) costs ~180 µs. Allocating also makes a
+/// journal commit per sync (far more while other processes write to the
+/// same file system); writing into allocated space (`fallocate`) costs less
+/// (docs/benchmarks/store.md#with-the-write-ahead-log-before-the-applier). Allocating also makes a
 /// full disk show up here, before a record is written, and lets a reader
 /// tell a segment cut short from one the log did not fill. Allocated and
-/// already written blocks would cost ~130 µs, but zero-filling cost as much
+/// already written blocks would cost less still, but zero-filling cost as much
 /// writing as the log itself, and recycling old segments needs care for
 /// their stale records.
 fn prepare<I: LogIo>(io: &I, tmp: &Path, size: u64) -> io::Result<Prepared<I::File>> {
