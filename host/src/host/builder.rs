@@ -6,7 +6,9 @@ use std::sync::Arc;
 use tokio::sync::Mutex;
 
 use crate::api::{self, Api};
-use crate::cluster::{self, Cluster};
+#[cfg(feature = "etcd")]
+use crate::cluster;
+use crate::cluster::Cluster;
 use crate::controller;
 use crate::controller::pool::CallPool;
 use crate::informer::Informers;
@@ -36,8 +38,11 @@ pub struct HostBuilder {
     per_plugin: std::collections::HashMap<String, controller::Config>,
     reconcile_threads: Option<usize>,
     embedded_dir: Option<PathBuf>,
+    #[cfg(feature = "etcd")]
     etcd: Option<crate::store::EtcdConfig>,
+    #[cfg(feature = "etcd")]
     etcd_backend: Option<crate::store::EtcdBackend>,
+    #[cfg(feature = "etcd")]
     cluster: Option<cluster::Config>,
 }
 
@@ -54,8 +59,11 @@ impl HostBuilder {
             per_plugin: std::collections::HashMap::new(),
             reconcile_threads: None,
             embedded_dir: None,
+            #[cfg(feature = "etcd")]
             etcd: None,
+            #[cfg(feature = "etcd")]
             etcd_backend: None,
+            #[cfg(feature = "etcd")]
             cluster: None,
         }
     }
@@ -77,13 +85,15 @@ impl HostBuilder {
         self
     }
 
-    /// An etcd cluster.
+    /// An etcd cluster (feature `etcd`).
+    #[cfg(feature = "etcd")]
     pub fn etcd(mut self, config: crate::store::EtcdConfig) -> Self {
         self.etcd = Some(config);
         self
     }
 
-    /// Store objects in etcd through an existing connection.
+    /// Store objects in etcd through an existing connection (feature `etcd`).
+    #[cfg(feature = "etcd")]
     pub fn etcd_backend(mut self, backend: crate::store::EtcdBackend) -> Self {
         self.etcd_backend = Some(backend);
         self
@@ -107,6 +117,7 @@ impl HostBuilder {
     /// host.shutdown().await;
     /// # Ok(()) }
     /// ```
+    #[cfg(feature = "etcd")]
     pub fn cluster(mut self, config: cluster::Config) -> Self {
         self.cluster = Some(config);
         self
@@ -164,6 +175,7 @@ impl HostBuilder {
 
     /// Open the store, start the runtime and load the plugins.
     pub async fn build(self) -> Result<Host, Error> {
+        #[cfg(feature = "etcd")]
         let etcd = match (self.etcd_backend, self.etcd) {
             (Some(backend), _) => Some(backend),
             (None, Some(config)) => Some(
@@ -185,15 +197,23 @@ impl HostBuilder {
                     })?
                     .map_err(api::Error::Store)?;
             Arc::new(store)
-        } else if let Some(etcd) = &etcd {
-            Arc::new(etcd.clone())
         } else {
-            self.backend
+            #[cfg(feature = "etcd")]
+            let on_etcd = etcd
+                .as_ref()
+                .map(|etcd| Arc::new(etcd.clone()) as Arc<dyn Backend>);
+            #[cfg(not(feature = "etcd"))]
+            let on_etcd: Option<Arc<dyn Backend>> = None;
+            on_etcd
+                .or(self.backend)
                 .unwrap_or_else(|| Arc::new(MemoryBackend::new()))
         };
         // Timed for /metrics (setpoint_store_request_duration_seconds).
         let api = Api::open(Arc::new(crate::store::Metered::new(backend))).await?;
         let runtime = Runtime::new(self.runtime)?;
+        #[cfg(not(feature = "etcd"))]
+        let cluster: Option<Cluster> = None;
+        #[cfg(feature = "etcd")]
         let cluster = match (self.cluster, etcd) {
             (Some(config), Some(etcd)) => Some(Cluster::join(etcd, api.clone(), config).await?),
             (Some(_), None) => {

@@ -22,6 +22,7 @@ mod conformance;
 mod dry_run;
 pub mod embedded;
 mod error;
+#[cfg(feature = "etcd")]
 pub mod etcd;
 mod fenced;
 pub mod memory;
@@ -36,6 +37,7 @@ use tokio::sync::mpsc;
 pub use dry_run::DryRunBackend;
 pub use embedded::EmbeddedBackend;
 pub use error::Error;
+#[cfg(feature = "etcd")]
 pub use etcd::{EtcdBackend, EtcdConfig};
 pub use fenced::FencedBackend;
 pub use memory::MemoryBackend;

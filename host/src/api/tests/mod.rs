@@ -40,6 +40,9 @@ async fn api() -> Api {
                     .join(format!("setpoint-api-tests-{}", uuid::Uuid::new_v4()));
                 Arc::new(crate::store::EmbeddedBackend::open(&dir).unwrap())
             }
+            #[cfg(not(feature = "etcd"))]
+            Ok("etcd") => panic!("SETPOINT_TEST_BACKEND=etcd needs the `etcd` feature"),
+            #[cfg(feature = "etcd")]
             Ok("etcd") => {
                 let url = std::env::var("SETPOINT_TEST_ETCD")
                     .expect("SETPOINT_TEST_ETCD=http://HOST:PORT");
