@@ -154,6 +154,7 @@ extern crate self as setpoint_plugin_sdk;
 mod arena;
 mod conditions;
 mod ctx;
+mod definition;
 mod error;
 mod export;
 mod http;
@@ -162,12 +163,14 @@ mod memcmp;
 mod object;
 mod reconciler;
 mod response;
+mod template;
 pub mod testing;
 mod time;
 pub mod wire;
 
 pub use conditions::{Condition, ConditionStatus, find_condition, set_condition};
 pub use ctx::{Ctx, Host, LogLevel};
+pub use definition::{Definition, PrinterColumn};
 pub use error::Error;
 pub use http::{
     HttpError, HttpErrorKind, HttpRequest, HttpResponse, HttpResult, SecretKeyRef, SecretTarget,
@@ -177,7 +180,13 @@ pub use manifest::Manifest;
 pub use object::{DynamicObject, KindRef, Object, ObjectMeta, ObjectRef, OwnerReference};
 pub use reconciler::Reconciler;
 pub use response::{Event, Response, Severity};
+pub use template::{LabelSelector, Template, TemplateMetadata};
 pub use time::Time;
+
+/// The schema library kind types derive `JsonSchema` with (see
+/// [`Definition`]), re-exported for its types (`schemars::Schema`); the
+/// derive itself needs `schemars` among the plugin's dependencies.
+pub use schemars;
 
 /// The JSON library objects are built with, re-exported so plugins need no
 /// direct dependency on it (`setpoint_plugin_sdk::serde_json::json!`).

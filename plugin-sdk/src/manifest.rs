@@ -89,6 +89,11 @@ impl Manifest {
         self
     }
 
+    /// Adds the CustomResourceDefinition generated from a kind's Rust types.
+    pub fn define(self, definition: crate::Definition) -> Self {
+        self.definition(definition.to_crd())
+    }
+
     /// Adds a CustomResourceDefinition from JSON text, typically
     /// `include_str!("../crds/widget.json")`.
     ///

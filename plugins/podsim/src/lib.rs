@@ -8,59 +8,12 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+pub use demo_kinds::API_VERSION;
+pub use demo_kinds::pod::{Phase, PodSpec, PodStatus};
 use setpoint_plugin_sdk::{
-    Condition, Ctx, Error, Event, KindRef, Manifest, Object, Reconciler, Response, Time,
-    export_reconciler, set_condition,
+    Condition, Ctx, Error, Event, Manifest, Object, Reconciler, Response, export_reconciler,
+    set_condition,
 };
-
-/// The API version of the Pod kind.
-pub const API_VERSION: &str = "demo.setpoint.dev/v1";
-
-/// The fields of a Pod's spec that the simulation uses; everything else in the
-/// spec (containers, images, ...) is free-form and ignored.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PodSpec {
-    /// How long the Pod stays `Pending` before it is `Running`, in milliseconds.
-    #[serde(default = "default_startup_delay_ms")]
-    pub startup_delay_ms: u64,
-}
-
-fn default_startup_delay_ms() -> u64 {
-    1000
-}
-
-/// Where a Pod is in its lifecycle.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Phase {
-    /// Accepted, not started yet.
-    Pending,
-    /// Started and ready.
-    Running,
-    /// Finished successfully (never set by the simulation).
-    Succeeded,
-    /// Finished with a failure (never set by the simulation).
-    Failed,
-    /// Unknown, or a phase this version does not know.
-    #[serde(other)]
-    Unknown,
-}
-
-/// A Pod's observed state.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub struct PodStatus {
-    /// Lifecycle phase.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub phase: Option<Phase>,
-    /// When the simulated node accepted the Pod; startup is timed from here.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub start_time: Option<Time>,
-    /// The `Ready` condition.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
-}
 
 /// The reconciler.
 #[derive(Debug, Default)]
@@ -71,9 +24,13 @@ impl Reconciler for PodSim {
     type Status = PodStatus;
 
     fn manifest(&self) -> Manifest {
-        let pod = KindRef::new(API_VERSION, "Pod");
-        Manifest::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION"), pod)
-            .definition_json(include_str!("../crds/pod.json"))
+        let pod = demo_kinds::pod::definition();
+        Manifest::new(
+            env!("CARGO_PKG_NAME"),
+            env!("CARGO_PKG_VERSION"),
+            pod.kind(),
+        )
+        .define(pod)
     }
 
     fn reconcile(
@@ -135,9 +92,9 @@ export_reconciler!(PodSim);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use setpoint_plugin_sdk::ConditionStatus;
     use setpoint_plugin_sdk::serde_json::{Value, json};
     use setpoint_plugin_sdk::testing::FakeCtx;
+    use setpoint_plugin_sdk::{ConditionStatus, Time};
 
     const T0: i64 = 1_735_787_045_000; // 2025-01-02T03:04:05Z
 
