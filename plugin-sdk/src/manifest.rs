@@ -83,7 +83,8 @@ impl Manifest {
         self
     }
 
-    /// Adds a CustomResourceDefinition.
+    /// Adds a CustomResourceDefinition written as JSON; a kind with Rust
+    /// types is better defined with [`Manifest::define`].
     pub fn definition(mut self, definition: Value) -> Self {
         self.definitions.push(definition);
         self
@@ -94,8 +95,8 @@ impl Manifest {
         self.definition(definition.to_crd())
     }
 
-    /// Adds a CustomResourceDefinition from JSON text, typically
-    /// `include_str!("../crds/widget.json")`.
+    /// Adds a CustomResourceDefinition from JSON text (a kind without Rust
+    /// types; otherwise see [`Manifest::define`]).
     ///
     /// # Panics
     ///

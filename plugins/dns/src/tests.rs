@@ -501,26 +501,3 @@ fn requests_the_host_held_back_change_nothing_on_the_object() {
         (ConditionStatus::False, "Updating".into())
     );
 }
-
-#[test]
-fn the_generated_definition_means_what_the_handwritten_one_did() {
-    let generated = crate::definition().to_crd();
-    let old: Value =
-        setpoint_plugin_sdk::serde_json::from_str(include_str!("../crds/dnsrecord.json")).unwrap();
-    // Intended: the root declares apiVersion, kind and metadata, as every
-    // other definition does (the host never prunes or validates them by
-    // the schema); the integers carry the format of their Rust type, whose
-    // bounds the hand-written schema already had (`maximum: 2147483647`)
-    // or that no number in JSON reaches (int64).
-    let root = "/spec/versions/0/schema/openAPIV3Schema/properties";
-    assert_eq!(
-        setpoint_plugin_sdk::testing::definition_differences(&generated, &old),
-        [
-            format!(r#"{root}/apiVersion: {{"type":"string"}} != null"#),
-            format!(r#"{root}/kind: {{"type":"string"}} != null"#),
-            format!(r#"{root}/metadata: {{"type":"object"}} != null"#),
-            format!(r#"{root}/spec/properties/resyncSeconds/format: "int64" != null"#),
-            format!(r#"{root}/spec/properties/ttl/format: "int32" != null"#),
-        ]
-    );
-}

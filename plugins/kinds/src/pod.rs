@@ -2,9 +2,21 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use setpoint_plugin_sdk::{Condition, Definition, KindRef, PrinterColumn, Time};
+use setpoint_plugin_sdk::{Condition, Definition, KindRef, PrinterColumn, Resource, Time};
 
 use crate::API_VERSION;
+
+/// The Pod kind, for [`Ctx::owned`](setpoint_plugin_sdk::Ctx::owned).
+#[derive(Debug)]
+pub struct Pod;
+
+impl Resource for Pod {
+    type Spec = PodSpec;
+    type Status = PodStatus;
+    fn kind() -> KindRef {
+        kind()
+    }
+}
 
 /// The Pod kind.
 pub fn kind() -> KindRef {

@@ -2,9 +2,21 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use setpoint_plugin_sdk::{Definition, KindRef, LabelSelector, PrinterColumn, Template};
+use setpoint_plugin_sdk::{Definition, KindRef, LabelSelector, PrinterColumn, Resource, Template};
 
 use crate::API_VERSION;
+
+/// The ReplicaSet kind, for [`Ctx::owned`](setpoint_plugin_sdk::Ctx::owned).
+#[derive(Debug)]
+pub struct ReplicaSet;
+
+impl Resource for ReplicaSet {
+    type Spec = ReplicaSetSpec;
+    type Status = ReplicaSetStatus;
+    fn kind() -> KindRef {
+        kind()
+    }
+}
 
 /// The ReplicaSet kind.
 pub fn kind() -> KindRef {

@@ -11,90 +11,80 @@ use std::time::Duration;
 pub use demo_kinds::API_VERSION;
 pub use demo_kinds::pod::{Phase, PodSpec, PodStatus};
 use setpoint_plugin_sdk::{
-    Condition, Ctx, Error, Event, Manifest, Object, Reconciler, Response, export_reconciler,
-    set_condition,
+    Condition, Ctx, Error, Event, Manifest, Object, Response, reconciler, set_condition,
 };
 
-/// The reconciler.
-#[derive(Debug, Default)]
-pub struct PodSim;
-
-impl Reconciler for PodSim {
-    type Spec = PodSpec;
-    type Status = PodStatus;
-
-    fn manifest(&self) -> Manifest {
-        let pod = demo_kinds::pod::definition();
-        Manifest::new(
-            env!("CARGO_PKG_NAME"),
-            env!("CARGO_PKG_VERSION"),
-            pod.kind(),
-        )
-        .define(pod)
-    }
-
-    fn reconcile(
-        &self,
-        pod: &Object<PodSpec, PodStatus>,
-        ctx: &Ctx,
-    ) -> Result<Response<PodStatus>, Error> {
-        // A Pod on its way out needs nothing from its node agent.
-        if pod.is_deleting() {
-            return Ok(Response::new());
-        }
-        let now = ctx.now();
-        let delay = Duration::from_millis(pod.spec.startup_delay_ms);
-        let mut status = pod.status.clone();
-
-        match status.phase {
-            // New: accept it and come back when it is due to start.
-            None => {
-                status.phase = Some(Phase::Pending);
-                status.start_time = Some(now);
-                let not_ready = Condition::new(
-                    "Ready",
-                    false,
-                    "ContainersNotReady",
-                    "containers are starting",
-                );
-                set_condition(&mut status.conditions, not_ready, now);
-                Ok(Response::new().status(status).requeue_after(delay))
-            }
-            Some(Phase::Pending) => {
-                // A Pending pod without a start time was edited by hand: start
-                // timing it now.
-                let due = *status.start_time.get_or_insert(now) + delay;
-                if now < due {
-                    // Woken early (e.g. by an unrelated change): wait for the
-                    // rest. The status is unchanged, so the host writes nothing.
-                    return Ok(Response::new()
-                        .status(status)
-                        .requeue_after(due.saturating_duration_since(now)));
-                }
-                status.phase = Some(Phase::Running);
-                set_condition(
-                    &mut status.conditions,
-                    Condition::new("Ready", true, "PodReady", ""),
-                    now,
-                );
-                let started = Event::normal("Started", format!("Started pod {}", pod.name()));
-                Ok(Response::new().status(status).event(started))
-            }
-            // Running, or a phase someone else set: nothing to simulate, so
-            // no write and no requeue.
-            Some(_) => Ok(Response::new()),
-        }
-    }
+/// The plugin: Pods, their definition and nothing else.
+fn manifest() -> Manifest {
+    let pod = demo_kinds::pod::definition();
+    Manifest::new(
+        env!("CARGO_PKG_NAME"),
+        env!("CARGO_PKG_VERSION"),
+        pod.kind(),
+    )
+    .define(pod)
 }
 
-export_reconciler!(PodSim);
+/// Moves a Pod from new to `Pending` to `Running`; the plugin is [`PodSim`].
+#[reconciler(manifest = manifest, name = PodSim)]
+pub fn reconcile(
+    pod: &Object<PodSpec, PodStatus>,
+    ctx: &Ctx,
+) -> Result<Response<PodStatus>, Error> {
+    // A Pod on its way out needs nothing from its node agent.
+    if pod.is_deleting() {
+        return Ok(Response::new());
+    }
+    let now = ctx.now();
+    let delay = Duration::from_millis(pod.spec.startup_delay_ms);
+    let mut status = pod.status.clone();
+
+    match status.phase {
+        // New: accept it and come back when it is due to start.
+        None => {
+            status.phase = Some(Phase::Pending);
+            status.start_time = Some(now);
+            let not_ready = Condition::new(
+                "Ready",
+                false,
+                "ContainersNotReady",
+                "containers are starting",
+            );
+            set_condition(&mut status.conditions, not_ready, now);
+            Ok(Response::new().status(status).requeue_after(delay))
+        }
+        Some(Phase::Pending) => {
+            // A Pending pod without a start time was edited by hand: start
+            // timing it now.
+            let due = *status.start_time.get_or_insert(now) + delay;
+            if now < due {
+                // Woken early (e.g. by an unrelated change): wait for the
+                // rest. The status is unchanged, so the host writes nothing.
+                return Ok(Response::new()
+                    .status(status)
+                    .requeue_after(due.saturating_duration_since(now)));
+            }
+            status.phase = Some(Phase::Running);
+            set_condition(
+                &mut status.conditions,
+                Condition::new("Ready", true, "PodReady", ""),
+                now,
+            );
+            let started = Event::normal("Started", format!("Started pod {}", pod.name()));
+            Ok(Response::new().status(status).event(started))
+        }
+        // Running, or a phase someone else set: nothing to simulate, so
+        // no write and no requeue.
+        Some(_) => Ok(Response::new()),
+    }
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use setpoint_plugin_sdk::serde_json::{Value, json};
     use setpoint_plugin_sdk::testing::FakeCtx;
-    use setpoint_plugin_sdk::{ConditionStatus, Time};
+    use setpoint_plugin_sdk::{ConditionStatus, Reconciler, Time};
 
     const T0: i64 = 1_735_787_045_000; // 2025-01-02T03:04:05Z
 

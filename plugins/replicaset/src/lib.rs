@@ -10,9 +10,11 @@
 use std::collections::BTreeSet;
 
 pub use demo_kinds::API_VERSION;
+use demo_kinds::pod::Pod;
 pub use demo_kinds::replicaset::{ReplicaSetSpec, ReplicaSetStatus};
 use setpoint_plugin_sdk::{
     Ctx, DynamicObject, Error, Event, Manifest, Object, Reconciler, Response, export_reconciler,
+    find_condition,
 };
 
 /// The reconciler.
@@ -58,14 +60,9 @@ impl Reconciler for ReplicaSetReconciler {
 
         // Pods already being deleted count for nothing: not as replicas, and
         // not as something to delete again.
-        let live: Vec<&DynamicObject> = ctx
-            .owned_of_kind(API_VERSION, "Pod")
-            .filter(|pod| !pod.is_deleting())
-            .collect();
-        let existing: BTreeSet<&str> = ctx
-            .owned_of_kind(API_VERSION, "Pod")
-            .map(DynamicObject::name)
-            .collect();
+        let pods = ctx.owned::<Pod>()?;
+        let existing: BTreeSet<&str> = pods.iter().map(|pod| pod.name()).collect();
+        let live: Vec<_> = pods.iter().filter(|pod| !pod.is_deleting()).collect();
         let wanted: BTreeSet<&str> = desired.iter().map(DynamicObject::name).collect();
 
         // Events describe what the host is about to do, so a converged
@@ -88,7 +85,9 @@ impl Reconciler for ReplicaSetReconciler {
 
         let ready = live
             .iter()
-            .filter(|pod| pod.condition("Ready").is_some_and(|c| c.is_true()))
+            .filter(|pod| {
+                find_condition(&pod.status.conditions, "Ready").is_some_and(|c| c.is_true())
+            })
             .count();
         let status = ReplicaSetStatus {
             replicas: count(live.len()),

@@ -122,7 +122,7 @@ impl Reconciler for StackReconciler {
         let by_name: BTreeMap<&str, &Resource> =
             resources.iter().map(|r| (r.name.as_str(), r)).collect();
         let existing: BTreeMap<String, &DynamicObject> = ctx
-            .owned()
+            .owned_objects()
             .iter()
             .map(|o| (o.name().to_owned(), o))
             .collect();

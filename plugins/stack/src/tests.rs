@@ -221,14 +221,3 @@ fn the_manifest_declares_the_finalizer_and_owned_kinds() {
         ]
     );
 }
-
-#[test]
-fn the_generated_definition_means_what_the_handwritten_one_did() {
-    let generated = definition().to_crd();
-    let old: Value =
-        setpoint_plugin_sdk::serde_json::from_str(include_str!("../crds/stack.json")).unwrap();
-    assert_eq!(
-        setpoint_plugin_sdk::testing::definition_differences(&generated, &old),
-        Vec::<String>::new()
-    );
-}
