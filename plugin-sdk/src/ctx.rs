@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::fmt;
 
 use crate::http::{HttpRequest, HttpResult};
-use crate::{DynamicObject, Error, Object, ObjectRef, Resource, Time};
+use crate::{DynamicObject, Error, ObjectOf, ObjectRef, Resource, Time};
 
 /// Severity of a log line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -130,7 +130,7 @@ impl Ctx {
     /// A child that does not parse is a permanent error naming it and the
     /// field, e.g. `Pod default/web-0: spec.startupDelayMs: invalid type:
     /// string "soon", expected u64`.
-    pub fn owned<R: Resource>(&self) -> Result<Vec<Object<R::Spec, R::Status>>, Error> {
+    pub fn owned<R: Resource>(&self) -> Result<Vec<ObjectOf<R>>, Error> {
         let kind = R::kind();
         self.owned_of_kind(&kind.api_version, &kind.kind)
             .map(|child| {

@@ -193,7 +193,9 @@ pub use http::{
     SecretUse,
 };
 pub use manifest::Manifest;
-pub use object::{DynamicObject, KindRef, Object, ObjectMeta, ObjectRef, OwnerReference, Resource};
+pub use object::{
+    DynamicObject, KindRef, Object, ObjectMeta, ObjectOf, ObjectRef, OwnerReference, Resource,
+};
 pub use reconciler::Reconciler;
 pub use response::{Event, Response, Severity};
 pub use template::{LabelSelector, Template, TemplateMetadata};

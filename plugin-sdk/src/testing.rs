@@ -184,6 +184,63 @@ fn selector_matches(selector: &str, object: &DynamicObject) -> Result<bool, Erro
     Ok(matches)
 }
 
+/// Where two CustomResourceDefinitions differ in what they mean: their
+/// JSON with descriptions left out and `required` lists sorted, compared
+/// member by member; each difference is a JSON pointer with both values.
+/// Empty when they validate, default and print alike.
+pub fn definition_differences(a: &serde_json::Value, b: &serde_json::Value) -> Vec<String> {
+    fn normalise(value: &serde_json::Value) -> serde_json::Value {
+        use serde_json::Value;
+        match value {
+            Value::Object(members) => Value::Object(
+                members
+                    .iter()
+                    .filter(|(key, value)| !(*key == "description" && value.is_string()))
+                    .map(|(key, value)| {
+                        let mut value = normalise(value);
+                        if key == "required"
+                            && let Value::Array(names) = &mut value
+                        {
+                            names.sort_by_key(ToString::to_string);
+                        }
+                        (key.clone(), value)
+                    })
+                    .collect(),
+            ),
+            Value::Array(items) => Value::Array(items.iter().map(normalise).collect()),
+            other => other.clone(),
+        }
+    }
+    fn walk(at: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+        use serde_json::Value;
+        match (a, b) {
+            (Value::Object(x), Value::Object(y)) => {
+                let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+                for key in keys {
+                    let null = Value::Null;
+                    let here = format!("{at}/{key}");
+                    walk(
+                        &here,
+                        x.get(key).unwrap_or(&null),
+                        y.get(key).unwrap_or(&null),
+                        out,
+                    );
+                }
+            }
+            (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+                for (i, (x, y)) in x.iter().zip(y).enumerate() {
+                    walk(&format!("{at}/{i}"), x, y, out);
+                }
+            }
+            (x, y) if x != y => out.push(format!("{at}: {x} != {y}")),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk("", &normalise(a), &normalise(b), &mut out);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,61 +371,4 @@ mod tests {
             "Pod ns/web-0: spec.port: invalid type: string \"eighty\", expected u16"
         );
     }
-}
-
-/// Where two CustomResourceDefinitions differ in what they mean: their
-/// JSON with descriptions left out and `required` lists sorted, compared
-/// member by member; each difference is a JSON pointer with both values.
-/// Empty when they validate, default and print alike.
-pub fn definition_differences(a: &serde_json::Value, b: &serde_json::Value) -> Vec<String> {
-    fn normalise(value: &serde_json::Value) -> serde_json::Value {
-        use serde_json::Value;
-        match value {
-            Value::Object(members) => Value::Object(
-                members
-                    .iter()
-                    .filter(|(key, value)| !(*key == "description" && value.is_string()))
-                    .map(|(key, value)| {
-                        let mut value = normalise(value);
-                        if key == "required"
-                            && let Value::Array(names) = &mut value
-                        {
-                            names.sort_by_key(ToString::to_string);
-                        }
-                        (key.clone(), value)
-                    })
-                    .collect(),
-            ),
-            Value::Array(items) => Value::Array(items.iter().map(normalise).collect()),
-            other => other.clone(),
-        }
-    }
-    fn walk(at: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
-        use serde_json::Value;
-        match (a, b) {
-            (Value::Object(x), Value::Object(y)) => {
-                let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
-                for key in keys {
-                    let null = Value::Null;
-                    let here = format!("{at}/{key}");
-                    walk(
-                        &here,
-                        x.get(key).unwrap_or(&null),
-                        y.get(key).unwrap_or(&null),
-                        out,
-                    );
-                }
-            }
-            (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
-                for (i, (x, y)) in x.iter().zip(y).enumerate() {
-                    walk(&format!("{at}/{i}"), x, y, out);
-                }
-            }
-            (x, y) if x != y => out.push(format!("{at}: {x} != {y}")),
-            _ => {}
-        }
-    }
-    let mut out = Vec::new();
-    walk("", &normalise(a), &normalise(b), &mut out);
-    out
 }

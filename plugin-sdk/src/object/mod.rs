@@ -69,6 +69,9 @@ pub trait Resource {
     fn kind() -> KindRef;
 }
 
+/// A typed object of the kind `R`.
+pub type ObjectOf<R> = Object<<R as Resource>::Spec, <R as Resource>::Status>;
+
 /// One object by kind, namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
