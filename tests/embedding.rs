@@ -387,3 +387,92 @@ async fn shutdown_lets_the_reconcile_in_flight_finish_and_write_its_status() {
     );
     assert!(chores.get("second").await.unwrap().get("status").is_none());
 }
+
+/// Reports `status.lastError` while `spec.fail` is set, and clears it
+/// (with `Response::clear_status`) once it is not: its status type skips
+/// `None`, so the merge patch alone would keep the old error.
+#[derive(Default)]
+struct Lamp;
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct LampSpec {
+    #[serde(default)]
+    fail: bool,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Default, schemars::JsonSchema)]
+#[serde(default, rename_all = "camelCase")]
+struct LampStatus {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    observed_generation: Option<i64>,
+}
+
+impl sdk::Reconciler for Lamp {
+    type Spec = LampSpec;
+    type Status = LampStatus;
+
+    fn manifest(&self) -> sdk::Manifest {
+        let lamp = sdk::Definition::of::<LampSpec, LampStatus>(sdk::KindRef::new(
+            "test.setpoint.dev/v1",
+            "Lamp",
+        ));
+        sdk::Manifest::new("lamp", "1.0.0", lamp.kind()).define(lamp)
+    }
+
+    fn reconcile(
+        &self,
+        lamp: &sdk::Object<LampSpec, LampStatus>,
+        _ctx: &sdk::Ctx,
+    ) -> Result<sdk::Response<LampStatus>, sdk::Error> {
+        let status = LampStatus {
+            last_error: lamp.spec.fail.then(|| "the bulb is out".to_owned()),
+            observed_generation: lamp.metadata.generation,
+        };
+        let response = sdk::Response::new().status(status);
+        Ok(if lamp.spec.fail {
+            response
+        } else {
+            response.clear_status("lastError")
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_field_the_plugin_clears_is_gone_from_the_stored_object() {
+    let host = Host::builder().in_memory().build().await.unwrap();
+    host.add_reconciler(Arc::new(Native::new(Lamp)))
+        .await
+        .unwrap();
+    let lamps = host.client().resource("test.setpoint.dev/v1", "Lamp");
+    lamps
+        .create(&json!({"metadata": {"name": "hall"}, "spec": {"fail": true}}))
+        .await
+        .unwrap();
+    let reconciled = |generation: i64| {
+        lamps.wait_until("hall", move |lamp: &Value| {
+            lamp["status"]["observedGeneration"] == generation
+        })
+    };
+    let failing = tokio::time::timeout(CONVERGE, reconciled(1))
+        .await
+        .expect("reconciled")
+        .unwrap();
+    assert_eq!(failing["status"]["lastError"], "the bulb is out");
+
+    lamps
+        .patch("hall", &Patch::Merge(json!({"spec": {"fail": false}})))
+        .await
+        .unwrap();
+    let fixed = tokio::time::timeout(CONVERGE, reconciled(2))
+        .await
+        .expect("reconciled again")
+        .unwrap();
+    assert_eq!(
+        fixed["status"],
+        json!({"observedGeneration": 2}),
+        "lastError is gone"
+    );
+    host.shutdown().await;
+}

@@ -48,6 +48,20 @@ pub struct Condition {
     pub observed_generation: Option<i64>,
 }
 
+/// The schema of one entry of the host's `status.conditions`.
+impl schemars::JsonSchema for Condition {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Condition".into()
+    }
+    fn inline_schema() -> bool {
+        true
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let schema = crate::definition::conditions_schema()["items"].take();
+        schemars::Schema::try_from(schema).unwrap_or_default()
+    }
+}
+
 impl Condition {
     /// A condition without a transition time (see [`set_condition`]) or
     /// observed generation.

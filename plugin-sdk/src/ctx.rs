@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::fmt;
 
 use crate::http::{HttpRequest, HttpResult};
-use crate::{DynamicObject, Error, ObjectRef, Time};
+use crate::{DynamicObject, Error, ObjectOf, ObjectRef, Resource, Time};
 
 /// Severity of a log line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -104,9 +104,45 @@ impl Ctx {
     }
 
     /// Every child the object owns (children of all owned kinds), as the
-    /// host's cache currently sees them.
-    pub fn owned(&self) -> &[DynamicObject] {
+    /// host's cache currently sees them, untyped.
+    pub fn owned_objects(&self) -> &[DynamicObject] {
         &self.owned
+    }
+
+    /// The owned children of kind `R`, parsed into its types:
+    ///
+    /// ```
+    /// # use serde::Deserialize;
+    /// # use setpoint_plugin_sdk::{Ctx, Error, KindRef, Resource};
+    /// # #[derive(Deserialize)] struct PodSpec {}
+    /// # #[derive(Deserialize, Default)] struct PodStatus { #[serde(default)] phase: String }
+    /// # struct Pod;
+    /// # impl Resource for Pod {
+    /// #     type Spec = PodSpec; type Status = PodStatus;
+    /// #     fn kind() -> KindRef { KindRef::new("demo.setpoint.dev/v1", "Pod") }
+    /// # }
+    /// fn running(ctx: &Ctx) -> Result<usize, Error> {
+    ///     let pods = ctx.owned::<Pod>()?;
+    ///     Ok(pods.iter().filter(|pod| pod.status.phase == "Running").count())
+    /// }
+    /// ```
+    ///
+    /// A child that does not parse is a permanent error naming it and the
+    /// field, e.g. `Pod default/web-0: spec.startupDelayMs: invalid type:
+    /// string "soon", expected u64`.
+    pub fn owned<R: Resource>(&self) -> Result<Vec<ObjectOf<R>>, Error> {
+        let kind = R::kind();
+        self.owned_of_kind(&kind.api_version, &kind.kind)
+            .map(|child| {
+                child.parse().map_err(|err: Error| {
+                    let namespace = child
+                        .namespace()
+                        .map(|ns| format!("{ns}/"))
+                        .unwrap_or_default();
+                    err.context(format_args!("{} {namespace}{}", kind.kind, child.name()))
+                })
+            })
+            .collect()
     }
 
     /// The owned children of one kind.

@@ -78,6 +78,7 @@ pub mod __export {
 
     /// Memory grown for the `manifest` call; a manifest that needs more
     /// takes the rest from the usual allocator.
+    #[cfg(feature = "allocator")]
     const MANIFEST_MEMORY: usize = 256 << 10;
 
     fn kind(kind: KindRef) -> wit::KindRef {
@@ -106,6 +107,7 @@ pub mod __export {
     pub fn manifest<R: Reconciler + Default>() -> WitManifest {
         // Keep the manifest's allocations out of the memory reconciles use
         // (see `Arena::use_fresh_memory`).
+        #[cfg(feature = "allocator")]
         crate::ALLOCATOR.use_fresh_memory(MANIFEST_MEMORY);
         report_panics_to_the_host();
         let manifest = R::default().manifest();

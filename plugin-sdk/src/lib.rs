@@ -14,19 +14,24 @@
 //! A `Greeting` says hello to `spec.name` in `status.message`:
 //!
 //! ```
+//! use schemars::JsonSchema;
 //! use serde::{Deserialize, Serialize};
 //! use setpoint_plugin_sdk::{
-//!     Ctx, Error, Event, KindRef, Manifest, Object, Reconciler, Response, export_reconciler,
+//!     Ctx, Definition, Error, Event, KindRef, Manifest, Object, Reconciler, Response,
+//!     export_reconciler,
 //! };
 //!
-//! #[derive(Deserialize)]
+//! /// Whom to greet.
+//! #[derive(Deserialize, JsonSchema)]
 //! struct GreetingSpec {
+//!     /// The name to greet.
 //!     name: String,
 //! }
 //!
-//! #[derive(Serialize, Deserialize, Default, Debug, PartialEq)]
+//! #[derive(Serialize, Deserialize, Default, Debug, PartialEq, JsonSchema)]
 //! #[serde(rename_all = "camelCase")]
 //! struct GreetingStatus {
+//!     /// The greeting.
 //!     message: String,
 //! }
 //!
@@ -39,7 +44,9 @@
 //!
 //!     fn manifest(&self) -> Manifest {
 //!         let greeting = KindRef::new("demo.setpoint.dev/v1", "Greeting");
-//!         Manifest::new("greeter", env!("CARGO_PKG_VERSION"), greeting)
+//!         // The kind's CustomResourceDefinition, generated from the types.
+//!         let definition = Definition::of::<GreetingSpec, GreetingStatus>(greeting.clone());
+//!         Manifest::new("greeter", env!("CARGO_PKG_VERSION"), greeting).define(definition)
 //!     }
 //!
 //!     fn reconcile(
@@ -77,7 +84,8 @@
 //! ```
 //!
 //! The plugin crate is a `cdylib` (the component) and an `rlib` (for native
-//! tests), depending on this crate and `serde`:
+//! tests), depending on this crate, `serde` and `schemars` (for the
+//! `JsonSchema` derive, see [`Definition`]):
 //!
 //! ```toml
 //! [lib]
@@ -86,7 +94,14 @@
 //! [dependencies]
 //! setpoint-plugin-sdk = "0.1"
 //! serde = { version = "1", features = ["derive"] }
+//! schemars = "1"
 //! ```
+//!
+//! In Wasm the SDK sets the global allocator (a bump arena: each call's
+//! instance is thrown away) and exports a faster `memcmp`; the cargo
+//! features `allocator` and `memcmp` (both default) turn them on, so a
+//! plugin that brings its own sets `default-features = false` and names
+//! the one it keeps.
 //!
 //! `cargo build --release --target wasm32-unknown-unknown` then writes the
 //! plugin to `target/wasm32-unknown-unknown/release/<crate>.wasm`; drop it
@@ -134,7 +149,8 @@
 //! - **Full desired state.** [`Response::children`] is the complete set of
 //!   children; the host creates, updates and deletes to match, and sets
 //!   namespaces and owner references. [`Response::status`] is the whole
-//!   status. Give children deterministic names: the host's cache may lag
+//!   status, sent as a merge patch: a field it leaves out is kept, so name
+//!   one that must go with [`Response::clear_status`]. Give children deterministic names: the host's cache may lag
 //!   behind its writes, and a stable name makes a repeated reconcile harmless.
 //! - **Idempotent.** An object at its setpoint yields exactly what is stored
 //!   and no events. Use [`set_condition`] so `lastTransitionTime` only moves
@@ -150,10 +166,11 @@
 // paths (`::setpoint_plugin_sdk::...`) inside this crate and in plugins.
 extern crate self as setpoint_plugin_sdk;
 
-#[cfg(any(target_arch = "wasm32", test))]
+#[cfg(any(all(target_arch = "wasm32", feature = "allocator"), test))]
 mod arena;
 mod conditions;
 mod ctx;
+mod definition;
 mod error;
 mod export;
 mod http;
@@ -162,22 +179,83 @@ mod memcmp;
 mod object;
 mod reconciler;
 mod response;
+mod template;
 pub mod testing;
 mod time;
 pub mod wire;
 
 pub use conditions::{Condition, ConditionStatus, find_condition, set_condition};
 pub use ctx::{Ctx, Host, LogLevel};
+pub use definition::{Definition, PrinterColumn};
 pub use error::Error;
 pub use http::{
     HttpError, HttpErrorKind, HttpRequest, HttpResponse, HttpResult, SecretKeyRef, SecretTarget,
     SecretUse,
 };
 pub use manifest::Manifest;
-pub use object::{DynamicObject, KindRef, Object, ObjectMeta, ObjectRef, OwnerReference};
+pub use object::{
+    DynamicObject, KindRef, Object, ObjectMeta, ObjectOf, ObjectRef, OwnerReference, Resource,
+};
 pub use reconciler::Reconciler;
 pub use response::{Event, Response, Severity};
+pub use template::{LabelSelector, Template, TemplateMetadata};
 pub use time::Time;
+
+/// The function-first form: a reconcile function becomes a plugin.
+///
+/// ```
+/// use schemars::JsonSchema;
+/// use serde::{Deserialize, Serialize};
+/// use setpoint_plugin_sdk::{Ctx, Definition, Error, KindRef, Manifest, Object, Response};
+///
+/// #[derive(Deserialize, JsonSchema)]
+/// struct GreetingSpec {
+///     name: String,
+/// }
+///
+/// #[derive(Serialize, Deserialize, Default, JsonSchema)]
+/// struct GreetingStatus {
+///     message: String,
+/// }
+///
+/// fn manifest() -> Manifest {
+///     let greeting = Definition::of::<GreetingSpec, GreetingStatus>(KindRef::new(
+///         "demo.setpoint.dev/v1",
+///         "Greeting",
+///     ));
+///     Manifest::new("greeter", "1.0.0", greeting.kind()).define(greeting)
+/// }
+///
+/// /// Says hello to `spec.name`.
+/// #[setpoint_plugin_sdk::reconciler(manifest = manifest, name = Greeter)]
+/// fn reconcile(
+///     greeting: &Object<GreetingSpec, GreetingStatus>,
+///     _ctx: &Ctx,
+/// ) -> Result<Response<GreetingStatus>, Error> {
+///     let message = format!("Hello, {}!", greeting.spec.name);
+///     Ok(Response::new().status(GreetingStatus { message }))
+/// }
+/// # fn main() {
+/// #     use setpoint_plugin_sdk::Reconciler;
+/// #     let object = Object::from_value(serde_json::json!({"apiVersion": "demo.setpoint.dev/v1",
+/// #         "kind": "Greeting", "metadata": {"name": "hi"}, "spec": {"name": "world"}})).unwrap();
+/// #     let ctx = setpoint_plugin_sdk::testing::FakeCtx::new();
+/// #     assert_eq!(reconcile(&object, &ctx).unwrap().status.unwrap().message, "Hello, world!");
+/// #     assert_eq!(Greeter.manifest().name, "greeter");
+/// # }
+/// ```
+///
+/// `#[reconciler(manifest = manifest)]` on a function `fn(&Object<Spec,
+/// Status>, &Ctx) -> Result<Response<Status>, Error>` writes the unit
+/// struct (`name = ...`, `Plugin` by default) that implements
+/// [`Reconciler`] with them, and exports it as [`export_reconciler!`]
+/// does. The function stays as written: unit tests call it directly.
+pub use setpoint_plugin_sdk_macros::reconciler;
+
+/// The schema library kind types derive `JsonSchema` with (see
+/// [`Definition`]), re-exported for its types (`schemars::Schema`); the
+/// derive itself needs `schemars` among the plugin's dependencies.
+pub use schemars;
 
 /// The JSON library objects are built with, re-exported so plugins need no
 /// direct dependency on it (`setpoint_plugin_sdk::serde_json::json!`).
@@ -196,7 +274,8 @@ pub use export::__export;
 
 /// Wasm plugins built with the SDK allocate from a bump arena: each call
 /// runs in a fresh instance whose memory is discarded afterwards (`arena`).
-#[cfg(target_arch = "wasm32")]
+/// The `allocator` feature (on by default) turns it on.
+#[cfg(all(target_arch = "wasm32", feature = "allocator"))]
 #[global_allocator]
 pub(crate) static ALLOCATOR: arena::Arena = arena::Arena::new();
 

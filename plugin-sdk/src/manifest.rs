@@ -83,14 +83,20 @@ impl Manifest {
         self
     }
 
-    /// Adds a CustomResourceDefinition.
+    /// Adds a CustomResourceDefinition written as JSON; a kind with Rust
+    /// types is better defined with [`Manifest::define`].
     pub fn definition(mut self, definition: Value) -> Self {
         self.definitions.push(definition);
         self
     }
 
-    /// Adds a CustomResourceDefinition from JSON text, typically
-    /// `include_str!("../crds/widget.json")`.
+    /// Adds the CustomResourceDefinition generated from a kind's Rust types.
+    pub fn define(self, definition: crate::Definition) -> Self {
+        self.definition(definition.to_crd())
+    }
+
+    /// Adds a CustomResourceDefinition from JSON text (a kind without Rust
+    /// types; otherwise see [`Manifest::define`]).
     ///
     /// # Panics
     ///

@@ -10,6 +10,9 @@
 //! about a tenth of a 16 KiB reconcile there. Defining the symbol in the
 //! SDK keeps the linker from taking wasi-libc's.
 //!
+//! The `memcmp` feature (on by default) exports them; a plugin that links
+//! another `memcmp` turns it off (`default-features = false`).
+//!
 //! Only the exported symbols are `unsafe` (they take raw pointers, as the C
 //! signature does); the comparison itself is safe code over slices, tested
 //! natively. It must not compare slices with `==` or `cmp`: those call
@@ -18,7 +21,7 @@
 /// Compares the first `min(a.len(), b.len())` bytes of `a` and `b` as
 /// `memcmp` does: negative, zero or positive as `a` sorts before, equal to
 /// or after `b` byte-wise (callers pass equal lengths, as C's `n`).
-#[cfg(any(target_arch = "wasm32", test))]
+#[cfg(any(all(target_arch = "wasm32", feature = "memcmp"), test))]
 pub(crate) fn compare(a: &[u8], b: &[u8]) -> i32 {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
@@ -40,7 +43,7 @@ pub(crate) fn compare(a: &[u8], b: &[u8]) -> i32 {
     0
 }
 
-#[cfg(target_arch = "wasm32")]
+#[cfg(all(target_arch = "wasm32", feature = "memcmp"))]
 #[allow(unsafe_code)]
 mod symbols {
     /// C `memcmp`.

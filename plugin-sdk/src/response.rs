@@ -29,10 +29,16 @@ pub struct Response<Status> {
     /// children that are not in the set, and sets namespace and owner
     /// references itself.
     pub children: Option<Vec<DynamicObject>>,
-    /// The new status, sent as a JSON merge patch of `.status`: fields that
-    /// serialise as `null` are removed, fields the type does not know are
-    /// kept. `None` leaves the status untouched.
+    /// The new status, sent as a JSON merge patch (RFC 7386) of `.status`:
+    /// fields it sets replace the stored ones, fields that serialise as
+    /// `null` are removed, and fields it leaves out (an `Option` skipped
+    /// when `None`, fields the type does not know) are *kept*. To remove
+    /// one of those, name it in [`Response::clear_status`]. `None` leaves
+    /// the status untouched.
     pub status: Option<Status>,
+    /// Top-level status fields to remove, sent as `null` in the merge
+    /// patch (see [`Response::clear_status`]).
+    pub cleared: Vec<String>,
     /// Events to record on the object.
     pub events: Vec<Event>,
     /// Look at the object again after this long (rounded up to whole
@@ -58,6 +64,7 @@ impl<Status> Response<Status> {
         Self {
             children: None,
             status: None,
+            cleared: Vec::new(),
             events: Vec::new(),
             requeue_after: None,
             remove_finalizer: false,
@@ -84,9 +91,30 @@ impl<Status> Response<Status> {
         self
     }
 
-    /// Sets the new status.
+    /// Sets the new status, a merge patch of the stored one (see
+    /// [`Response::status`](Response#structfield.status)).
     pub fn status(mut self, status: Status) -> Self {
         self.status = Some(status);
+        self
+    }
+
+    /// Removes the top-level status field `field` (as the status types
+    /// name it, `lastError`), whatever [`Response::status`] says of it.
+    ///
+    /// The status is a merge patch, so a field the new status leaves out is
+    /// kept: an `Option` skipped when `None` cannot clear itself. Name it
+    /// here instead:
+    ///
+    /// ```
+    /// # use setpoint_plugin_sdk::Response;
+    /// # #[derive(serde::Serialize)]
+    /// # struct Status { #[serde(skip_serializing_if = "Option::is_none")] last_error: Option<String> }
+    /// let status = Status { last_error: None };
+    /// let response = Response::new().status(status).clear_status("lastError");
+    /// assert_eq!(response.cleared, ["lastError"]);
+    /// ```
+    pub fn clear_status(mut self, field: impl Into<String>) -> Self {
+        self.cleared.push(field.into());
         self
     }
 

@@ -184,6 +184,63 @@ fn selector_matches(selector: &str, object: &DynamicObject) -> Result<bool, Erro
     Ok(matches)
 }
 
+/// Where two CustomResourceDefinitions differ in what they mean: their
+/// JSON with descriptions left out and `required` lists sorted, compared
+/// member by member; each difference is a JSON pointer with both values.
+/// Empty when they validate, default and print alike.
+pub fn definition_differences(a: &serde_json::Value, b: &serde_json::Value) -> Vec<String> {
+    fn normalise(value: &serde_json::Value) -> serde_json::Value {
+        use serde_json::Value;
+        match value {
+            Value::Object(members) => Value::Object(
+                members
+                    .iter()
+                    .filter(|(key, value)| !(*key == "description" && value.is_string()))
+                    .map(|(key, value)| {
+                        let mut value = normalise(value);
+                        if key == "required"
+                            && let Value::Array(names) = &mut value
+                        {
+                            names.sort_by_key(ToString::to_string);
+                        }
+                        (key.clone(), value)
+                    })
+                    .collect(),
+            ),
+            Value::Array(items) => Value::Array(items.iter().map(normalise).collect()),
+            other => other.clone(),
+        }
+    }
+    fn walk(at: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+        use serde_json::Value;
+        match (a, b) {
+            (Value::Object(x), Value::Object(y)) => {
+                let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+                for key in keys {
+                    let null = Value::Null;
+                    let here = format!("{at}/{key}");
+                    walk(
+                        &here,
+                        x.get(key).unwrap_or(&null),
+                        y.get(key).unwrap_or(&null),
+                        out,
+                    );
+                }
+            }
+            (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+                for (i, (x, y)) in x.iter().zip(y).enumerate() {
+                    walk(&format!("{at}/{i}"), x, y, out);
+                }
+            }
+            (x, y) if x != y => out.push(format!("{at}: {x} != {y}")),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk("", &normalise(a), &normalise(b), &mut out);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,7 +309,7 @@ mod tests {
             .with_owned(vec![child.clone()])
             .with_finalizing(true)
             .with_now_unix_ms(5);
-        assert_eq!(ctx.owned(), [child]);
+        assert_eq!(ctx.owned_objects(), [child]);
         assert_eq!(ctx.owned_of_kind("demo.setpoint.dev/v1", "Pod").count(), 1);
         assert_eq!(
             ctx.owned_of_kind("demo.setpoint.dev/v1", "Other").count(),
@@ -268,6 +325,50 @@ mod tests {
                 (LogLevel::Warn, "careful".into()),
                 (LogLevel::Trace, "fine".into())
             ]
+        );
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    struct PodSpec {
+        #[serde(default)]
+        port: u16,
+    }
+
+    struct Pod;
+
+    impl crate::Resource for Pod {
+        type Spec = PodSpec;
+        type Status = serde_json::Value;
+        fn kind() -> crate::KindRef {
+            crate::KindRef::new("demo.setpoint.dev/v1", "Pod")
+        }
+    }
+
+    #[test]
+    fn owned_children_of_a_kind_are_parsed_into_its_types() {
+        let mut with_port = pod("b", "ns", &[]).into_value();
+        with_port["spec"] = serde_json::json!({"port": 80});
+        let other = DynamicObject::new("demo.setpoint.dev/v1", "Other", "c");
+        let ctx = FakeCtx::new().with_owned(vec![
+            pod("a", "ns", &[]),
+            DynamicObject::from_value(with_port).unwrap(),
+            other,
+        ]);
+        let pods = ctx.owned::<Pod>().unwrap();
+        let found: Vec<(&str, u16)> = pods.iter().map(|p| (p.name(), p.spec.port)).collect();
+        assert_eq!(found, [("a", 0), ("b", 80)]);
+    }
+
+    #[test]
+    fn an_owned_child_that_does_not_parse_is_named_in_the_error() {
+        let mut bad = pod("web-0", "ns", &[]).into_value();
+        bad["spec"] = serde_json::json!({"port": "eighty"});
+        let ctx = FakeCtx::new().with_owned(vec![DynamicObject::from_value(bad).unwrap()]);
+        let err = ctx.owned::<Pod>().unwrap_err();
+        assert!(err.is_permanent());
+        assert_eq!(
+            err.message(),
+            "Pod ns/web-0: spec.port: invalid type: string \"eighty\", expected u16"
         );
     }
 }

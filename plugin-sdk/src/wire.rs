@@ -5,6 +5,7 @@
 //! The export macro uses this for Wasm plugins; a host that runs a
 //! reconciler natively can use it too, so both paths behave the same.
 
+use serde::Serialize;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -31,6 +32,34 @@ pub struct RawRequest {
     pub outcomes: Vec<(String, HttpResult)>,
     /// Which round of this reconcile this is.
     pub round: u32,
+}
+
+/// The merge patch of `.status`: the new status with each cleared field
+/// set to `null` (the status must then serialise as an object).
+fn status_patch<Status: Serialize>(
+    status: Option<&Status>,
+    cleared: &[String],
+) -> Result<Option<String>, Error> {
+    let failed = |e: serde_json::Error| Error::from(e).context("status");
+    match (status, cleared) {
+        (None, []) => Ok(None),
+        (Some(status), []) => serde_json::to_string(status).map(Some).map_err(failed),
+        (status, cleared) => {
+            let mut patch = match status {
+                Some(status) => serde_json::to_value(status).map_err(failed)?,
+                None => serde_json::Value::Object(serde_json::Map::new()),
+            };
+            let Some(fields) = patch.as_object_mut() else {
+                return Err(Error::permanent(
+                    "status: a status with cleared fields must be a JSON object",
+                ));
+            };
+            for field in cleared {
+                fields.insert(field.clone(), serde_json::Value::Null);
+            }
+            serde_json::to_string(&patch).map(Some).map_err(failed)
+        }
+    }
 }
 
 /// One reconcile response with children and status as JSON text.
@@ -105,6 +134,7 @@ pub fn reconcile<R: Reconciler + ?Sized>(
     let Response {
         children,
         status,
+        cleared,
         events,
         requeue_after,
         remove_finalizer,
@@ -129,14 +159,7 @@ pub fn reconcile<R: Reconciler + ?Sized>(
         }
         None => None,
     };
-    let status_json = match &status {
-        Some(status) => {
-            let json =
-                serde_json::to_string(status).map_err(|e| Error::from(e).context("status"))?;
-            Some(json)
-        }
-        None => None,
-    };
+    let status_json = status_patch(status.as_ref(), &cleared)?;
     discard((request.object, request.owned, object, ctx, children, status));
     Ok(RawResponse {
         children: children_json,
@@ -264,7 +287,7 @@ mod tests {
                 .map(|name| DynamicObject::new("v1", "Child", name))
                 .collect();
             let status = Status {
-                seen: ctx.owned().len(),
+                seen: ctx.owned_objects().len(),
                 now: Some(ctx.now()),
             };
             let response = Response::new().children(children).status(status);
@@ -310,6 +333,26 @@ mod tests {
         );
         assert!(response.remove_finalizer);
         assert_eq!(response.requeue_after_ms, None);
+    }
+
+    #[test]
+    fn cleared_status_fields_are_nulls_in_the_merge_patch() {
+        let status = Status { seen: 2, now: None };
+        let patch = status_patch(Some(&status), &["now".into(), "old".into()])
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&patch).unwrap(),
+            json!({"seen": 2, "now": null, "old": null})
+        );
+        let only_cleared = status_patch::<Status>(None, &["old".into()]).unwrap();
+        assert_eq!(only_cleared.as_deref(), Some(r#"{"old":null}"#));
+        assert_eq!(status_patch::<Status>(None, &[]).unwrap(), None);
+        let err = status_patch(Some(&7), &["old".into()]).unwrap_err();
+        assert!(
+            err.is_permanent() && err.message().contains("JSON object"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -147,6 +147,8 @@ crate-type = ["cdylib", "rlib"]
 [dependencies]
 setpoint-plugin-sdk = {sdk}
 serde = {{ version = "1", features = ["derive"] }}
+# The kind's schema is generated from the Rust types (`Definition::of`).
+schemars = "1"
 
 # What Setpoint's own plugins use: opt-level 3 made a fresh-instance
 # reconcile about a fifth faster than "s" (docs/plugins.md, Performance).
@@ -189,14 +191,16 @@ const TEMPLATE: &str = r##"//! `__NAME__`: a Setpoint plugin that reconciles `__
 //! with `ctx.log(...)`: without WASI, `println!` goes nowhere (build for
 //! `wasm32-wasip2` to have it, at about 2 µs more per call).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use setpoint_plugin_sdk::{
-    Condition, ConditionStatus, Ctx, Error, Event, KindRef, Manifest, Object, Reconciler,
-    Response, export_reconciler, set_condition,
+    Condition, ConditionStatus, Ctx, Definition, Error, Event, KindRef, Manifest, Object,
+    PrinterColumn, Reconciler, Response, export_reconciler, set_condition,
 };
 
-/// What a user asks for.
-#[derive(Debug, Default, Deserialize)]
+/// What a user asks for. The doc comments become the kind's schema
+/// descriptions; the host validates every write against that schema.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 pub struct __KIND__Spec {
     /// The greeting to publish.
     #[serde(default)]
@@ -204,7 +208,7 @@ pub struct __KIND__Spec {
 }
 
 /// What the plugin reports.
-#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct __KIND__Status {
     /// The greeting last published.
@@ -215,21 +219,6 @@ pub struct __KIND__Status {
     pub conditions: Vec<Condition>,
 }
 
-/// The kind's definition, registered by the host when the plugin loads.
-const CRD: &str = r#"{
-  "apiVersion": "apiextensions.k8s.io/v1",
-  "kind": "CustomResourceDefinition",
-  "metadata": {"name": "__LOWER__s.example.setpoint.dev"},
-  "spec": {
-    "group": "example.setpoint.dev",
-    "scope": "Namespaced",
-    "names": {"kind": "__KIND__", "plural": "__LOWER__s", "singular": "__LOWER__", "listKind": "__KIND__List"},
-    "versions": [{"name": "v1", "served": true, "storage": true,
-      "subresources": {"status": {}},
-      "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
-  }
-}"#;
-
 /// The reconciler. Keep it stateless: each call runs in a fresh instance.
 #[derive(Debug, Default)]
 pub struct __KIND__Reconciler;
@@ -239,12 +228,13 @@ impl Reconciler for __KIND__Reconciler {
     type Status = __KIND__Status;
 
     fn manifest(&self) -> Manifest {
-        Manifest::new(
-            "__NAME__",
-            env!("CARGO_PKG_VERSION"),
-            KindRef::new("example.setpoint.dev/v1", "__KIND__"),
-        )
-        .definition_json(CRD)
+        let kind = KindRef::new("example.setpoint.dev/v1", "__KIND__");
+        // The kind's CustomResourceDefinition, generated from the types
+        // above; the host registers it when the plugin loads.
+        let definition = Definition::of::<__KIND__Spec, __KIND__Status>(kind.clone())
+            .column(PrinterColumn::string("Published", ".status.published"))
+            .column(PrinterColumn::condition("Ready", "Ready"));
+        Manifest::new("__NAME__", env!("CARGO_PKG_VERSION"), kind).define(definition)
     }
 
     fn reconcile(
@@ -302,6 +292,15 @@ mod tests {
         let response = __KIND__Reconciler.reconcile(&object("Hello"), &ctx).unwrap();
         assert_eq!(response.status.unwrap().published, "Hello");
         assert!(ctx.logs().iter().any(|(_, line)| line.contains("publishing \"Hello\"")));
+    }
+
+    #[test]
+    fn the_manifest_defines_the_kind() {
+        let manifest = __KIND__Reconciler.manifest();
+        let crd = &manifest.definitions[0];
+        assert_eq!(crd["metadata"]["name"], "__LOWER__s.example.setpoint.dev");
+        let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+        assert_eq!(schema["properties"]["spec"]["properties"]["greeting"]["type"], "string");
     }
 
     #[test]

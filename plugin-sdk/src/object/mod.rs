@@ -39,6 +39,39 @@ impl KindRef {
     }
 }
 
+/// A kind as Rust types: its [`KindRef`] and the types of its spec and
+/// status, so typed objects of it can be read from the host
+/// ([`Ctx::owned`](crate::Ctx::owned)). Implement it on a unit struct
+/// named after the kind:
+///
+/// ```
+/// # use serde::Deserialize;
+/// use setpoint_plugin_sdk::{KindRef, Resource};
+///
+/// # #[derive(Deserialize)] pub struct PodSpec {}
+/// # #[derive(Deserialize, Default)] pub struct PodStatus {}
+/// pub struct Pod;
+///
+/// impl Resource for Pod {
+///     type Spec = PodSpec;
+///     type Status = PodStatus;
+///     fn kind() -> KindRef {
+///         KindRef::new("demo.setpoint.dev/v1", "Pod")
+///     }
+/// }
+/// ```
+pub trait Resource {
+    /// The kind's `spec`.
+    type Spec: DeserializeOwned;
+    /// The kind's `status`; a missing status parses as its default.
+    type Status: DeserializeOwned + Default;
+    /// The kind's `apiVersion` and `kind`.
+    fn kind() -> KindRef;
+}
+
+/// A typed object of the kind `R`.
+pub type ObjectOf<R> = Object<<R as Resource>::Spec, <R as Resource>::Status>;
+
 /// One object by kind, namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

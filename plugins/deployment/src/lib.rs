@@ -22,29 +22,32 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use setpoint_plugin_sdk::serde_json::{Map, Value, json};
 use setpoint_plugin_sdk::{
-    Ctx, DynamicObject, Error, Event, KindRef, Manifest, Object, Reconciler, Response,
-    export_reconciler,
+    Ctx, Definition, DynamicObject, Error, Event, KindRef, LabelSelector, Manifest, Object,
+    PrinterColumn, Reconciler, Response, Template, export_reconciler,
 };
 
 /// The API version of Deployments, ReplicaSets and Pods.
-pub const API_VERSION: &str = "demo.setpoint.dev/v1";
+pub use demo_kinds::API_VERSION;
 
 /// The label that tells the Pods of different templates apart.
 pub const TEMPLATE_HASH_LABEL: &str = "pod-template-hash";
 
 /// What a Deployment asks for.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeploymentSpec {
-    /// How many Pods to keep.
+    /// How many pods to keep.
     #[serde(default = "one")]
     pub replicas: u32,
-    /// Labels every Pod carries: `{"matchLabels": {...}}`.
-    pub selector: Selector,
-    /// The Pods to run, copied verbatim into the ReplicaSets.
+    /// Labels every pod carries; must match the template's labels.
+    pub selector: LabelSelector,
+    /// The pods to create, copied verbatim into the ReplicaSets (as JSON,
+    /// so that its hash names the ReplicaSet).
+    #[schemars(with = "Template")]
     pub template: Map<String, Value>,
     /// How a new template replaces the old one.
     #[serde(default)]
@@ -55,17 +58,8 @@ fn one() -> u32 {
     1
 }
 
-/// Selects Pods by label.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Selector {
-    /// Every label here must be on the Pod.
-    #[serde(default)]
-    pub match_labels: BTreeMap<String, String>,
-}
-
 /// The update strategy (only rolling updates exist).
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Strategy {
     /// Rolling update limits.
@@ -74,13 +68,13 @@ pub struct Strategy {
 }
 
 /// Rolling update limits, as Pod counts.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RollingUpdate {
-    /// Pods allowed above `replicas`. Default 1.
+    /// Pods allowed above spec.replicas during an update.
     #[serde(default = "one")]
     pub max_surge: u32,
-    /// Ready Pods allowed below `replicas`. Default 0.
+    /// Ready pods allowed below spec.replicas during an update.
     #[serde(default)]
     pub max_unavailable: u32,
 }
@@ -94,8 +88,8 @@ impl Default for RollingUpdate {
     }
 }
 
-/// What a Deployment observed.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// The observed state, written by the deployment plugin.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase")]
 pub struct DeploymentStatus {
     /// Pods of every owned ReplicaSet.
@@ -109,6 +103,25 @@ pub struct DeploymentStatus {
     /// The `metadata.generation` this status was computed from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+/// The Deployment kind's definition.
+pub fn definition() -> Definition {
+    Definition::of::<DeploymentSpec, DeploymentStatus>(KindRef::new(API_VERSION, "Deployment"))
+        .short_name("deploy")
+        .description(
+            "Rolls a pod template out through ReplicaSets named <deployment>-<template hash>.",
+        )
+        .column(PrinterColumn::integer("Desired", ".spec.replicas"))
+        .column(PrinterColumn::integer(
+            "Up-to-date",
+            ".status.updatedReplicas",
+        ))
+        .column(PrinterColumn::integer("Ready", ".status.readyReplicas"))
+        .column(PrinterColumn::integer(
+            "Available",
+            ".status.availableReplicas",
+        ))
 }
 
 /// The reconciler.
@@ -131,15 +144,16 @@ impl Reconciler for DeploymentReconciler {
     type Status = DeploymentStatus;
 
     fn manifest(&self) -> Manifest {
+        let deployment = definition();
         Manifest::new(
             env!("CARGO_PKG_NAME"),
             env!("CARGO_PKG_VERSION"),
-            KindRef::new(API_VERSION, "Deployment"),
+            deployment.kind(),
         )
-        .owns(KindRef::new(API_VERSION, "ReplicaSet"))
-        .definition_json(include_str!("../crds/deployment.json"))
-        .definition_json(include_str!("../../replicaset/crds/replicaset.json"))
-        .definition_json(include_str!("../../podsim/crds/pod.json"))
+        .owns(demo_kinds::replicaset::kind())
+        .define(deployment)
+        .define(demo_kinds::replicaset::definition())
+        .define(demo_kinds::pod::definition())
     }
 
     fn reconcile(
@@ -159,7 +173,12 @@ impl Reconciler for DeploymentReconciler {
         let hash = template_hash(&Value::Object(spec.template.clone()));
         let current_name = format!("{}-{hash}", deploy.name());
         let pods = ctx
-            .list(API_VERSION, "Pod", deploy.namespace(), &selector_text(spec))
+            .list(
+                API_VERSION,
+                "Pod",
+                deploy.namespace(),
+                &spec.selector.to_query(),
+            )
             .unwrap_or_default();
 
         let mut current: Option<Owned> = None;
@@ -302,16 +321,6 @@ fn status_u32(object: &DynamicObject, field: &str) -> u32 {
         .and_then(Value::as_u64)
         .and_then(|n| u32::try_from(n).ok())
         .unwrap_or(0)
-}
-
-/// `app=web,tier=front` from the selector.
-fn selector_text(spec: &DeploymentSpec) -> String {
-    spec.selector
-        .match_labels
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 /// A new ReplicaSet for the current template, with zero replicas; the

@@ -30,9 +30,10 @@ mod tests;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use setpoint_plugin_sdk::serde_json::Value;
 use setpoint_plugin_sdk::{
-    Condition, Ctx, Error, Event, HttpErrorKind, KindRef, Manifest, Object, Reconciler, Response,
-    Time, export_reconciler, set_condition,
+    Condition, Ctx, Definition, Error, Event, HttpErrorKind, KindRef, Manifest, Object,
+    PrinterColumn, Reconciler, Response, Time, export_reconciler, set_condition,
 };
 
 use plan::{DnsRecordSpec, Failure, Memory, Rrset, Step, Target, WRITE_ID};
@@ -62,6 +63,22 @@ pub struct DnsRecordStatus {
     pub conditions: Vec<Condition>,
 }
 
+/// The DnsRecord kind's definition. The status stays free-form, as it
+/// always was: the plugin writes it whole, and an older plugin's fields
+/// are kept through an upgrade.
+pub fn definition() -> Definition {
+    let ready = "Ready";
+    Definition::of::<DnsRecordSpec, Value>(KindRef::new(API_VERSION, "DnsRecord"))
+        .short_name("dnsr")
+        .column(PrinterColumn::string("FQDN", ".status.fqdn"))
+        .column(PrinterColumn::string("Type", ".spec.type"))
+        .column(PrinterColumn::condition("Ready", ready))
+        .column(PrinterColumn::string(
+            "Reason",
+            format!(".status.conditions[?(@.type==\"{ready}\")].reason"),
+        ))
+}
+
 /// The reconciler.
 #[derive(Debug, Default)]
 pub struct DnsRecordReconciler;
@@ -83,7 +100,7 @@ impl Reconciler for DnsRecordReconciler {
         .destination("http://*:*")
         .destination("https://*:*")
         .secret("*")
-        .definition_json(include_str!("../crds/dnsrecord.json"))
+        .define(definition())
     }
 
     fn reconcile(

@@ -13,6 +13,7 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use setpoint_plugin_sdk::serde_json::{Value, json};
 use setpoint_plugin_sdk::{HttpErrorKind, HttpRequest, HttpResult, SecretKeyRef};
@@ -22,24 +23,27 @@ pub const READ_ID: &str = "zone";
 /// The id of the RRset write, as the next reconcile finds its outcome.
 pub const WRITE_ID: &str = "rrset";
 
-/// What a `DnsRecord` asks for.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+/// One RRset (name and type) in a PowerDNS zone, kept as written here.
+#[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DnsRecordSpec {
-    /// The zone, with or without its trailing dot.
+    /// The zone, e.g. example.org (a trailing dot is optional). It must exist in PowerDNS.
     pub zone: String,
-    /// Relative to the zone, `@` for the apex, or absolute with a trailing dot.
+    /// The record's name: relative to the zone (www), @ for the zone's apex, or absolute with a trailing dot.
     pub name: String,
-    /// The record type, e.g. `A`.
+    /// The record type: A, AAAA, CNAME, TXT, MX, ...
     #[serde(rename = "type")]
     pub type_: String,
-    /// Time to live, seconds.
+    /// Time to live in seconds.
     #[serde(default = "default_ttl")]
+    #[schemars(range(max = 2147483647))]
     pub ttl: u32,
-    /// The contents, in PowerDNS's presentation format.
+    /// The records' contents, in PowerDNS's presentation format (TXT quoted, names with a trailing dot).
+    #[schemars(length(min = 1))]
     pub records: Vec<String>,
-    /// How often to look at PowerDNS again, seconds.
+    /// How often PowerDNS is looked at again to repair changes made behind the object's back.
     #[serde(default = "default_resync")]
+    #[schemars(range(min = 1))]
     pub resync_seconds: u64,
     /// Which PowerDNS, and the key to use.
     pub server: ServerRef,
@@ -54,15 +58,15 @@ fn default_resync() -> u64 {
 }
 
 /// A PowerDNS API server.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServerRef {
-    /// The web server's base URL, e.g. `http://127.0.0.1:8081`.
+    /// The PowerDNS web server, e.g. http://127.0.0.1:8081 (granted to the plugin by a PluginGrant).
     pub url: String,
     /// The server id in the API's paths.
     #[serde(default = "default_server_id")]
     pub server_id: String,
-    /// Where the API key is.
+    /// The Secret (in the object's namespace) and key holding the API key, sent as X-API-Key by the host.
     pub api_key_secret_ref: SecretKeySelector,
 }
 
@@ -71,7 +75,7 @@ fn default_server_id() -> String {
 }
 
 /// A key of a Secret in the object's namespace.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
 pub struct SecretKeySelector {
     /// The Secret's name.
     pub name: String,

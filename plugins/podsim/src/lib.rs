@@ -8,136 +8,83 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+pub use demo_kinds::API_VERSION;
+pub use demo_kinds::pod::{Phase, PodSpec, PodStatus};
 use setpoint_plugin_sdk::{
-    Condition, Ctx, Error, Event, KindRef, Manifest, Object, Reconciler, Response, Time,
-    export_reconciler, set_condition,
+    Condition, Ctx, Error, Event, Manifest, Object, Response, reconciler, set_condition,
 };
 
-/// The API version of the Pod kind.
-pub const API_VERSION: &str = "demo.setpoint.dev/v1";
-
-/// The fields of a Pod's spec that the simulation uses; everything else in the
-/// spec (containers, images, ...) is free-form and ignored.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PodSpec {
-    /// How long the Pod stays `Pending` before it is `Running`, in milliseconds.
-    #[serde(default = "default_startup_delay_ms")]
-    pub startup_delay_ms: u64,
+/// The plugin: Pods, their definition and nothing else.
+fn manifest() -> Manifest {
+    let pod = demo_kinds::pod::definition();
+    Manifest::new(
+        env!("CARGO_PKG_NAME"),
+        env!("CARGO_PKG_VERSION"),
+        pod.kind(),
+    )
+    .define(pod)
 }
 
-fn default_startup_delay_ms() -> u64 {
-    1000
-}
-
-/// Where a Pod is in its lifecycle.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Phase {
-    /// Accepted, not started yet.
-    Pending,
-    /// Started and ready.
-    Running,
-    /// Finished successfully (never set by the simulation).
-    Succeeded,
-    /// Finished with a failure (never set by the simulation).
-    Failed,
-    /// Unknown, or a phase this version does not know.
-    #[serde(other)]
-    Unknown,
-}
-
-/// A Pod's observed state.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub struct PodStatus {
-    /// Lifecycle phase.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub phase: Option<Phase>,
-    /// When the simulated node accepted the Pod; startup is timed from here.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub start_time: Option<Time>,
-    /// The `Ready` condition.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
-}
-
-/// The reconciler.
-#[derive(Debug, Default)]
-pub struct PodSim;
-
-impl Reconciler for PodSim {
-    type Spec = PodSpec;
-    type Status = PodStatus;
-
-    fn manifest(&self) -> Manifest {
-        let pod = KindRef::new(API_VERSION, "Pod");
-        Manifest::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION"), pod)
-            .definition_json(include_str!("../crds/pod.json"))
+/// Moves a Pod from new to `Pending` to `Running`; the plugin is [`PodSim`].
+#[reconciler(manifest = manifest, name = PodSim)]
+pub fn reconcile(
+    pod: &Object<PodSpec, PodStatus>,
+    ctx: &Ctx,
+) -> Result<Response<PodStatus>, Error> {
+    // A Pod on its way out needs nothing from its node agent.
+    if pod.is_deleting() {
+        return Ok(Response::new());
     }
+    let now = ctx.now();
+    let delay = Duration::from_millis(pod.spec.startup_delay_ms);
+    let mut status = pod.status.clone();
 
-    fn reconcile(
-        &self,
-        pod: &Object<PodSpec, PodStatus>,
-        ctx: &Ctx,
-    ) -> Result<Response<PodStatus>, Error> {
-        // A Pod on its way out needs nothing from its node agent.
-        if pod.is_deleting() {
-            return Ok(Response::new());
+    match status.phase {
+        // New: accept it and come back when it is due to start.
+        None => {
+            status.phase = Some(Phase::Pending);
+            status.start_time = Some(now);
+            let not_ready = Condition::new(
+                "Ready",
+                false,
+                "ContainersNotReady",
+                "containers are starting",
+            );
+            set_condition(&mut status.conditions, not_ready, now);
+            Ok(Response::new().status(status).requeue_after(delay))
         }
-        let now = ctx.now();
-        let delay = Duration::from_millis(pod.spec.startup_delay_ms);
-        let mut status = pod.status.clone();
-
-        match status.phase {
-            // New: accept it and come back when it is due to start.
-            None => {
-                status.phase = Some(Phase::Pending);
-                status.start_time = Some(now);
-                let not_ready = Condition::new(
-                    "Ready",
-                    false,
-                    "ContainersNotReady",
-                    "containers are starting",
-                );
-                set_condition(&mut status.conditions, not_ready, now);
-                Ok(Response::new().status(status).requeue_after(delay))
+        Some(Phase::Pending) => {
+            // A Pending pod without a start time was edited by hand: start
+            // timing it now.
+            let due = *status.start_time.get_or_insert(now) + delay;
+            if now < due {
+                // Woken early (e.g. by an unrelated change): wait for the
+                // rest. The status is unchanged, so the host writes nothing.
+                return Ok(Response::new()
+                    .status(status)
+                    .requeue_after(due.saturating_duration_since(now)));
             }
-            Some(Phase::Pending) => {
-                // A Pending pod without a start time was edited by hand: start
-                // timing it now.
-                let due = *status.start_time.get_or_insert(now) + delay;
-                if now < due {
-                    // Woken early (e.g. by an unrelated change): wait for the
-                    // rest. The status is unchanged, so the host writes nothing.
-                    return Ok(Response::new()
-                        .status(status)
-                        .requeue_after(due.saturating_duration_since(now)));
-                }
-                status.phase = Some(Phase::Running);
-                set_condition(
-                    &mut status.conditions,
-                    Condition::new("Ready", true, "PodReady", ""),
-                    now,
-                );
-                let started = Event::normal("Started", format!("Started pod {}", pod.name()));
-                Ok(Response::new().status(status).event(started))
-            }
-            // Running, or a phase someone else set: nothing to simulate, so
-            // no write and no requeue.
-            Some(_) => Ok(Response::new()),
+            status.phase = Some(Phase::Running);
+            set_condition(
+                &mut status.conditions,
+                Condition::new("Ready", true, "PodReady", ""),
+                now,
+            );
+            let started = Event::normal("Started", format!("Started pod {}", pod.name()));
+            Ok(Response::new().status(status).event(started))
         }
+        // Running, or a phase someone else set: nothing to simulate, so
+        // no write and no requeue.
+        Some(_) => Ok(Response::new()),
     }
 }
-
-export_reconciler!(PodSim);
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use setpoint_plugin_sdk::ConditionStatus;
     use setpoint_plugin_sdk::serde_json::{Value, json};
     use setpoint_plugin_sdk::testing::FakeCtx;
+    use setpoint_plugin_sdk::{ConditionStatus, Reconciler, Time};
 
     const T0: i64 = 1_735_787_045_000; // 2025-01-02T03:04:05Z
 

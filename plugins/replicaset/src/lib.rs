@@ -7,78 +7,15 @@
 //! it works even where no `podsim` plugin is loaded (its Pods then just stay
 //! un-started).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
-use serde::{Deserialize, Serialize};
-use setpoint_plugin_sdk::serde_json::{Map, Value};
+pub use demo_kinds::API_VERSION;
+use demo_kinds::pod::Pod;
+pub use demo_kinds::replicaset::{ReplicaSetSpec, ReplicaSetStatus};
 use setpoint_plugin_sdk::{
-    Ctx, DynamicObject, Error, Event, KindRef, Manifest, Object, Reconciler, Response,
-    export_reconciler,
+    Ctx, DynamicObject, Error, Event, Manifest, Object, Reconciler, Response, export_reconciler,
+    find_condition,
 };
-
-/// The API version of both kinds.
-pub const API_VERSION: &str = "demo.setpoint.dev/v1";
-
-/// What a ReplicaSet asks for.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ReplicaSetSpec {
-    /// How many Pods to keep.
-    #[serde(default = "one")]
-    pub replicas: u32,
-    /// Labels every Pod must carry.
-    pub selector: LabelSelector,
-    /// The Pods to create.
-    pub template: PodTemplate,
-}
-
-fn one() -> u32 {
-    1
-}
-
-/// Selects Pods by label.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LabelSelector {
-    /// Every label here must be on the Pod, with this value.
-    #[serde(default)]
-    pub match_labels: BTreeMap<String, String>,
-}
-
-/// A Pod template: the metadata and spec each Pod gets.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(default)]
-pub struct PodTemplate {
-    /// Labels and annotations for each Pod.
-    pub metadata: TemplateMetadata,
-    /// The Pod spec, copied verbatim (it is free-form to this plugin).
-    pub spec: Map<String, Value>,
-}
-
-/// The metadata a template sets on each Pod.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(default)]
-pub struct TemplateMetadata {
-    /// Labels for each Pod; must include the selector's.
-    pub labels: BTreeMap<String, String>,
-    /// Annotations for each Pod.
-    pub annotations: BTreeMap<String, String>,
-}
-
-/// What a ReplicaSet observed.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub struct ReplicaSetStatus {
-    /// Owned Pods that exist and are not being deleted.
-    pub replicas: u32,
-    /// Of those, the ones whose `Ready` condition is `True`.
-    pub ready_replicas: u32,
-    /// Available Pods; the same as ready ones until Pods have a readiness delay.
-    pub available_replicas: u32,
-    /// The `metadata.generation` this status was computed from.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-}
 
 /// The reconciler.
 #[derive(Debug, Default)]
@@ -89,17 +26,17 @@ impl Reconciler for ReplicaSetReconciler {
     type Status = ReplicaSetStatus;
 
     fn manifest(&self) -> Manifest {
-        let replica_set = KindRef::new(API_VERSION, "ReplicaSet");
+        let replica_set = demo_kinds::replicaset::definition();
         Manifest::new(
             env!("CARGO_PKG_NAME"),
             env!("CARGO_PKG_VERSION"),
-            replica_set,
+            replica_set.kind(),
         )
-        .owns(KindRef::new(API_VERSION, "Pod"))
-        .definition_json(include_str!("../crds/replicaset.json"))
-        // One Pod definition for both plugins, so whichever registers it
-        // first registers the same thing.
-        .definition_json(include_str!("../../podsim/crds/pod.json"))
+        .owns(demo_kinds::pod::kind())
+        .define(replica_set)
+        // Pods too, so replica sets work without podsim (their Pods then
+        // just stay un-started).
+        .define(demo_kinds::pod::definition())
     }
 
     fn reconcile(
@@ -123,14 +60,9 @@ impl Reconciler for ReplicaSetReconciler {
 
         // Pods already being deleted count for nothing: not as replicas, and
         // not as something to delete again.
-        let live: Vec<&DynamicObject> = ctx
-            .owned_of_kind(API_VERSION, "Pod")
-            .filter(|pod| !pod.is_deleting())
-            .collect();
-        let existing: BTreeSet<&str> = ctx
-            .owned_of_kind(API_VERSION, "Pod")
-            .map(DynamicObject::name)
-            .collect();
+        let pods = ctx.owned::<Pod>()?;
+        let existing: BTreeSet<&str> = pods.iter().map(|pod| pod.name()).collect();
+        let live: Vec<_> = pods.iter().filter(|pod| !pod.is_deleting()).collect();
         let wanted: BTreeSet<&str> = desired.iter().map(DynamicObject::name).collect();
 
         // Events describe what the host is about to do, so a converged
@@ -153,7 +85,9 @@ impl Reconciler for ReplicaSetReconciler {
 
         let ready = live
             .iter()
-            .filter(|pod| pod.condition("Ready").is_some_and(|c| c.is_true()))
+            .filter(|pod| {
+                find_condition(&pod.status.conditions, "Ready").is_some_and(|c| c.is_true())
+            })
             .count();
         let status = ReplicaSetStatus {
             replicas: count(live.len()),
@@ -172,17 +106,14 @@ impl Reconciler for ReplicaSetReconciler {
 /// or the Pods would not be selected by their own ReplicaSet. Only a change
 /// to the spec fixes that, hence a permanent error.
 fn check_selector(spec: &ReplicaSetSpec) -> Result<(), Error> {
-    let selector = &spec.selector.match_labels;
-    if selector.is_empty() {
+    if spec.selector.match_labels.is_empty() {
         return Err(Error::permanent(
             "spec.selector.matchLabels must not be empty",
         ));
     }
-    let labels = &spec.template.metadata.labels;
-    let missing: Vec<String> = selector
-        .iter()
-        .filter(|&(key, value)| labels.get(key) != Some(value))
-        .map(|(key, value)| format!("{key}={value}"))
+    let missing: Vec<String> = spec
+        .selector
+        .missing(&spec.template.metadata.labels)
         .collect();
     if missing.is_empty() {
         Ok(())
@@ -196,11 +127,8 @@ fn check_selector(spec: &ReplicaSetSpec) -> Result<(), Error> {
 
 /// The desired Pod at `index`. Namespace and owner reference are the host's job.
 fn pod(rs: &Object<ReplicaSetSpec, ReplicaSetStatus>, index: u32) -> Result<DynamicObject, Error> {
-    let template = &rs.spec.template;
-    DynamicObject::new(API_VERSION, "Pod", format!("{}-{index}", rs.name()))
-        .with_labels(template.metadata.labels.clone())
-        .with_annotations(template.metadata.annotations.clone())
-        .with_spec(&template.spec)
+    let name = format!("{}-{index}", rs.name());
+    rs.spec.template.instantiate(API_VERSION, "Pod", name)
 }
 
 fn count(n: usize) -> u32 {
@@ -212,7 +140,8 @@ export_reconciler!(ReplicaSetReconciler);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use setpoint_plugin_sdk::serde_json::json;
+    use setpoint_plugin_sdk::KindRef;
+    use setpoint_plugin_sdk::serde_json::{Value, json};
     use setpoint_plugin_sdk::testing::FakeCtx;
 
     fn replica_set(replicas: u32) -> Object<ReplicaSetSpec, ReplicaSetStatus> {

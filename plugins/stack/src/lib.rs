@@ -20,21 +20,29 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use setpoint_plugin_sdk::serde_json::{Map, Value, json};
 use setpoint_plugin_sdk::{
-    Condition, Ctx, DynamicObject, Error, Event, KindRef, Manifest, Object, Reconciler, Response,
-    export_reconciler,
+    Condition, Ctx, Definition, DynamicObject, Error, Event, KindRef, Manifest, Object,
+    PrinterColumn, Reconciler, Response, export_reconciler,
 };
 
 /// The API version of Stacks and of the kinds a stack may hold.
-pub const API_VERSION: &str = "demo.setpoint.dev/v1";
+pub use demo_kinds::API_VERSION;
 
 /// The finalizer that holds a stack until its resources are gone.
 pub const FINALIZER: &str = "stack.demo.setpoint.dev/teardown";
 
+/// The Stack kind's definition.
+pub fn definition() -> Definition {
+    Definition::of::<StackSpec, StackStatus>(KindRef::new(API_VERSION, "Stack"))
+        .description("Brings resources up in dependency order and tears them down in reverse.")
+        .column(PrinterColumn::string("Ready", ".status.summary"))
+}
+
 /// What a Stack asks for.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StackSpec {
     /// The resources, in any order.
@@ -42,7 +50,7 @@ pub struct StackSpec {
 }
 
 /// One resource of a stack.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Resource {
     /// Its name within the stack.
@@ -55,7 +63,7 @@ pub struct Resource {
 }
 
 /// What a Stack observed.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase")]
 pub struct StackStatus {
     /// Each resource's state, in spec order.
@@ -70,7 +78,7 @@ pub struct StackStatus {
 }
 
 /// One resource's state.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase")]
 pub struct ResourceStatus {
     /// The resource's name.
@@ -91,17 +99,18 @@ impl Reconciler for StackReconciler {
     type Status = StackStatus;
 
     fn manifest(&self) -> Manifest {
+        let stack = definition();
         Manifest::new(
             env!("CARGO_PKG_NAME"),
             env!("CARGO_PKG_VERSION"),
-            KindRef::new(API_VERSION, "Stack"),
+            stack.kind(),
         )
-        .owns(KindRef::new(API_VERSION, "ReplicaSet"))
-        .owns(KindRef::new(API_VERSION, "Pod"))
+        .owns(demo_kinds::replicaset::kind())
+        .owns(demo_kinds::pod::kind())
         .finalizer(FINALIZER)
-        .definition_json(include_str!("../crds/stack.json"))
-        .definition_json(include_str!("../../replicaset/crds/replicaset.json"))
-        .definition_json(include_str!("../../podsim/crds/pod.json"))
+        .define(stack)
+        .define(demo_kinds::replicaset::definition())
+        .define(demo_kinds::pod::definition())
     }
 
     fn reconcile(
@@ -113,7 +122,7 @@ impl Reconciler for StackReconciler {
         let by_name: BTreeMap<&str, &Resource> =
             resources.iter().map(|r| (r.name.as_str(), r)).collect();
         let existing: BTreeMap<String, &DynamicObject> = ctx
-            .owned()
+            .owned_objects()
             .iter()
             .map(|o| (o.name().to_owned(), o))
             .collect();

@@ -169,7 +169,7 @@ impl Reconciler for Zoo {
             "requeue0" => Ok(Response::new().requeue_after(std::time::Duration::ZERO)),
             "flip" => {
                 let current = ctx
-                    .owned()
+                    .owned_objects()
                     .first()
                     .and_then(|c| c.field("/data/a"))
                     .and_then(Value::as_str)
