@@ -83,7 +83,28 @@ fn holder_of(object: &Object, parent_kind: &str) -> String {
         .unwrap_or_else(|| format!("not controlled by this {parent_kind} (it has no controller)"))
 }
 
-impl Applier<'_> {
+impl<'a> Applier<'a> {
+    /// An applier for `manifest`'s reconciler of `kind` that has written
+    /// nothing yet.
+    pub fn new(
+        api: &'a Api,
+        manifest: &'a Manifest,
+        owned_kinds: &'a [Arc<KindInfo>],
+        kind: &'a Arc<KindInfo>,
+        echo: Option<(&'a ObjectKey, &'a Echoes)>,
+    ) -> Self {
+        Self {
+            api,
+            manifest,
+            owned_kinds,
+            kind,
+            echo,
+            written: Default::default(),
+            events: Default::default(),
+            clashes: Default::default(),
+        }
+    }
+
     fn wrote(&self, kind: &Arc<KindInfo>, object: &Object) {
         if let Some(rv) = meta::resource_version(object).and_then(|rv| rv.parse().ok()) {
             self.written

@@ -47,7 +47,7 @@ mod native;
 pub(crate) mod pool;
 mod reconciler;
 mod requeue;
-mod view;
+pub(crate) mod view;
 mod worker;
 
 use std::collections::HashMap;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::reconciler::CacheView;
 use crate::api::{self, Api};
 use crate::informer::Informers;
-use crate::object::{ObjectKey, meta};
+use crate::object::{KindInfo, ObjectKey, meta};
 
 /// The plugin's read-only view: informer caches where a kind is watched,
 /// the store otherwise (unless `inline`).
@@ -39,13 +39,7 @@ impl CacheView for InformerView {
         if self.inline {
             return None;
         }
-        let api = self.api.clone();
-        let name = name.to_owned();
-        let namespace = namespace.map(str::to_owned);
-        tokio::runtime::Handle::current()
-            .block_on(async move { api.get(&info, namespace.as_deref(), &name).await })
-            .ok()
-            .map(Arc::new)
+        get_from_store(&self.api, info, namespace, name)
     }
 
     fn list(
@@ -75,15 +69,42 @@ impl CacheView for InformerView {
                  informers (the kinds it reconciles and owns)"
             ));
         }
-        let api = self.api.clone();
-        let options = api::ListOptions {
-            namespace: namespace.map(str::to_owned),
-            label_selector: Some(label_selector.to_owned()),
-            ..Default::default()
-        };
-        tokio::runtime::Handle::current()
-            .block_on(async move { api.list(&info, &options).await })
-            .map(|l| l.items.into_iter().map(Arc::new).collect())
-            .map_err(|e| e.to_string())
+        list_from_store(&self.api, info, namespace, label_selector)
     }
+}
+
+/// One object read from the store by a cache view, which is synchronous
+/// and called on a reconcile thread inside the host's runtime.
+pub(crate) fn get_from_store(
+    api: &Api,
+    info: Arc<KindInfo>,
+    namespace: Option<&str>,
+    name: &str,
+) -> Option<Arc<crate::object::Object>> {
+    let api = api.clone();
+    let name = name.to_owned();
+    let namespace = namespace.map(str::to_owned);
+    tokio::runtime::Handle::current()
+        .block_on(async move { api.get(&info, namespace.as_deref(), &name).await })
+        .ok()
+        .map(Arc::new)
+}
+
+/// Objects listed from the store by a cache view (see [`get_from_store`]).
+pub(crate) fn list_from_store(
+    api: &Api,
+    info: Arc<KindInfo>,
+    namespace: Option<&str>,
+    label_selector: &str,
+) -> Result<Vec<Arc<crate::object::Object>>, String> {
+    let api = api.clone();
+    let options = api::ListOptions {
+        namespace: namespace.map(str::to_owned),
+        label_selector: Some(label_selector.to_owned()),
+        ..Default::default()
+    };
+    tokio::runtime::Handle::current()
+        .block_on(async move { api.list(&info, &options).await })
+        .map(|l| l.items.into_iter().map(Arc::new).collect())
+        .map_err(|e| e.to_string())
 }

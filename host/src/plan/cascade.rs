@@ -350,16 +350,7 @@ impl<'a> Cascade<'a> {
             return;
         }
         let store_key = Api::key(&kind, key.namespace.as_deref(), &key.name);
-        let applier = Applier {
-            api: &self.planning,
-            manifest,
-            owned_kinds: &target.owned_kinds,
-            kind: &kind,
-            echo: None,
-            written: Default::default(),
-            events: Default::default(),
-            clashes: Default::default(),
-        };
+        let applier = Applier::new(&self.planning, manifest, &target.owned_kinds, &kind, None);
         let deleting = meta::deletion_timestamp(&object).is_some();
         let mut finalizing = false;
         match &manifest.finalizer {
@@ -504,16 +495,7 @@ impl<'a> Cascade<'a> {
                 .pending
                 .push(pending(format!("looks again after {after:?}")));
         }
-        let applier = Applier {
-            api: &self.planning,
-            manifest,
-            owned_kinds: &target.owned_kinds,
-            kind: &kind,
-            echo: None,
-            written: Default::default(),
-            events: Default::default(),
-            clashes: Default::default(),
-        };
+        let applier = Applier::new(&self.planning, manifest, &target.owned_kinds, &kind, None);
         let applied = applier.apply(&object, &request.owned, &response).await;
         let clashes =
             std::mem::take(&mut *applier.clashes.lock().unwrap_or_else(|p| p.into_inner()));

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::api::{self, Api};
 use crate::controller::CacheView;
+use crate::controller::view::{get_from_store, list_from_store};
 use crate::informer::Informers;
 use crate::object::{KindInfo, Object, ObjectKey, codec, meta, selector::LabelSelector};
 use crate::store::{KeyValue, OverlayBackend};
@@ -129,13 +130,7 @@ impl CacheView for PlanView {
         if let Some(informer) = self.informers.existing(&info.group, &info.plural) {
             return informer.get(&ObjectKey::new(namespace, name));
         }
-        let api = self.planning.clone();
-        let name = name.to_owned();
-        let namespace = namespace.map(str::to_owned);
-        tokio::runtime::Handle::current()
-            .block_on(async move { api.get(&info, namespace.as_deref(), &name).await })
-            .ok()
-            .map(Arc::new)
+        get_from_store(&self.planning, info, namespace, name)
     }
 
     fn list(
@@ -157,15 +152,6 @@ impl CacheView for PlanView {
                 .filter(|o| selector.matches(meta::labels(o)))
                 .collect());
         }
-        let api = self.planning.clone();
-        let options = api::ListOptions {
-            namespace: namespace.map(str::to_owned),
-            label_selector: Some(label_selector.to_owned()),
-            ..Default::default()
-        };
-        tokio::runtime::Handle::current()
-            .block_on(async move { api.list(&info, &options).await })
-            .map(|l| l.items.into_iter().map(Arc::new).collect())
-            .map_err(|e| e.to_string())
+        list_from_store(&self.planning, info, namespace, label_selector)
     }
 }
