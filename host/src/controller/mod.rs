@@ -36,6 +36,7 @@
 
 mod apply;
 mod breaker;
+mod concurrency;
 mod conditions;
 mod echo;
 pub mod effects;
@@ -56,6 +57,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 pub use breaker::HotLoopConfig;
+pub use concurrency::Concurrency;
 pub use from_fn::{FnReconciler, from_fn};
 pub use history::{History, Outcome, ReconcileRecord};
 pub use native::Native;
@@ -94,8 +96,13 @@ pub enum Error {
 /// Settings of one controller.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Concurrent workers (distinct keys reconcile in parallel).
+    /// The most keys reconciled at once (distinct keys reconcile in
+    /// parallel, one key never twice at once). Default: 16 per reconcile
+    /// pool thread, of which [`Concurrency::Adaptive`] uses what pays.
     pub workers: usize,
+    /// Whether the keys in flight adapt between one and `workers` (the
+    /// default), or are always `workers`.
+    pub concurrency: Concurrency,
     /// Workqueue settings (backoff, rate limit).
     pub queue: queue::Config,
     /// Every cached object of the reconciled kind is queued again (at low
@@ -114,7 +121,8 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            workers: 2,
+            workers: concurrency::default_max(),
+            concurrency: Concurrency::Adaptive,
             queue: queue::Config::default(),
             resync: Some(Duration::from_secs(600)),
             hot_loop: HotLoopConfig::default(),
@@ -134,6 +142,8 @@ pub struct Stats {
     pub concurrent_reconciles_of_one_key: u64,
     /// Times the hot-loop breaker opened.
     pub hot_loops: u64,
+    /// Keys that may be reconciled at once now (see [`Concurrency`]).
+    pub concurrency: usize,
 }
 
 /// A running controller for one reconciler.
@@ -156,6 +166,8 @@ struct Shared {
     informer: Informer,
     owned_informers: Vec<Informer>,
     queue: WorkQueue<ObjectKey>,
+    /// How many workers may take a key now.
+    gate: concurrency::Gate,
     /// The controller's own status writes, whose echoes queue nothing.
     echoes: Arc<echo::Echoes>,
     history: History,
@@ -246,7 +258,8 @@ fn enqueue(queue: &WorkQueue<ObjectKey>, change: &Change, key: ObjectKey) {
 
 impl Controller {
     /// Start a controller: informers for the reconciled and owned kinds,
-    /// handlers that queue keys, and `config.workers` workers.
+    /// handlers that queue keys, and `config.workers` workers (of which as
+    /// many work as `config.concurrency` lets).
     pub async fn start(
         api: Api,
         informers: Informers,
@@ -382,6 +395,7 @@ impl Controller {
             informer,
             owned_informers,
             queue,
+            gate: concurrency::Gate::new(config.concurrency, config.workers),
             echoes,
             history: History::default(),
             pending_writes: Default::default(),
@@ -396,8 +410,8 @@ impl Controller {
             concurrent: AtomicU64::new(0),
             hot_loops: AtomicU64::new(0),
         });
-        let workers = (0..config.workers.max(1))
-            .map(|_| tokio::spawn(worker::worker(shared.clone())))
+        let workers = (0..shared.gate.workers())
+            .map(|index| tokio::spawn(worker::worker(shared.clone(), index)))
             .collect();
         let acquisitions = taken.map(|mut taken| {
             let shared = shared.clone();
@@ -422,6 +436,7 @@ impl Controller {
             reconciles: self.shared.reconciles.load(Ordering::Relaxed),
             concurrent_reconciles_of_one_key: self.shared.concurrent.load(Ordering::Relaxed),
             hot_loops: self.shared.hot_loops.load(Ordering::Relaxed),
+            concurrency: self.shared.gate.limit(),
         }
     }
 
@@ -497,6 +512,7 @@ impl Controller {
     pub async fn shutdown(mut self) {
         self.stop_handlers();
         self.shared.queue.shutdown();
+        self.shared.gate.open();
         for worker in self.workers {
             let _ = worker.await;
         }
@@ -512,6 +528,7 @@ impl Controller {
             tracing::warn!(plugin = %self.manifest().name, "drain timed out; stopping");
         }
         self.shared.queue.shutdown();
+        self.shared.gate.open();
         for worker in self.workers {
             let _ = worker.await;
         }
