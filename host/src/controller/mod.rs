@@ -152,6 +152,8 @@ pub struct Controller {
     workers: Vec<tokio::task::JoinHandle<()>>,
     /// Queues the keys of shards this host takes (cluster mode only).
     acquisitions: Option<tokio::task::JoinHandle<()>>,
+    /// Drops per-key bookkeeping of converged keys (see `Shared::sweep`).
+    sweeper: tokio::task::JoinHandle<()>,
     /// Handlers this controller registered, removed when it stops.
     handlers: Vec<(Informer, HandlerId)>,
 }
@@ -421,11 +423,30 @@ impl Controller {
                 }
             })
         });
+        let sweeper = {
+            let shared = Arc::downgrade(&shared);
+            let period = config.hot_loop.window.max(Duration::from_secs(1));
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(period);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                tick.tick().await;
+                loop {
+                    tick.tick().await;
+                    // Weak: a controller dropped without `shutdown` is not
+                    // kept alive by its sweeper.
+                    let Some(shared) = shared.upgrade() else {
+                        return;
+                    };
+                    shared.sweep();
+                }
+            })
+        };
         tracing::info!(plugin = %manifest.name, kind = %manifest.reconciles, "controller started");
         Ok(Self {
             shared,
             workers,
             acquisitions,
+            sweeper,
             handlers,
         })
     }
@@ -541,6 +562,7 @@ impl Controller {
         if let Some(task) = self.acquisitions.take() {
             task.abort();
         }
+        self.sweeper.abort();
     }
 }
 
@@ -550,6 +572,38 @@ impl Shared {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// Drop the bookkeeping converged keys no longer need: hot-loop streaks
+    /// that can no longer trip, and read-your-writes revisions the
+    /// informers have reached (waiting for them would return at once).
+    fn sweep(&self) {
+        let streaks = self.breaker.sweep();
+        let reached: Vec<(&KindInfo, i64)> = std::iter::once(&self.informer)
+            .chain(&self.owned_informers)
+            .map(|i| (&**i.kind(), i.revision()))
+            .collect();
+        let mut pending = self
+            .pending_writes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let before = pending.len();
+        pending.retain(|_, writes| {
+            writes.iter().any(|(kind, revision)| {
+                reached.iter().any(|(k, reached)| {
+                    k.group == kind.group && k.plural == kind.plural && reached < revision
+                })
+            })
+        });
+        if pending.capacity() > 4 * pending.len().max(64) {
+            pending.shrink_to_fit();
+        }
+        tracing::debug!(
+            kind = %self.kind.kind,
+            streaks,
+            writes = before - pending.len(),
+            "forgot the bookkeeping of converged keys"
+        );
     }
 
     /// Queue (at low priority) every cached object whose shard this host holds.
