@@ -155,8 +155,7 @@ impl Adaptive {
                 if !overflowing
                     && throughput
                         >= base
-                            * (1.0
-                                + GAIN_SHARE * (self.limit as f64 / self.base as f64 - 1.0)) =>
+                            * (1.0 + GAIN_SHARE * (self.limit as f64 / self.base as f64 - 1.0)) =>
             {
                 self.base = self.limit;
                 self.base_throughput = Some(throughput);
@@ -186,8 +185,7 @@ impl Adaptive {
             (Phase::Base, _) => {
                 // Averaged with what the base measured before: one window
                 // is noisy.
-                self.base_throughput =
-                    Some(base.map_or(throughput, |b| (b + throughput) / 2.0));
+                self.base_throughput = Some(base.map_or(throughput, |b| (b + throughput) / 2.0));
                 let (up, down) = (self.up(self.base), self.down(self.base));
                 let can_go_up = up > self.base && !overflowing;
                 let can_go_down = down < self.base;
@@ -339,7 +337,10 @@ mod tests {
 
         /// One 100 ms window at `limit`.
         fn window(&mut self, limit: usize) -> Window {
-            self.seed = self.seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            self.seed = self
+                .seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let unit = (self.seed >> 11) as f64 / (1u64 << 53) as f64; // [0, 1)
             let noisy = self.throughput(limit) * (1.0 + self.noise * (2.0 * unit - 1.0));
             let completions = (noisy * 0.1).round().max(1.0) as u32;
@@ -366,7 +367,12 @@ mod tests {
     fn climbs_while_the_commit_wait_dominates_and_stays_near_the_knee() {
         // 2 ms commit, 0.1 ms of CPU per turn: at most 20k turns/s, from
         // 42 keys in flight on.
-        let mut model = Model { wait: 0.002, cpu: 0.0001, noise: 0.1, seed: 7 };
+        let mut model = Model {
+            wait: 0.002,
+            cpu: 0.0001,
+            noise: 0.1,
+            seed: 7,
+        };
         let mut rule = Adaptive::new(2, 1, 1024);
         let trace = model.run(&mut rule, 300);
         assert!(
@@ -382,7 +388,12 @@ mod tests {
     #[test]
     fn stays_low_when_the_calls_are_cpu_bound() {
         // 5 ms of CPU per turn and no wait: two keys fill two cores.
-        let mut model = Model { wait: 0.0, cpu: 0.005, noise: 0.1, seed: 11 };
+        let mut model = Model {
+            wait: 0.0,
+            cpu: 0.005,
+            noise: 0.1,
+            seed: 11,
+        };
         let mut rule = Adaptive::new(32, 1, 1024);
         let trace = model.run(&mut rule, 300);
         let late = &trace[100..];
@@ -393,12 +404,25 @@ mod tests {
 
     #[test]
     fn stays_within_its_bounds() {
-        let mut model = Model { wait: 0.002, cpu: 0.000_01, noise: 0.0, seed: 1 };
+        let mut model = Model {
+            wait: 0.002,
+            cpu: 0.000_01,
+            noise: 0.0,
+            seed: 1,
+        };
         let mut rule = Adaptive::new(2, 1, 16);
         let trace = model.run(&mut rule, 50);
         assert!(trace.iter().all(|l| *l <= 16), "{trace:?}");
-        assert!(trace[20..].iter().all(|l| *l >= 12), "held near the top: {trace:?}");
-        let mut model = Model { wait: 0.0, cpu: 0.01, noise: 0.0, seed: 1 };
+        assert!(
+            trace[20..].iter().all(|l| *l >= 12),
+            "held near the top: {trace:?}"
+        );
+        let mut model = Model {
+            wait: 0.0,
+            cpu: 0.01,
+            noise: 0.0,
+            seed: 1,
+        };
         let mut rule = Adaptive::new(4, 3, 16);
         let trace = model.run(&mut rule, 50);
         assert!(trace.iter().all(|l| *l >= 3), "{trace:?}");
@@ -458,7 +482,11 @@ mod tests {
         assert_eq!(rule.observe(&at(6, 10.0)), 9, "paid: kept, higher still");
         // 9 keys brought no more than 6 did.
         assert_eq!(rule.observe(&at(9, 60.0 / 9.0)), 6, "undone");
-        assert_eq!(rule.observe(&at(6, 10.0)), 5, "base again, then a probe down");
+        assert_eq!(
+            rule.observe(&at(6, 10.0)),
+            5,
+            "base again, then a probe down"
+        );
         assert_eq!(rule.observe(&at(5, 10.0)), 6, "lost a sixth: undone");
         assert_eq!(rule.observe(&at(6, 10.0)), 9, "and up again");
     }
@@ -504,7 +532,11 @@ mod tests {
         assert_eq!(gate.limit(), INITIAL, "the window is still open");
         std::thread::sleep(WINDOW);
         gate.record(true, 0);
-        assert_eq!(gate.limit(), INITIAL + 1, "measured, then a probe up by half of 2");
+        assert_eq!(
+            gate.limit(),
+            INITIAL + 1,
+            "measured, then a probe up by half of 2"
+        );
         assert_eq!(*rx.borrow(), INITIAL + 1, "published to the workers");
     }
 }
