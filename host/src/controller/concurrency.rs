@@ -1,5 +1,5 @@
 //! How many keys a controller reconciles at once. Fixed when configured
-//! so ([`Concurrency::Fixed`]); by default it adapts by itself between one
+//! so ([`Concurrency::Fixed`]); by default it adapts by itself between two
 //! and [`Config::workers`](super::Config::workers), so nobody has to tune
 //! workers to get the store's throughput.
 //!
@@ -27,7 +27,7 @@ use tokio::sync::watch;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Concurrency {
-    /// Between one and [`Config::workers`](super::Config::workers) keys at
+    /// Between two (see `MIN`) and [`Config::workers`](super::Config::workers) keys at
     /// once, adapted to the measured throughput (the default).
     #[default]
     Adaptive,
@@ -46,6 +46,9 @@ pub(crate) fn default_max() -> usize {
 
 /// Where adaptation starts: the old fixed default.
 const INITIAL: usize = 2;
+/// The fewest keys in flight (unless `workers` is lower): with two, one
+/// call that runs to its deadline never holds up every other key.
+const MIN: usize = 2;
 /// A higher limit is kept when throughput rose by at least this share of
 /// the limit's rise (a quarter: 50 % more keys must bring 12.5 % more
 /// reconciles), so noise does not walk it up.
@@ -234,7 +237,7 @@ impl Gate {
         let max = workers.max(1);
         let rule = match concurrency {
             Concurrency::Fixed => None,
-            Concurrency::Adaptive => Some(Adaptive::new(INITIAL, 1, max)),
+            Concurrency::Adaptive => Some(Adaptive::new(INITIAL, MIN, max)),
         };
         let initial = rule.as_ref().map_or(max, Adaptive::limit);
         Self {
