@@ -612,6 +612,8 @@ async fn plugins_that_spin_share_half_the_cores_and_leave_the_rest_to_their_neig
     std::fs::write(dir.path().join("zoo.toml"), "deadline_ms = 4000\n").unwrap();
     let spinners = setpoint::controller::Config {
         workers: spinners_count,
+        // Every spinner in its call at once, not what adapting would pick.
+        concurrency: setpoint::controller::Concurrency::Fixed,
         ..Default::default()
     };
     let host = std::sync::Arc::new(

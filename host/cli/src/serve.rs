@@ -78,9 +78,11 @@ pub struct ServeArgs {
     /// PEM client certificate and key for etcd (mutual TLS).
     #[arg(long, num_args = 2, value_names = ["CERT", "KEY"])]
     pub etcd_client_cert: Vec<PathBuf>,
-    /// Reconcile workers per plugin.
-    #[arg(long, default_value_t = 2)]
-    pub workers: usize,
+    /// Reconcile exactly this many keys at once per plugin. Without it the
+    /// number adapts by itself, between two and 16 per reconcile thread, to
+    /// what raises throughput.
+    #[arg(long)]
+    pub workers: Option<usize>,
     /// Share the work with the other hosts on the same etcd (needs `--etcd`):
     /// each object is reconciled by exactly one host at a time.
     #[arg(long, requires = "etcd")]
@@ -141,7 +143,14 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }),
             ..Default::default()
         };
-        let controller = setpoint::controller::Config { workers: args.workers, ..Default::default() };
+        let controller = match args.workers {
+            Some(workers) => setpoint::controller::Config {
+                workers,
+                concurrency: setpoint::controller::Concurrency::Fixed,
+                ..Default::default()
+            },
+            None => setpoint::controller::Config::default(),
+        };
         let mut etcd_backend = None;
         let mut embedded = None;
         let (backend, store_description): (Arc<dyn setpoint::store::Backend>, String) = if args.in_memory {

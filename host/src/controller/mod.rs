@@ -36,6 +36,7 @@
 
 pub(crate) mod apply;
 mod breaker;
+mod concurrency;
 mod conditions;
 pub(crate) mod echo;
 pub mod effects;
@@ -56,6 +57,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 pub use breaker::HotLoopConfig;
+pub use concurrency::Concurrency;
 pub use from_fn::{FnReconciler, from_fn};
 pub use history::{History, Outcome, ReconcileRecord};
 pub use native::Native;
@@ -94,8 +96,13 @@ pub enum Error {
 /// Settings of one controller.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Concurrent workers (distinct keys reconcile in parallel).
+    /// The most keys reconciled at once (distinct keys reconcile in
+    /// parallel, one key never twice at once). Default: 16 per reconcile
+    /// pool thread, of which [`Concurrency::Adaptive`] uses what pays.
     pub workers: usize,
+    /// Whether the keys in flight adapt between two and `workers` (the
+    /// default), or are always `workers`.
+    pub concurrency: Concurrency,
     /// Workqueue settings (backoff, rate limit).
     pub queue: queue::Config,
     /// Every cached object of the reconciled kind is queued again (at low
@@ -114,7 +121,8 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            workers: 2,
+            workers: concurrency::default_max(),
+            concurrency: Concurrency::Adaptive,
             queue: queue::Config::default(),
             resync: Some(Duration::from_secs(600)),
             hot_loop: HotLoopConfig::default(),
@@ -134,6 +142,8 @@ pub struct Stats {
     pub concurrent_reconciles_of_one_key: u64,
     /// Times the hot-loop breaker opened.
     pub hot_loops: u64,
+    /// Keys that may be reconciled at once now (see [`Concurrency`]).
+    pub concurrency: usize,
 }
 
 /// A running controller for one reconciler.
@@ -142,6 +152,8 @@ pub struct Controller {
     workers: Vec<tokio::task::JoinHandle<()>>,
     /// Queues the keys of shards this host takes (cluster mode only).
     acquisitions: Option<tokio::task::JoinHandle<()>>,
+    /// Drops per-key bookkeeping of converged keys (see `Shared::sweep`).
+    sweeper: tokio::task::JoinHandle<()>,
     /// Handlers this controller registered, removed when it stops.
     handlers: Vec<(Informer, HandlerId)>,
 }
@@ -156,6 +168,8 @@ struct Shared {
     informer: Informer,
     owned_informers: Vec<Informer>,
     queue: WorkQueue<ObjectKey>,
+    /// How many workers may take a key now.
+    gate: concurrency::Gate,
     /// The controller's own status writes, whose echoes queue nothing.
     echoes: Arc<echo::Echoes>,
     history: History,
@@ -246,7 +260,8 @@ fn enqueue(queue: &WorkQueue<ObjectKey>, change: &Change, key: ObjectKey) {
 
 impl Controller {
     /// Start a controller: informers for the reconciled and owned kinds,
-    /// handlers that queue keys, and `config.workers` workers.
+    /// handlers that queue keys, and `config.workers` workers (of which as
+    /// many work as `config.concurrency` lets).
     pub async fn start(
         api: Api,
         informers: Informers,
@@ -382,6 +397,7 @@ impl Controller {
             informer,
             owned_informers,
             queue,
+            gate: concurrency::Gate::new(config.concurrency, config.workers),
             echoes,
             history: History::default(),
             pending_writes: Default::default(),
@@ -396,8 +412,8 @@ impl Controller {
             concurrent: AtomicU64::new(0),
             hot_loops: AtomicU64::new(0),
         });
-        let workers = (0..config.workers.max(1))
-            .map(|_| tokio::spawn(worker::worker(shared.clone())))
+        let workers = (0..shared.gate.workers())
+            .map(|index| tokio::spawn(worker::worker(shared.clone(), index)))
             .collect();
         let acquisitions = taken.map(|mut taken| {
             let shared = shared.clone();
@@ -407,11 +423,30 @@ impl Controller {
                 }
             })
         });
+        let sweeper = {
+            let shared = Arc::downgrade(&shared);
+            let period = config.hot_loop.window.max(Duration::from_secs(1));
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(period);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                tick.tick().await;
+                loop {
+                    tick.tick().await;
+                    // Weak: a controller dropped without `shutdown` is not
+                    // kept alive by its sweeper.
+                    let Some(shared) = shared.upgrade() else {
+                        return;
+                    };
+                    shared.sweep();
+                }
+            })
+        };
         tracing::info!(plugin = %manifest.name, kind = %manifest.reconciles, "controller started");
         Ok(Self {
             shared,
             workers,
             acquisitions,
+            sweeper,
             handlers,
         })
     }
@@ -422,6 +457,7 @@ impl Controller {
             reconciles: self.shared.reconciles.load(Ordering::Relaxed),
             concurrent_reconciles_of_one_key: self.shared.concurrent.load(Ordering::Relaxed),
             hot_loops: self.shared.hot_loops.load(Ordering::Relaxed),
+            concurrency: self.shared.gate.limit(),
         }
     }
 
@@ -497,6 +533,7 @@ impl Controller {
     pub async fn shutdown(mut self) {
         self.stop_handlers();
         self.shared.queue.shutdown();
+        self.shared.gate.open();
         for worker in self.workers {
             let _ = worker.await;
         }
@@ -512,6 +549,7 @@ impl Controller {
             tracing::warn!(plugin = %self.manifest().name, "drain timed out; stopping");
         }
         self.shared.queue.shutdown();
+        self.shared.gate.open();
         for worker in self.workers {
             let _ = worker.await;
         }
@@ -524,6 +562,7 @@ impl Controller {
         if let Some(task) = self.acquisitions.take() {
             task.abort();
         }
+        self.sweeper.abort();
     }
 }
 
@@ -545,6 +584,38 @@ impl Shared {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// Drop the bookkeeping converged keys no longer need: hot-loop streaks
+    /// that can no longer trip, and read-your-writes revisions the
+    /// informers have reached (waiting for them would return at once).
+    fn sweep(&self) {
+        let streaks = self.breaker.sweep();
+        let reached: Vec<(&KindInfo, i64)> = std::iter::once(&self.informer)
+            .chain(&self.owned_informers)
+            .map(|i| (&**i.kind(), i.revision()))
+            .collect();
+        let mut pending = self
+            .pending_writes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let before = pending.len();
+        pending.retain(|_, writes| {
+            writes.iter().any(|(kind, revision)| {
+                reached.iter().any(|(k, reached)| {
+                    k.group == kind.group && k.plural == kind.plural && reached < revision
+                })
+            })
+        });
+        if pending.capacity() > 4 * pending.len().max(64) {
+            pending.shrink_to_fit();
+        }
+        tracing::debug!(
+            kind = %self.kind.kind,
+            streaks,
+            writes = before - pending.len(),
+            "forgot the bookkeeping of converged keys"
+        );
     }
 
     /// Queue (at low priority) every cached object whose shard this host holds.

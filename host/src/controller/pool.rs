@@ -173,6 +173,12 @@ impl CallPool {
         let _ = joined.await;
     }
 
+    /// Calls that overflowed so far ([`PoolStats::overflowed`], without
+    /// the lock `stats` takes).
+    pub(crate) fn overflowed(&self) -> u64 {
+        self.inner.overflowed.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn stats(&self) -> PoolStats {
         PoolStats {
             threads: self

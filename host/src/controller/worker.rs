@@ -71,8 +71,14 @@ fn seen_fingerprint(object: &crate::object::Object, children: u64) -> u64 {
     hasher.finish()
 }
 
-pub(super) async fn worker(shared: Arc<Shared>) {
-    while let Some(key) = shared.queue.get().await {
+/// Worker `index` (from 0) takes keys while the gate lets it.
+pub(super) async fn worker(shared: Arc<Shared>, index: usize) {
+    let mut limit = shared.gate.subscribe();
+    loop {
+        super::concurrency::Gate::admit(index, &mut limit).await;
+        let Some(key) = shared.queue.get().await else {
+            break;
+        };
         let claim = match shared.ownership(&key) {
             Ownership::Local => None,
             Ownership::Owned(claim) => Some(claim),
@@ -108,6 +114,7 @@ pub(super) async fn worker(shared: Arc<Shared>) {
         if let Some(called) = &called {
             record_reconcile(&shared, &key, called.at, &outcome);
         }
+        let was_called = called.is_some();
         shared
             .in_flight
             .lock()
@@ -260,6 +267,11 @@ pub(super) async fn worker(shared: Arc<Shared>) {
         }
         drop(claim);
         shared.queue.done(&key);
+        if was_called {
+            shared
+                .gate
+                .record(!shared.queue.is_empty(), shared.pool.overflowed());
+        }
     }
 }
 

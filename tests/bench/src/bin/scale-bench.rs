@@ -22,7 +22,8 @@
 //! `podsim.wasm`, default `target/wasm/wasm32-unknown-unknown/plugin`),
 //! `SCALE_DIR` (where the scratch directory goes, default the system temp
 //! dir), `SCALE_STARTUP_MS` (the Pods' `spec.startupDelayMs`, default 0),
-//! `SCALE_KEEP=1` keeps the data directory. `scripts/bench scale` builds
+//! `SCALE_KEEP=1` keeps the data directory (and the server's `serve.log`,
+//! whose filter `SCALE_LOG` sets: `warn` unless given). `scripts/bench scale` builds
 //! everything first.
 
 use std::path::{Path, PathBuf};
@@ -69,7 +70,10 @@ impl Server {
                     .unwrap_or_default()
                     .split_whitespace(),
             )
-            .env("SETPOINT_LOG", "warn")
+            .env(
+                "SETPOINT_LOG",
+                std::env::var("SCALE_LOG").unwrap_or_else(|_| "warn".to_owned()),
+            )
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);

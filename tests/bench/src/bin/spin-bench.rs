@@ -52,6 +52,7 @@ async fn main() -> anyhow::Result<()> {
             "zoo",
             setpoint::controller::Config {
                 workers: spinners.max(1),
+                concurrency: setpoint::controller::Concurrency::Fixed,
                 ..Default::default()
             },
         )
