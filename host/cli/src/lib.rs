@@ -1,7 +1,9 @@
-//! The `setpoint` command line: `serve` runs a host; `apply`, `get`,
-//! `delete`, `plugins` and `backup` talk to a running host over its HTTP API;
-//! `new-plugin` writes a plugin crate. A thin layer over the
-//! library; errors become `anyhow` here and nowhere else.
+//! The `setpoint` command line (crate `setpoint-cli`, whose binary is
+//! `setpoint`): `serve` runs a host (the engine, `setpoint`, behind the HTTP
+//! API, `setpoint-server`); `apply`, `plan`, `get`, `watch`, `describe`,
+//! `delete`, `plugins` and `backup` talk to a running host over its HTTP
+//! API; `new-plugin` writes a plugin crate. A thin layer over the
+//! libraries; errors become `anyhow` here and nowhere else.
 
 pub mod backup;
 mod client;

@@ -1,4 +1,5 @@
-//! The HTTP API, following Kubernetes' REST conventions for custom
+//! The HTTP API over a [`setpoint::Host`] (crate `setpoint-server`; the
+//! engine itself builds without it), following Kubernetes' REST conventions for custom
 //! resources: discovery under `/api` and `/apis`, collection and item paths
 //! per kind (namespaced or cluster-scoped), the `status` sub-resource, and
 //! `Status` error bodies. Every request first passes the gate in
