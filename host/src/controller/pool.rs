@@ -64,7 +64,41 @@ pub(crate) fn default_threads() -> usize {
         .clamp(4, 64)
 }
 
+/// What a reconcile call gives back: the request (to call again with more
+/// observations) and the reconciler's answer; `Err` when the call itself
+/// failed (its thread panicked or went away).
+pub(crate) type ReconcileCall = Result<
+    (
+        super::Request,
+        Result<super::Response, super::ReconcileError>,
+    ),
+    super::ReconcileError,
+>;
+
 impl CallPool {
+    /// Call `callee` on `request` with `view` on one of the pool's threads,
+    /// or right here when `inline` (see [`super::Reconciler::runs_inline`]).
+    /// What the controllers and plans call plugins through.
+    pub(crate) async fn reconcile(
+        &self,
+        callee: &Arc<dyn super::Reconciler>,
+        inline: bool,
+        view: &Arc<dyn super::CacheView>,
+        request: super::Request,
+    ) -> ReconcileCall {
+        let (callee, view) = (callee.clone(), view.clone());
+        let call = move || {
+            let response = callee.reconcile(&request, &view);
+            (request, response)
+        };
+        if inline {
+            return Ok(call());
+        }
+        self.call(call)
+            .await
+            .map_err(|e| super::ReconcileError::Transient(format!("reconcile task failed: {e}")))
+    }
+
     /// Start `threads` threads (at least one). Inside a tokio runtime, the
     /// threads enter it.
     pub(crate) fn new(threads: usize) -> Self {

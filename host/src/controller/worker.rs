@@ -315,30 +315,6 @@ fn record_reconcile(
     );
 }
 
-/// One call of the reconciler, on the call pool unless it runs inline.
-async fn call_reconciler(
-    shared: &Shared,
-    callee: &Arc<dyn Reconciler>,
-    inline: bool,
-    view: &Arc<dyn super::CacheView>,
-    request: Request,
-) -> Result<(Request, Result<super::Response, ReconcileError>), ReconcileError> {
-    let (callee, view) = (callee.clone(), view.clone());
-    let call = move || {
-        let response = callee.reconcile(&request, &view);
-        (request, response)
-    };
-    if inline {
-        Ok(call())
-    } else {
-        shared
-            .pool
-            .call(call)
-            .await
-            .map_err(|e| ReconcileError::Transient(format!("reconcile task failed: {e}")))
-    }
-}
-
 /// A call of the reconciler: when, and what it was shown.
 struct Called {
     at: SystemTime,
@@ -446,7 +422,10 @@ async fn reconcile_key(
     } else {
         shared.view.clone()
     };
-    let (request, response) = call_reconciler(shared, &callee, inline, &view, request).await?;
+    let (request, response) = shared
+        .pool
+        .reconcile(&callee, inline, &view, request)
+        .await?;
     // The plugin has seen the outcomes and answered: an error is its
     // decision about them, and handing them over again would replay the
     // same failure forever. Only a conflict below hands them back.
@@ -458,7 +437,7 @@ async fn reconcile_key(
     let scope = effects::scope(shared, manifest, &object, key, egress);
     let mut report = egress::Report::default();
     let rounds = effects::rounds(egress, &scope, request, response, &mut report, |r| {
-        call_reconciler(shared, &callee, inline, &view, r)
+        shared.pool.reconcile(&callee, inline, &view, r)
     })
     .await;
     let (request, mut response) = match rounds {

@@ -438,7 +438,7 @@ impl<'a> Cascade<'a> {
             let pool = context.pool.clone();
             let asked = &asked;
             async move {
-                let called = call_on(&pool, &reconciler, &view, r).await;
+                let called = pool.reconcile(&reconciler, false, &view, r).await;
                 if let Ok((_, Ok(response))) = &called {
                     asked
                         .lock()
@@ -596,7 +596,10 @@ impl<'a> Cascade<'a> {
         view: &Arc<dyn CacheView>,
         request: Request,
     ) -> Result<(Request, Result<Response, ReconcileError>), ReconcileError> {
-        call_on(&self.context.pool, reconciler, view, request).await
+        self.context
+            .pool
+            .reconcile(reconciler, false, view, request)
+            .await
     }
 
     /// The plan: every key the overlay changed, before and after, with its
@@ -646,23 +649,6 @@ impl<'a> Cascade<'a> {
         }
         Ok(self.plan)
     }
-}
-
-/// One reconciler call on the host's call pool: the same threads, sandbox
-/// and limits as the running controllers' calls.
-async fn call_on(
-    pool: &crate::controller::pool::CallPool,
-    reconciler: &Arc<dyn Reconciler>,
-    view: &Arc<dyn CacheView>,
-    request: Request,
-) -> Result<(Request, Result<Response, ReconcileError>), ReconcileError> {
-    let (reconciler, view) = (reconciler.clone(), view.clone());
-    pool.call(move || {
-        let response = reconciler.reconcile(&request, &view);
-        (request, response)
-    })
-    .await
-    .map_err(|e| ReconcileError::Transient(format!("reconcile task failed: {e}")))
 }
 
 fn external(
