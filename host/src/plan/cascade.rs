@@ -9,15 +9,16 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::net::{net_change, object_ref, without_bookkeeping};
 use super::report::{
-    Action, Cause, Change, ExternalRequest, ObjectRef, PendingStep, Plan, PlanError, PlannedEvent,
+    Cause, ExternalRequest, ObjectRef, PendingStep, Plan, PlanError, PlannedEvent,
 };
 use super::view::PlanView;
 use super::{Context, DeleteTarget, Document, Error, MAX_RECONCILES, MAX_RECONCILES_PER_OBJECT};
 use crate::api::{self, Api, DeleteOptions, GcSimulation, Propagation};
 use crate::controller::apply::Applier;
 use crate::controller::effects::rounds;
-use crate::controller::{CacheView, HttpRequest, ReconcileError, Reconciler, Request, Response};
+use crate::controller::{CacheView, HttpRequest, ReconcileError, Request};
 use crate::egress::{Report, Scope};
 use crate::object::{Object, ObjectKey, codec, meta, patch, time};
 use crate::store::{EventKind, OverlayBackend};
@@ -47,41 +48,8 @@ pub(super) struct Cascade<'a> {
 struct Own<'o> {
     target: usize,
     key: &'o str,
-    seen: &'o Object,
-}
-
-fn object_ref(object: &Object) -> ObjectRef {
-    ObjectRef {
-        api_version: meta::api_version(object).to_owned(),
-        kind: meta::kind(object).to_owned(),
-        namespace: meta::namespace(object).map(str::to_owned),
-        name: meta::name(object).to_owned(),
-    }
-}
-
-/// An object with what only the store's bookkeeping changes taken out,
-/// for comparing two versions.
-fn without_bookkeeping(object: &Object, keep_status: bool) -> Value {
-    let mut object = object.clone();
-    if let Some(m) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-        for field in ["resourceVersion", "managedFields", "generation"] {
-            m.remove(field);
-        }
-    }
-    if !keep_status && let Some(map) = object.as_object_mut() {
-        map.remove("status");
-    }
-    object
-}
-
-/// An object as a plan shows it: without the resource version (the
-/// overlay's own, never the store's) and managed fields.
-fn shown(mut object: Object) -> Value {
-    if let Some(m) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.remove("resourceVersion");
-        m.remove("managedFields");
-    }
-    object
+    /// The object the reconcile saw, bookkeeping and status left out.
+    seen: Value,
 }
 
 impl<'a> Cascade<'a> {
@@ -243,7 +211,7 @@ impl<'a> Cascade<'a> {
             let echo = own.as_ref().filter(|own| {
                 own.key == key
                     && event == EventType::Modified
-                    && without_bookkeeping(own.seen, false) == without_bookkeeping(&object, false)
+                    && own.seen == without_bookkeeping(&object, false)
             });
             self.wake(event, &object, echo.map(|own| own.target));
         }
@@ -368,7 +336,7 @@ impl<'a> Cascade<'a> {
                         let own = Own {
                             target: *index,
                             key: &store_key,
-                            seen: &object,
+                            seen: without_bookkeeping(&object, false),
                         };
                         self.absorb(&cause, Some(own)).await;
                         return;
@@ -409,7 +377,11 @@ impl<'a> Cascade<'a> {
         };
         self.plan.reconciles += 1;
         let view: Arc<dyn CacheView> = self.view.clone();
-        let called = match self.call(&reconciler, &view, request).await {
+        let called = match context
+            .pool
+            .reconcile(&reconciler, false, &view, request)
+            .await
+        {
             Ok(called) => called,
             Err(err) => {
                 self.error(Some(object_ref), manifest.name.clone(), err.to_string());
@@ -541,7 +513,7 @@ impl<'a> Cascade<'a> {
         let own = Own {
             target: *index,
             key: &store_key,
-            seen: &object,
+            seen: without_bookkeeping(&object, false),
         };
         self.absorb(&cause, Some(own)).await;
     }
@@ -590,18 +562,6 @@ impl<'a> Cascade<'a> {
         }
     }
 
-    async fn call(
-        &self,
-        reconciler: &Arc<dyn Reconciler>,
-        view: &Arc<dyn CacheView>,
-        request: Request,
-    ) -> Result<(Request, Result<Response, ReconcileError>), ReconcileError> {
-        self.context
-            .pool
-            .reconcile(reconciler, false, view, request)
-            .await
-    }
-
     /// The plan: every key the overlay changed, before and after, with its
     /// causes.
     pub(super) async fn finish(mut self) -> Result<Plan, Error> {
@@ -615,37 +575,9 @@ impl<'a> Cascade<'a> {
                 Some(Some(kv)) => codec::decode(&kv.value, kv.mod_revision).ok(),
                 _ => None,
             };
-            let action = match (&before, &after) {
-                (None, None) => continue,
-                (None, Some(_)) => Action::Create,
-                (Some(_), None) => Action::Delete,
-                (Some(before), Some(after)) => {
-                    if without_bookkeeping(before, true) == without_bookkeeping(after, true) {
-                        continue;
-                    }
-                    if meta::deletion_timestamp(after).is_some()
-                        && meta::deletion_timestamp(before).is_none()
-                    {
-                        Action::Deleting
-                    } else if without_bookkeeping(before, false)
-                        == without_bookkeeping(after, false)
-                    {
-                        Action::Status
-                    } else {
-                        Action::Update
-                    }
-                }
-            };
-            let object = object_ref(after.as_ref().or(before.as_ref()).expect("one exists"));
-            let mut causes = causes.into_iter();
-            self.plan.changes.push(Change {
-                action,
-                object,
-                cause: causes.next().unwrap_or(Cause::Request),
-                then: causes.collect(),
-                before: before.map(shown),
-                after: after.map(shown),
-            });
+            if let Some(change) = net_change(before, after, causes) {
+                self.plan.changes.push(change);
+            }
         }
         Ok(self.plan)
     }

@@ -35,6 +35,7 @@
 //!   index), as the running collector does when it starts.
 
 mod cascade;
+mod net;
 mod render;
 mod report;
 mod view;
