@@ -7,7 +7,8 @@
 //! An `https://` server is trusted through, in order: the PEM certificates
 //! given (`--certificate-authority`, or a kubeconfig's
 //! `certificate-authority(-data)`), else the system's CA bundle
-//! (`SSL_CERT_FILE`, or the usual Linux locations). With
+//! (`SSL_CERT_FILE`, `SSL_CERT_DIR`, or the usual Linux locations, through
+//! `rustls-native-certs`). With
 //! `--insecure-skip-tls-verify` nothing is checked, as with kubectl.
 //!
 //! A server certificate that is itself one of the given certificates is
@@ -53,14 +54,6 @@ pub enum Trust {
     /// authenticated.
     Insecure,
 }
-
-/// Where the system keeps its CA bundle, by distribution.
-const SYSTEM_BUNDLES: [&str; 4] = [
-    "/etc/ssl/certs/ca-certificates.crt",
-    "/etc/pki/tls/certs/ca-bundle.crt",
-    "/etc/ssl/ca-bundle.pem",
-    "/etc/ssl/cert.pem",
-];
 
 /// One host's API: its base URL, a connection pool and the token.
 #[derive(Clone)]
@@ -187,22 +180,18 @@ fn client_config(trust: &Trust) -> anyhow::Result<rustls::ClientConfig> {
                 .with_no_client_auth()
         }
         Trust::System => {
-            let file = std::env::var_os("SSL_CERT_FILE")
-                .map(std::path::PathBuf::from)
-                .or_else(|| {
-                    SYSTEM_BUNDLES
-                        .iter()
-                        .map(std::path::PathBuf::from)
-                        .find(|p| p.is_file())
-                })
-                .ok_or_else(|| {
-                    anyhow!("no system CA bundle found: give the host's certificate with --certificate-authority")
-                })?;
-            let pem =
-                std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
-            builder
-                .with_root_certificates(roots(&pem, &file.display().to_string())?)
-                .with_no_client_auth()
+            let found = rustls_native_certs::load_native_certs();
+            let mut store = rustls::RootCertStore::empty();
+            // A bundle may hold certificates rustls cannot use; skip those.
+            let (added, _) = store.add_parsable_certificates(found.certs);
+            if added == 0 {
+                let why = found.errors.first().map_or_else(
+                    || "no system CA bundle found".to_owned(),
+                    |e| format!("the system's CA certificates could not be read ({e})"),
+                );
+                bail!("{why}: give the host's certificate with --certificate-authority");
+            }
+            builder.with_root_certificates(store).with_no_client_auth()
         }
     };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];

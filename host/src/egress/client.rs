@@ -13,8 +13,7 @@ use bytes::Bytes;
 use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, ServerName};
+use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
@@ -257,32 +256,21 @@ fn too_large(max: usize) -> HttpError {
     )
 }
 
-/// Where Linux distributions keep the trusted CA bundle.
-const SYSTEM_BUNDLES: [&str; 4] = [
-    "/etc/ssl/certs/ca-certificates.crt",
-    "/etc/pki/tls/certs/ca-bundle.crt",
-    "/etc/ssl/ca-bundle.pem",
-    "/etc/ssl/cert.pem",
-];
-
-/// Trusted roots: `SSL_CERT_FILE` or the system bundle, read once.
+/// Trusted roots: the system's (`SSL_CERT_FILE`, `SSL_CERT_DIR` or the
+/// distribution's bundle), read once.
 fn tls_connector() -> Result<TlsConnector, HttpError> {
     static CONNECTOR: OnceLock<Result<TlsConnector, String>> = OnceLock::new();
     CONNECTOR
         .get_or_init(|| {
-            let file = std::env::var_os("SSL_CERT_FILE")
-                .map(std::path::PathBuf::from)
-                .or_else(|| {
-                    SYSTEM_BUNDLES
-                        .iter()
-                        .map(std::path::PathBuf::from)
-                        .find(|p| p.is_file())
-                })
-                .ok_or("no trusted CA bundle found (set SSL_CERT_FILE)")?;
-            let pem = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+            let found = rustls_native_certs::load_native_certs();
             let mut roots = rustls::RootCertStore::empty();
-            for cert in CertificateDer::pem_slice_iter(&pem).flatten() {
-                let _ = roots.add(cert);
+            // A bundle may hold certificates rustls cannot use; skip those.
+            let (added, _) = roots.add_parsable_certificates(found.certs);
+            if added == 0 {
+                return Err(match found.errors.first() {
+                    Some(err) => format!("no trusted CA certificate could be read: {err}"),
+                    None => "no trusted CA bundle found (set SSL_CERT_FILE)".to_owned(),
+                });
             }
             let provider = Arc::new(rustls::crypto::ring::default_provider());
             let mut config = rustls::ClientConfig::builder_with_provider(provider)
