@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 pub use client::Client;
 pub use http::Trust;
@@ -118,6 +118,36 @@ fn read_file(path: &Path) -> anyhow::Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("reading {}", path.display()))
 }
 
+/// One object: its kind, name and namespace.
+#[derive(Debug, Args)]
+pub struct ObjectArgs {
+    /// The kind: its name, plural, singular or short name (`replicasets`, `rs`).
+    pub kind: String,
+    /// The object's name.
+    pub name: String,
+    /// The namespace.
+    #[arg(short = 'n', long, default_value = "default")]
+    pub namespace: String,
+}
+
+/// One namespace, or all of them.
+#[derive(Debug, Args)]
+pub struct NamespaceArgs {
+    /// The namespace.
+    #[arg(short = 'n', long, default_value = "default")]
+    pub namespace: String,
+    /// Across all namespaces.
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+}
+
+impl NamespaceArgs {
+    /// The namespace to ask about; `None` for all of them.
+    pub fn namespace(&self) -> Option<&str> {
+        (!self.all_namespaces).then_some(self.namespace.as_str())
+    }
+}
+
 /// A `setpoint` subcommand.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -162,12 +192,9 @@ pub enum Command {
         kind: String,
         /// One object's name.
         name: Option<String>,
-        /// The namespace.
-        #[arg(short = 'n', long, default_value = "default")]
-        namespace: String,
-        /// List across all namespaces.
-        #[arg(short = 'A', long)]
-        all_namespaces: bool,
+        /// Which namespaces.
+        #[command(flatten)]
+        scope: NamespaceArgs,
         /// Only objects matching this label selector.
         #[arg(short = 'l', long = "selector")]
         selector: Option<String>,
@@ -182,12 +209,9 @@ pub enum Command {
     Watch {
         /// The kind.
         kind: String,
-        /// The namespace.
-        #[arg(short = 'n', long, default_value = "default")]
-        namespace: String,
-        /// Watch across all namespaces.
-        #[arg(short = 'A', long)]
-        all_namespaces: bool,
+        /// Which namespaces.
+        #[command(flatten)]
+        scope: NamespaceArgs,
         /// Print each event's object as JSON instead of a summary line.
         #[arg(long)]
         json: bool,
@@ -197,13 +221,9 @@ pub enum Command {
     },
     /// Show one object with its conditions, recent reconcile results and events.
     Describe {
-        /// The kind.
-        kind: String,
-        /// The object's name.
-        name: String,
-        /// The namespace.
-        #[arg(short = 'n', long, default_value = "default")]
-        namespace: String,
+        /// Which object.
+        #[command(flatten)]
+        object: ObjectArgs,
         /// Where the host is.
         #[command(flatten)]
         server: ServerArgs,
@@ -243,13 +263,9 @@ pub enum Command {
     },
     /// Delete an object.
     Delete {
-        /// The kind.
-        kind: String,
-        /// The object's name.
-        name: String,
-        /// The namespace.
-        #[arg(short = 'n', long, default_value = "default")]
-        namespace: String,
+        /// Which object.
+        #[command(flatten)]
+        object: ObjectArgs,
         /// Where the host is.
         #[command(flatten)]
         server: ServerArgs,
@@ -296,15 +312,14 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Get {
             kind,
             name,
-            namespace,
-            all_namespaces,
+            scope,
             selector,
             output,
             server,
         } => block_on(async move {
             let client = server.client()?;
             let resource = client.resolve(&kind).await?;
-            let namespace = (!all_namespaces).then_some(namespace.as_str());
+            let namespace = scope.namespace();
             let columns = if output == Format::Table {
                 client.columns(&resource).await?
             } else {
@@ -319,7 +334,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     let list = client
                         .list(&resource, namespace, selector.as_deref())
                         .await?;
-                    output::render_list(&resource, &columns, &list, output, all_namespaces)?
+                    output::render_list(&resource, &columns, &list, output, scope.all_namespaces)?
                 }
             };
             print!("{text}");
@@ -327,14 +342,13 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }),
         Command::Watch {
             kind,
-            namespace,
-            all_namespaces,
+            scope,
             json,
             server,
         } => block_on(async move {
             let client = server.client()?;
             let resource = client.resolve(&kind).await?;
-            let namespace = (!all_namespaces).then_some(namespace.as_str());
+            let namespace = scope.namespace();
             client
                 .watch(&resource, namespace, |event| {
                     if json {
@@ -346,12 +360,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .await?;
             Ok(ExitCode::SUCCESS)
         }),
-        Command::Describe {
-            kind,
-            name,
-            namespace,
-            server,
-        } => block_on(async move {
+        Command::Describe { object, server } => block_on(async move {
+            let ObjectArgs {
+                kind,
+                name,
+                namespace,
+            } = object;
             print!(
                 "{}",
                 describe::describe(&server.client()?, &kind, &name, &namespace).await?
@@ -395,12 +409,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Command::Delete {
-            kind,
-            name,
-            namespace,
-            server,
-        } => block_on(async move {
+        Command::Delete { object, server } => block_on(async move {
+            let ObjectArgs {
+                kind,
+                name,
+                namespace,
+            } = object;
             let client = server.client()?;
             let resource = client.resolve(&kind).await?;
             client.delete(&resource, Some(&namespace), &name).await?;
