@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use http_body_util::BodyExt;
 
-use super::client::Client;
+use super::remote::Client;
 use setpoint::store::{EmbeddedBackend, Revision};
 use setpoint_server::backup::REVISION_HEADER;
 

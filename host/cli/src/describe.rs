@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::client::{Client, Resource, query};
+use super::remote::{Client, Resource, query};
 
 /// Fetch and render the description of one object.
 pub async fn describe(

@@ -2,7 +2,7 @@
 //! provider, the same stack the server uses) over one pooled hyper client,
 //! with a bearer token on every request. Owns the connection — the server
 //! URL, which certificates to trust, the token — not what is asked over
-//! it (`client`).
+//! it (`remote`).
 //!
 //! An `https://` server is trusted through, in order: the PEM certificates
 //! given (`--certificate-authority`, or a kubeconfig's

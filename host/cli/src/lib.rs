@@ -6,7 +6,6 @@
 //! libraries; errors become `anyhow` here and nowhere else.
 
 pub mod backup;
-mod client;
 mod describe;
 mod http;
 mod kubeconfig;
@@ -15,6 +14,7 @@ pub mod new_plugin;
 mod output;
 pub mod plan;
 mod plugins;
+mod remote;
 mod serve;
 
 use std::path::{Path, PathBuf};
@@ -23,10 +23,10 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-pub use client::Client;
 pub use http::Trust;
 pub use kubeconfig::Connection;
 pub use manifest::{Manifest, read_manifests};
+pub use remote::Client;
 
 /// Where the HTTP API listens unless told otherwise.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:8490";

@@ -5,7 +5,7 @@ use anyhow::Context;
 use serde_json::{Value, json};
 
 use super::Format;
-use super::client::Resource;
+use super::remote::Resource;
 use setpoint::object::time;
 
 /// Render one object.

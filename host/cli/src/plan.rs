@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use serde_json::json;
 
-use super::client::Client;
 use super::manifest::read_documents;
+use super::remote::Client;
 use setpoint::plan::{Document, Plan, PlanError, RenderOptions, render};
 
 /// How to show a plan.

@@ -8,7 +8,7 @@ use std::fmt::Write;
 use anyhow::anyhow;
 use serde_json::Value;
 
-use super::client::Client;
+use super::remote::Client;
 
 /// Fetch the plugin list from the host `client` talks to.
 pub async fn fetch(client: &Client) -> anyhow::Result<Value> {

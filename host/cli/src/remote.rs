@@ -1,7 +1,8 @@
-//! A small typed HTTP client for a running host: discovery-based kind
-//! resolution, get, list, apply (create or update) and delete. Server
-//! `Status` errors become messages a user can act on; the server's
-//! `Warning` headers are printed to standard error, as kubectl does. How
+//! The remote host's API as the CLI uses it: a small typed HTTP client
+//! with discovery-based kind resolution, get, list, apply (create or
+//! update) and delete. Server `Status` errors become messages a user can
+//! act on; the server's `Warning` headers are printed to standard error,
+//! as kubectl does. How
 //! requests travel (HTTP or HTTPS, token) is `http`'s.
 
 use anyhow::{Context, anyhow, bail};
