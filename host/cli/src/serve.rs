@@ -233,7 +233,7 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let mut server = match tls {
             Some(tls) => {
                 let listener = setpoint_server::tls::TlsListener::new(listener, tls)?;
-                tokio::spawn(setpoint_server::serve_tls(listener, host.clone(), config, shutdown))
+                tokio::spawn(setpoint_server::serve_with(listener, host.clone(), config, shutdown))
             }
             None => tokio::spawn(setpoint_server::serve_with(listener, host.clone(), config, shutdown)),
         };

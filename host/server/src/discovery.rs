@@ -192,13 +192,13 @@ impl Aggregated {
 /// One `APIGroupDiscovery`: the group's versions (preferred first), each
 /// with its resources. The core group has an empty name.
 fn group_discovery(host: &Host, group: &str, versions: &[String]) -> Value {
-    let kinds = host.api().kinds().all();
+    let registry = host.api().kinds();
     let versions: Vec<Value> = versions
         .iter()
         .map(|version| {
-            let resources: Vec<Value> = kinds
+            let resources: Vec<Value> = registry
+                .in_group_version(group, version)
                 .iter()
-                .filter(|k| k.group == group && &k.version == version)
                 .map(|k| resource_discovery(k))
                 .collect();
             // Every version served here is served by this process: always current.
@@ -251,13 +251,7 @@ pub(super) async fn group_resources(
 }
 
 fn resource_list(host: &Host, group: &str, version: &str) -> Value {
-    let kinds: Vec<Arc<KindInfo>> = host
-        .api()
-        .kinds()
-        .all()
-        .into_iter()
-        .filter(|k| k.group == group && k.version == version)
-        .collect();
+    let kinds = host.api().kinds().in_group_version(group, version);
     let mut resources = Vec::new();
     for kind in &kinds {
         resources.push(json!({

@@ -111,27 +111,19 @@ pub async fn serve(
     serve_with(listener, host, Config::default(), shutdown).await
 }
 
-/// Serve the API behind the gate configured by `config` on `listener`
-/// until `shutdown` resolves.
-pub async fn serve_with(
-    listener: tokio::net::TcpListener,
+/// Serve the API behind the gate configured by `config` on `listener` — a
+/// `TcpListener`, or a [`tls::TlsListener`] for HTTPS — until `shutdown`
+/// resolves.
+pub async fn serve_with<L>(
+    listener: L,
     host: Arc<Host>,
     config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, router_with(host, config))
-        .with_graceful_shutdown(shutdown)
-        .await
-}
-
-/// Serve the API over TLS (see [`tls`]) behind the gate configured by
-/// `config` until `shutdown` resolves.
-pub async fn serve_tls(
-    listener: tls::TlsListener,
-    host: Arc<Host>,
-    config: Config,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
+) -> std::io::Result<()>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
     axum::serve(listener, router_with(host, config))
         .with_graceful_shutdown(shutdown)
         .await

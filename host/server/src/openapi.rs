@@ -299,17 +299,10 @@ fn kind_paths(paths: &mut Map<String, Value>, kind: &KindInfo, group: &str, vers
     if kind.namespaced {
         scope_parameters.push(path_parameter("namespace", "The object's namespace."));
     }
+    let [labels, fields] = selector_parameters();
     let list_parameters = json!([
-        query(
-            "labelSelector",
-            "string",
-            "Only objects whose labels match."
-        ),
-        query(
-            "fieldSelector",
-            "string",
-            "Only objects whose fields match."
-        ),
+        labels,
+        fields,
         query("limit", "integer", "At most this many objects per page."),
         query("continue", "string", "The token of the previous page."),
         query(
@@ -359,16 +352,8 @@ fn kind_paths(paths: &mut Map<String, Value>, kind: &KindInfo, group: &str, vers
     delete_all.insert(
         "parameters".into(),
         json!([
-            query(
-                "labelSelector",
-                "string",
-                "Only objects whose labels match."
-            ),
-            query(
-                "fieldSelector",
-                "string",
-                "Only objects whose fields match."
-            ),
+            labels,
+            fields,
             query(
                 "propagationPolicy",
                 "string",
@@ -477,6 +462,23 @@ fn kind_paths(paths: &mut Map<String, Value>, kind: &KindInfo, group: &str, vers
 }
 
 /// The list schema of a kind.
+/// The label and field selector query parameters of list, watch and
+/// delete-collection.
+fn selector_parameters() -> [Value; 2] {
+    [
+        query(
+            "labelSelector",
+            "string",
+            "Only objects whose labels match.",
+        ),
+        query(
+            "fieldSelector",
+            "string",
+            "Only objects whose fields match.",
+        ),
+    ]
+}
+
 fn list_schema(kind: &KindInfo, schema_ref: &str) -> Value {
     json!({
         "type": "object",
@@ -495,15 +497,7 @@ fn list_schema(kind: &KindInfo, schema_ref: &str) -> Value {
 fn group_version_document(host: &Host, group: &str, version: &str) -> Value {
     let mut paths = Map::new();
     let mut schemas = Map::new();
-    let mut kinds: Vec<Arc<KindInfo>> = host
-        .api()
-        .kinds()
-        .all()
-        .into_iter()
-        .filter(|k| k.group == group && k.version == version)
-        .collect();
-    kinds.sort_by(|a, b| a.plural.cmp(&b.plural));
-    for kind in kinds {
+    for kind in host.api().kinds().in_group_version(group, version) {
         let name = schema_name(&kind);
         kind_paths(&mut paths, &kind, group, version);
         schemas.insert(

@@ -329,6 +329,29 @@ impl KindRegistry {
         all.sort_by(|a, b| (&a.group, &a.kind).cmp(&(&b.group, &b.kind)));
         all
     }
+
+    /// The kinds served under one group and version (`""` is the core
+    /// group), sorted by plural: what discovery and the OpenAPI document
+    /// list for that group version.
+    ///
+    /// ```
+    /// use setpoint::api::KindRegistry;
+    /// let kinds = KindRegistry::with_builtins();
+    ///
+    /// let core: Vec<_> = kinds.in_group_version("", "v1").iter().map(|k| k.plural.clone()).collect();
+    /// assert!(core.windows(2).all(|w| w[0] < w[1]), "sorted by plural: {core:?}");
+    /// assert!(core.contains(&"events".to_owned()));
+    /// assert!(kinds.in_group_version("", "v2").is_empty());
+    /// ```
+    pub fn in_group_version(&self, group: &str, version: &str) -> Vec<Arc<KindInfo>> {
+        let mut kinds: Vec<_> = self
+            .all()
+            .into_iter()
+            .filter(|k| k.group == group && k.version == version)
+            .collect();
+        kinds.sort_by(|a, b| a.plural.cmp(&b.plural));
+        kinds
+    }
 }
 
 /// Read the kind a `CustomResourceDefinition` registers, after checking
