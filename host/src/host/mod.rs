@@ -348,10 +348,7 @@ impl Host {
         let controllers = self.shared.controllers.lock().await;
         controllers
             .values()
-            .filter(|c| {
-                let m = c.manifest();
-                m.reconciles.api_version == api_version && m.reconciles.kind == kind
-            })
+            .filter(|c| reconciles(c, api_version, kind))
             .flat_map(|c| c.history(key))
             .collect()
     }
@@ -367,10 +364,7 @@ impl Host {
         let controllers = self.shared.controllers.lock().await;
         controllers
             .values()
-            .filter(|c| {
-                let m = c.manifest();
-                m.reconciles.api_version == api_version && m.reconciles.kind == kind
-            })
+            .filter(|c| reconciles(c, api_version, kind))
             .find_map(|c| c.in_progress(key))
     }
 
@@ -598,4 +592,10 @@ impl Shared {
             tracing::info!(plugin = %name, "controller stopped");
         }
     }
+}
+
+/// Whether `controller` reconciles objects of `api_version` `kind`.
+fn reconciles(controller: &Controller, api_version: &str, kind: &str) -> bool {
+    let reconciled = &controller.manifest().reconciles;
+    reconciled.api_version == api_version && reconciled.kind == kind
 }
