@@ -382,8 +382,8 @@ async fn powerdns_stopped_is_reported_unreachable_and_every_record_arrives_when_
 
     pdns.resume().await;
     // The failures opened the host's circuit breaker for PowerDNS (30 s by
-    // default): requests are held, not sent, until it lets one through,
-    // so recovery may take that long and more.
+    // default, then a probe every 2 s): requests are held, not sent, until
+    // a probe is answered, so recovery may take that long and more.
     let recovery = Duration::from_secs(150);
     served_within(&pdns, "a0", &["192.0.2.200"], recovery).await;
     for i in 1..=5 {

@@ -26,6 +26,12 @@ pub struct LimitsConfig {
     pub breaker_failures: u32,
     /// How long an open breaker refuses before it lets one request try.
     pub breaker_open: Duration,
+    /// Once `breaker_open` has passed, how far apart the breaker lets
+    /// single requests try, until one is answered (closing it) or fails
+    /// (opening it again for `breaker_open`). Short, so that the requests
+    /// held meanwhile go soon after the destination is back, not a whole
+    /// `breaker_open` later.
+    pub breaker_probe_every: Duration,
 }
 
 impl Default for LimitsConfig {
@@ -36,6 +42,7 @@ impl Default for LimitsConfig {
             destination_rps: 20.0,
             breaker_failures: 5,
             breaker_open: Duration::from_secs(30),
+            breaker_probe_every: Duration::from_secs(2),
         }
     }
 }
@@ -135,7 +142,10 @@ impl Limits {
             }
             state.retry_after.remove(&key);
         }
-        let open = self.config.breaker_open;
+        let probe_every = self
+            .config
+            .breaker_probe_every
+            .min(self.config.breaker_open);
         if let Some(breaker) = state.breakers.get_mut(&key)
             && let Some(until) = breaker.open_until
         {
@@ -145,8 +155,9 @@ impl Limits {
                     after: until - now,
                 });
             }
-            // Half open: this request tries; a failure opens it again.
-            breaker.open_until = Some(now + open);
+            // Half open: this request tries, the others wait for the next
+            // probe; its failure opens the breaker again, its answer closes it.
+            breaker.open_until = Some(now + probe_every);
         }
         let rate = plugin_rps.unwrap_or(self.config.plugin_rps);
         state
@@ -255,5 +266,41 @@ mod tests {
         let held = limits.admit("p", "e", None).unwrap_err();
         assert_eq!(held.reason, "Retry-After");
         assert!(held.after > Duration::from_secs(4));
+    }
+
+    #[test]
+    fn an_open_breaker_lets_one_request_try_per_probe_interval_until_one_is_answered() {
+        let config = LimitsConfig {
+            breaker_failures: 1,
+            breaker_open: Duration::from_millis(40),
+            breaker_probe_every: Duration::from_millis(20),
+            ..LimitsConfig::default()
+        };
+        let limits = Limits::new(config);
+        limits.record("p", "d", true, None);
+        let held = limits.admit("p", "d", None).unwrap_err();
+        assert_eq!(held.reason, "circuit breaker");
+        assert!(held.after > Duration::from_millis(20), "{held:?}");
+
+        std::thread::sleep(Duration::from_millis(45));
+        limits.admit("p", "d", None).expect("the first probe tries");
+        let held = limits.admit("p", "d", None).unwrap_err();
+        assert!(
+            held.after <= Duration::from_millis(20),
+            "the next request waits for the next probe, not a whole open period: {held:?}"
+        );
+
+        // The probe failed: open again for the whole period.
+        limits.record("p", "d", true, None);
+        let held = limits.admit("p", "d", None).unwrap_err();
+        assert!(held.after > Duration::from_millis(20), "{held:?}");
+
+        // A probe answered: closed, everyone goes.
+        std::thread::sleep(Duration::from_millis(45));
+        limits.admit("p", "d", None).expect("a probe tries");
+        limits.record("p", "d", false, None);
+        for _ in 0..3 {
+            limits.admit("p", "d", None).expect("closed");
+        }
     }
 }
