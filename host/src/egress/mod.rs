@@ -30,6 +30,7 @@ pub mod limits;
 pub mod metrics;
 pub mod policy;
 mod prepare;
+mod report;
 pub mod secrets;
 
 use std::sync::Arc;
@@ -40,11 +41,13 @@ use tokio::time::Instant;
 pub use limits::LimitsConfig;
 pub use metrics::{Metrics, RecentRequest};
 pub use policy::{Declared, Destination, GRANT_API_VERSION, GRANT_KIND, Grant};
+pub use report::{Refusal, Report};
 
 use crate::api::Api;
 use crate::controller::{Answer, HttpError, HttpErrorKind, HttpRequest, HttpResponse, Manifest};
 use crate::object::{Object, meta};
 use prepare::Prepared;
+use report::merge;
 use secrets::Masker;
 
 /// Settings of the host's egress.
@@ -119,37 +122,6 @@ pub struct Scope<'a> {
     pub key: String,
     /// When the reconcile's budget for requests runs out.
     pub deadline: Instant,
-}
-
-/// One request not sent, for the object's condition and event.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    /// The destination, `scheme://host:port`, or the URL when it has none.
-    pub destination: String,
-    /// `DestinationNotGranted`, `DestinationNotDeclared`, `PrivateAddress`,
-    /// `SecretNotGranted`, `SecretNotFound`, `ForbiddenHeader`, `BadRequest`.
-    pub reason: &'static str,
-    /// What was refused and why.
-    pub message: String,
-}
-
-/// What the requests of one reconcile came to, beyond their answers.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct Report {
-    /// Requests not sent.
-    pub refused: Vec<Refusal>,
-    /// The object should be looked at again no sooner than this: a rate
-    /// limit or breaker held a request, or a destination answered
-    /// 429/503 with `Retry-After`.
-    pub hold: Option<Duration>,
-    /// Requests sent.
-    pub sent: usize,
-}
-
-impl Report {
-    fn hold_for(&mut self, after: Duration) {
-        self.hold = Some(self.hold.map_or(after, |h| h.max(after)));
-    }
 }
 
 /// What a plugin may use now: its declaration and the operator's grant.
@@ -315,7 +287,7 @@ impl Egress {
     ) -> Vec<Answer> {
         let rights = self.rights(scope.plugin).await;
         let mut reports: Vec<Report> = requests.iter().map(|_| Report::default()).collect();
-        let answers = futures_join(
+        let answers = futures_util::future::join_all(
             requests
                 .iter()
                 .zip(reports.iter_mut())
@@ -542,40 +514,6 @@ impl Egress {
         }
         result
     }
-}
-
-fn merge(into: &mut Report, from: Report) {
-    into.refused.extend(from.refused);
-    into.sent += from.sent;
-    if let Some(h) = from.hold {
-        into.hold_for(h);
-    }
-}
-
-/// Run futures concurrently on this task, answers in order.
-async fn futures_join<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
-    let mut pinned: Vec<std::pin::Pin<Box<F>>> = futures.map(Box::pin).collect();
-    let mut out: Vec<Option<F::Output>> = pinned.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (slot, future) in out.iter_mut().zip(pinned.iter_mut()) {
-            if slot.is_none() {
-                match future.as_mut().poll(cx) {
-                    std::task::Poll::Ready(v) => *slot = Some(v),
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(())
-        }
-    })
-    .await;
-    out.into_iter()
-        .map(|o| o.expect("every future finished"))
-        .collect()
 }
 
 /// `Retry-After` in seconds (an HTTP date counts as one second), at most
