@@ -686,3 +686,97 @@ async fn setpoint_plan_shows_a_tree_or_json_and_fails_on_errors() {
     );
     host.stop().await;
 }
+
+/// A plan over HTTP is cut to what the caller may read: an object it may
+/// not `get` is listed with what happens to it, never with its contents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_over_http_hides_the_contents_of_objects_the_caller_may_not_read() {
+    use setpoint_server::auth::{Rule, Tokens, User};
+    const ADMIN: &str = "admin-token-0123456789";
+    const PLANNER: &str = "planner-token-0123456789";
+    let may_plan = Rule {
+        verbs: vec!["post".into()],
+        non_resource_urls: vec!["/setpoint/v1/plan".into()],
+        ..Rule::default()
+    };
+    let tokens = Tokens {
+        users: vec![
+            User {
+                name: "admin".into(),
+                token: ADMIN.into(),
+                rules: vec![
+                    Rule {
+                        verbs: vec!["*".into()],
+                        api_groups: vec!["*".into()],
+                        resources: vec!["*".into()],
+                        ..Rule::default()
+                    },
+                    may_plan.clone(),
+                ],
+            },
+            User {
+                name: "planner".into(),
+                token: PLANNER.into(),
+                rules: vec![
+                    Rule {
+                        verbs: vec!["get".into()],
+                        api_groups: vec!["demo.setpoint.dev".into()],
+                        resources: vec!["replicasets".into()],
+                        ..Rule::default()
+                    },
+                    may_plan,
+                ],
+            },
+        ],
+    };
+    let host = TestHost::start_with(
+        &["replicaset", "podsim"],
+        setpoint_server::Config {
+            tokens: Some(std::sync::Arc::new(tokens)),
+            ..setpoint_server::Config::default()
+        },
+    )
+    .await;
+    host.host
+        .api()
+        .create(&host.kind("ReplicaSet"), replicaset(1, 10))
+        .await
+        .unwrap();
+    replicaset_ready(&host, "web", 1).await;
+
+    let http = reqwest::Client::new();
+    let plan_as = |token: &'static str| {
+        let request = http
+            .post(format!("{}/setpoint/v1/plan", host.url))
+            .bearer_auth(token)
+            .json(&json!({"apply": [{"object": replicaset(2, NEVER_MS)}]}));
+        async move {
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), 200);
+            response.json::<setpoint::plan::Plan>().await.unwrap()
+        }
+    };
+
+    let full = plan_as(ADMIN).await;
+    let created = full.changes_of("Pod", Action::Create);
+    assert_eq!(created.len(), 1, "{full:#?}");
+    assert!(!created[0].hidden && created[0].after.is_some());
+
+    let cut = plan_as(PLANNER).await;
+    let scaled = cut.changes_of("ReplicaSet", Action::Update);
+    assert_eq!(scaled.len(), 1, "{cut:#?}");
+    assert!(!scaled[0].hidden, "the caller may read ReplicaSets");
+    assert_eq!(scaled[0].after.as_ref().unwrap()["spec"]["replicas"], 2);
+    let created = cut.changes_of("Pod", Action::Create);
+    assert_eq!(created.len(), 1, "the new Pod is still listed: {cut:#?}");
+    assert!(created[0].hidden);
+    assert_eq!((&created[0].before, &created[0].after), (&None, &None));
+    assert!(
+        !serde_json::to_string(created[0]).unwrap().contains("nginx"),
+        "no Pod contents: {cut:#?}"
+    );
+    for event in cut.events.iter().filter(|e| e.object.kind == "Pod") {
+        assert!(event.hidden && event.message.is_empty(), "{event:?}");
+    }
+    host.stop().await;
+}

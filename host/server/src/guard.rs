@@ -200,9 +200,15 @@ pub(super) async fn check(
     response
 }
 
+/// The authenticated user of a request, for handlers whose answer depends
+/// on what the caller may read (a plan); absent when the API has no
+/// tokens, so everyone may read everything.
+#[derive(Debug, Clone)]
+pub(super) struct Caller(pub(super) auth::User);
+
 async fn gate(
     guard: &Guard,
-    request: Request,
+    mut request: Request,
     next: Next,
     watch: bool,
     classified: auth::Request,
@@ -247,6 +253,9 @@ async fn gate(
         let message = auth::forbidden_message(&user.name, &classified);
         tracing::debug!(user = %user.name, "{message}");
         return Refusal::Forbidden(message).into_response();
+    }
+    if let Some(user) = user {
+        request.extensions_mut().insert(Caller(user));
     }
     let limit = guard.config.max_body_bytes;
     let declared = request

@@ -444,6 +444,7 @@ impl<'a> Cascade<'a> {
                 severity: event.severity.as_str().to_owned(),
                 reason: event.reason,
                 message: event.message,
+                hidden: false,
             });
         }
         for write in &response.effects {
@@ -600,5 +601,6 @@ fn external(
             .as_ref()
             .and_then(|b| String::from_utf8(b.clone()).ok()),
         result,
+        hidden: false,
     }
 }

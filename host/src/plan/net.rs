@@ -79,6 +79,7 @@ pub(super) fn net_change(
         then: causes.collect(),
         before: before.map(shown),
         after: after.map(shown),
+        hidden: false,
     })
 }
 

@@ -125,10 +125,15 @@ pub fn render(plan: &Plan, options: RenderOptions) -> String {
     if !plan.events.is_empty() {
         let _ = writeln!(out, "\n{}", paint.bold("Events:"));
         for event in &plan.events {
+            let message = if event.hidden {
+                paint.dim("(message hidden: you may not read this object)")
+            } else {
+                event.message.clone()
+            };
             let _ = writeln!(
                 out,
-                "  {} {} on {}: {}",
-                event.severity, event.reason, event.object, event.message
+                "  {} {} on {}: {message}",
+                event.severity, event.reason, event.object
             );
         }
     }
@@ -198,6 +203,14 @@ fn render_change(out: &mut String, paint: &Paint, change: &Change) {
     if matches!(change.action, Action::Delete | Action::Deleting) && !finalizers.is_empty() {
         let _ = writeln!(out, "    finalizers: {}", finalizers.join(", "));
     }
+    if change.hidden {
+        let _ = writeln!(
+            out,
+            "    {}",
+            paint.dim("(contents hidden: you may not read this object)")
+        );
+        return;
+    }
     let mut lines = Vec::new();
     match change.action {
         Action::Delete => {}
@@ -239,6 +252,13 @@ fn render_request(out: &mut String, paint: &Paint, request: &ExternalRequest) {
     );
     if let Some(body) = &request.body {
         let _ = writeln!(out, "      {}", cut(body));
+    }
+    if request.hidden {
+        let _ = writeln!(
+            out,
+            "      {}",
+            paint.dim("(body and answer hidden: you may not read this object)")
+        );
     }
 }
 
@@ -328,6 +348,7 @@ mod tests {
             then: vec![],
             before,
             after,
+            hidden: false,
         }
     }
 
@@ -374,5 +395,22 @@ mod tests {
             text.contains("… 20 more field(s); `-o json` shows all"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_hidden_change_says_what_happens_but_not_its_contents() {
+        let mut plan = Plan {
+            changes: vec![change(
+                Action::Update,
+                Some(json!({"spec": {"password": "old"}})),
+                Some(json!({"spec": {"password": "new"}})),
+            )],
+            ..Plan::default()
+        };
+        plan.redact(|_| false);
+        let text = render(&plan, RenderOptions::default());
+        assert!(text.contains("~ ReplicaSet default/web"), "{text}");
+        assert!(text.contains("contents hidden"), "{text}");
+        assert!(!text.contains("password"), "{text}");
     }
 }

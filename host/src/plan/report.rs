@@ -61,6 +61,52 @@ impl Plan {
             .filter(|c| c.object.kind == kind && c.action == action)
             .collect()
     }
+
+    /// Leave out what the reader may not see: for every object `may_read`
+    /// refuses, the plan still says what happens to it (action, cause) but
+    /// not its contents, nor the bodies and answers of the external
+    /// requests made for it, nor its events' messages. The server redacts
+    /// each plan for the caller's rights, as a `get` of each object.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use setpoint::plan::{Action, Cause, Change, ObjectRef, Plan};
+    ///
+    /// let object = |kind: &str| ObjectRef {
+    ///     api_version: "v1".into(), kind: kind.into(),
+    ///     namespace: Some("default".into()), name: "x".into(),
+    /// };
+    /// let change = |kind: &str| Change {
+    ///     action: Action::Create, object: object(kind), cause: Cause::Request,
+    ///     then: vec![], before: None, after: Some(json!({"data": "..."})), hidden: false,
+    /// };
+    /// let mut plan = Plan { changes: vec![change("Secret"), change("ConfigMap")], ..Plan::default() };
+    /// plan.redact(|object| object.kind != "Secret");
+    /// assert!(plan.changes[0].hidden && plan.changes[0].after.is_none());
+    /// assert!(!plan.changes[1].hidden && plan.changes[1].after.is_some());
+    /// ```
+    pub fn redact(&mut self, may_read: impl Fn(&ObjectRef) -> bool) {
+        for change in &mut self.changes {
+            if !may_read(&change.object) {
+                change.before = None;
+                change.after = None;
+                change.hidden = true;
+            }
+        }
+        for request in self.writes.iter_mut().chain(&mut self.observations) {
+            if !may_read(&request.object) {
+                request.body = None;
+                request.result = None;
+                request.hidden = true;
+            }
+        }
+        for event in &mut self.events {
+            if !may_read(&event.object) {
+                event.message.clear();
+                event.hidden = true;
+            }
+        }
+    }
 }
 
 /// An object, by kind and name.
@@ -162,6 +208,10 @@ pub struct Change {
     pub before: Option<Value>,
     /// The object afterwards (`None` for a delete).
     pub after: Option<Value>,
+    /// Its contents were left out: whoever asked for the plan may not read
+    /// this object ([`Plan::redact`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hidden: bool,
 }
 
 /// An external request, as the plugin asked for it (secrets stay
@@ -185,6 +235,10 @@ pub struct ExternalRequest {
     /// For a read made while planning: the status code, or the error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,
+    /// Body and result were left out: whoever asked for the plan may not
+    /// read the object it is made for ([`Plan::redact`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hidden: bool,
 }
 
 /// An event a reconciler would record.
@@ -198,8 +252,12 @@ pub struct PlannedEvent {
     pub severity: String,
     /// The machine-readable reason.
     pub reason: String,
-    /// The message.
+    /// The message (empty when hidden).
     pub message: String,
+    /// The message was left out: whoever asked for the plan may not read
+    /// the object it is about ([`Plan::redact`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hidden: bool,
 }
 
 /// A step the plan shows but does not take.
