@@ -18,6 +18,14 @@ fn manifest() -> Manifest {
     }
 }
 
+/// A store with a parent Secret "p"; the Secret kind.
+async fn store() -> (Api, Arc<KindInfo>, Object) {
+    let api = Api::open(Arc::new(MemoryBackend::new())).await.unwrap();
+    let kind = api.kinds().require("v1", "Secret").unwrap();
+    let parent = api.create(&kind, secret("p")).await.unwrap();
+    (api, kind, parent)
+}
+
 fn secret(name: &str) -> Object {
     json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "default"}})
 }
@@ -49,9 +57,7 @@ fn children(names: &[&str]) -> Response {
 
 #[tokio::test]
 async fn the_host_records_an_event_per_child_it_creates_or_deletes_and_none_when_converged() {
-    let api = Api::open(Arc::new(MemoryBackend::new())).await.unwrap();
-    let kind = api.kinds().require("v1", "Secret").unwrap();
-    let parent = api.create(&kind, secret("p")).await.unwrap();
+    let (api, kind, parent) = store().await;
     let (manifest, owned_kinds) = (manifest(), [kind.clone()]);
     let applier = Applier::new(&api, &manifest, &owned_kinds, &kind, None);
 
@@ -114,9 +120,7 @@ async fn the_host_records_an_event_per_child_it_creates_or_deletes_and_none_when
 
 #[tokio::test]
 async fn a_plan_keeps_the_child_events_instead_of_recording_them() {
-    let api = Api::open(Arc::new(MemoryBackend::new())).await.unwrap();
-    let kind = api.kinds().require("v1", "Secret").unwrap();
-    let parent = api.create(&kind, secret("p")).await.unwrap();
+    let (api, kind, parent) = store().await;
     let (manifest, owned_kinds) = (manifest(), [kind.clone()]);
     let applier = Applier::new(&api, &manifest, &owned_kinds, &kind, None).keeping_events();
     applier
@@ -134,9 +138,7 @@ async fn a_plan_keeps_the_child_events_instead_of_recording_them() {
 
 #[tokio::test]
 async fn the_status_patch_is_made_on_the_version_the_reconciler_saw() {
-    let api = Api::open(Arc::new(MemoryBackend::new())).await.unwrap();
-    let kind = api.kinds().require("v1", "Secret").unwrap();
-    let parent = api.create(&kind, secret("p")).await.unwrap();
+    let (api, kind, parent) = store().await;
     let (manifest, owned_kinds) = (manifest(), [kind.clone()]);
     let applier = Applier::new(&api, &manifest, &owned_kinds, &kind, None);
     let status = |patch: Value| Response {
