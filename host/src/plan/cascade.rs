@@ -485,10 +485,10 @@ impl<'a> Cascade<'a> {
                 self.plan.pending.push(pending(
                     "removes its finalizer once the external writes succeed".into(),
                 ));
-            } else if let Some(finalizer) = &manifest.finalizer {
-                if let Err(err) = applier.remove_finalizer(key, finalizer).await {
-                    failed = Some(err.to_string());
-                }
+            } else if let Some(finalizer) = &manifest.finalizer
+                && let Err(err) = applier.remove_finalizer(key, finalizer).await
+            {
+                failed = Some(err.to_string());
             }
         }
         drop(applier);
