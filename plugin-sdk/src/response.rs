@@ -158,12 +158,14 @@ pub enum Severity {
     Warning,
 }
 
-/// An event recorded on the reconciled object.
+/// An event recorded on the reconciled object. The host records
+/// `SuccessfulCreate` / `SuccessfulDelete` itself for each child it creates
+/// or deletes from [`Response::children`]: a plugin need not predict them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Event {
     /// Normal or warning.
     pub severity: Severity,
-    /// A short UpperCamelCase machine-readable reason, e.g. `"SuccessfulCreate"`.
+    /// A short UpperCamelCase machine-readable reason, e.g. `"ScalingReplicaSet"`.
     pub reason: String,
     /// A human-readable message.
     pub message: String,

@@ -47,6 +47,7 @@ pub(crate) use gc::Simulation as GcSimulation;
 pub use gc::{GcConfig, GcHealth};
 pub use kinds::KindRegistry;
 pub use list::{ListOptions, ObjectList};
+pub(crate) use write::Next;
 
 use crate::object::{KindInfo, Object, codec, meta, shape};
 use crate::store::{self, Backend, KeyValue, Revision};

@@ -1,13 +1,13 @@
 //! Patches of stored objects: JSON merge patch and JSON patch, on the main
-//! resource or on `status`. Both read the object, patch a copy and write it
-//! back as an update; a conflict with a concurrent writer re-reads and
-//! patches again, unless the patch itself pins a `resourceVersion` (then the
-//! conflict is the answer). How a patch changes a document is
+//! resource or on `status`. Both patch a copy of the stored object in one
+//! read-modify-write (`Api::modify`); a conflict with a concurrent writer
+//! re-reads and patches again, unless the patch itself pins a
+//! `resourceVersion` (then the conflict is the answer). How a patch changes a document is
 //! `object::patch`'s.
 
 use serde_json::Value;
 
-use super::{Api, Error, Result, secret};
+use super::{Api, Error, Next, Result, secret, validate};
 
 /// What a failed `test` on a Secret reports instead of the values.
 const HIDDEN: &str = "(hidden)";
@@ -62,8 +62,7 @@ impl Api {
                 "a merge patch must be a JSON object".into(),
             ));
         }
-        let pinned = patch_doc["metadata"]["resourceVersion"].is_string();
-        self.patch_with(kind, namespace, name, status, pinned, |object| {
+        self.patch_with(kind, namespace, name, status, |object| {
             patch::merge(object, patch_doc);
             Ok(())
         })
@@ -108,12 +107,11 @@ impl Api {
         ops: &JsonPatch,
         status: bool,
     ) -> Result<Object> {
-        let pinned = ops.writes("/metadata/resourceVersion");
         let bounds = Bounds {
             max_bytes: self.max_object_bytes,
             ..Bounds::default()
         };
-        self.patch_with(kind, namespace, name, status, pinned, |object| {
+        self.patch_with(kind, namespace, name, status, |object| {
             ops.apply_within(object, bounds)
                 .map_err(|source| match source {
                     PatchError::TooLarge { size, limit, .. } => Error::TooLarge { size, limit },
@@ -141,36 +139,39 @@ impl Api {
         .await
     }
 
+    /// Patch a copy of the stored object with `apply` and write it (its
+    /// status alone when `status`) in one read-modify-write
+    /// ([`Api::modify`]). A conflict patches the newer object again, unless
+    /// the patch pinned a `resourceVersion`: its precondition fails then.
     async fn patch_with(
         &self,
         kind: &KindInfo,
         namespace: Option<&str>,
         name: &str,
         status: bool,
-        pinned: bool,
         apply: impl Fn(&mut Object) -> Result<()>,
     ) -> Result<Object> {
-        loop {
-            let current = self.get(kind, namespace, name).await?;
+        self.modify(kind, namespace, name, |current| {
             let mut next = current.clone();
             apply(&mut next)?;
-            if meta::name(&next) != meta::name(&current)
-                || meta::namespace(&next) != meta::namespace(&current)
+            if meta::name(&next) != meta::name(current)
+                || meta::namespace(&next) != meta::namespace(current)
             {
                 return Err(Error::BadRequest(format!(
                     "a patch cannot change the name or namespace of {} {name:?}",
                     kind.kind
                 )));
             }
-            let result = if status {
-                self.update_status(kind, next).await
+            Ok(Some(if status {
+                Next::Status {
+                    resource_version: validate::parse_resource_version(kind, &next)?,
+                    status: next.as_object_mut().and_then(|m| m.remove("status")),
+                }
             } else {
-                self.update(kind, next).await
-            };
-            match result {
-                Err(Error::Conflict { .. }) if !pinned => continue,
-                other => return other,
-            }
-        }
+                Next::Object(next)
+            }))
+        })
+        .await
+        .map(|written| written.expect("a patch always writes"))
     }
 }

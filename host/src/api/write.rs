@@ -1,5 +1,6 @@
-//! Create, update and status update, and the rules every write shares
-//! (`write_over`): immutable metadata, schema admission, generation on spec
+//! Create, update, status update and the narrow status patch (all but
+//! create through one read-modify-write, `Api::modify`), and the rules
+//! every write shares (`write_over`): immutable metadata, schema admission, generation on spec
 //! change, finalizers during deletion, no-op suppression and the size
 //! limit. Patches and apply are built on these (`patch`, `apply`); deletion
 //! is `delete`'s.
@@ -9,8 +10,24 @@ use std::collections::HashSet;
 use serde_json::{Value, json};
 
 use super::{Api, Error, Result, crd, kinds, secret, validate};
-use crate::object::{KindInfo, Object, meta, time};
+use crate::object::{KindInfo, Object, meta, patch, time};
 use crate::store::{self, Condition, KeyValue};
+
+/// What a read-modify-write ([`Api::modify`]) puts over the stored object.
+pub(crate) enum Next {
+    /// A new object, as [`Api::update`] takes it: spec and metadata (and
+    /// status, for a kind without a status sub-resource). Its
+    /// `resourceVersion`, if any, is a precondition.
+    Object(Object),
+    /// A new `.status` (`None`: none), all else as stored, as
+    /// [`Api::update_status`] takes it.
+    Status {
+        status: Option<Value>,
+        /// The version the status was computed from, if it must be the
+        /// stored one.
+        resource_version: Option<i64>,
+    },
+}
 
 /// Metadata a write can never change: kept from the stored object.
 const IMMUTABLE_METADATA: [&str; 7] = [
@@ -158,26 +175,11 @@ impl Api {
     pub async fn update(&self, kind: &KindInfo, object: Object) -> Result<Object> {
         let name = meta::name(&object).to_owned();
         let namespace = meta::namespace(&object).map(str::to_owned);
-        let expected = validate::parse_resource_version(kind, &object)?;
-        loop {
-            let current_kv = self.get_kv(kind, namespace.as_deref(), &name).await?;
-            check_precondition(kind, &name, expected, &current_kv)?;
-            let current = Self::decode(&current_kv)?;
-            let mut next = object.clone();
-            validate::for_update(kind, &current, &mut next)?;
-            if kind.status_subresource {
-                copy_member(&current, &mut next, "status");
-            }
-            if !meta::metadata_mut(&mut next).contains_key("managedFields")
-                && let Some(managed) = current["metadata"].get("managedFields")
-            {
-                meta::metadata_mut(&mut next).insert("managedFields".into(), managed.clone());
-            }
-            match self.write_over(kind, &current_kv, &current, next).await {
-                Err(Error::Conflict { .. }) if expected.is_none() => continue,
-                other => return other,
-            }
-        }
+        self.modify(kind, namespace.as_deref(), &name, |_| {
+            Ok(Some(Next::Object(object.clone())))
+        })
+        .await
+        .map(|written| written.expect("an update always writes"))
     }
 
     /// Write only `.status` of an object; spec and metadata stay as stored.
@@ -185,46 +187,159 @@ impl Api {
     pub async fn update_status(&self, kind: &KindInfo, object: Object) -> Result<Object> {
         let name = meta::name(&object).to_owned();
         let namespace = meta::namespace(&object).map(str::to_owned);
-        let expected = validate::parse_resource_version(kind, &object)?;
-        loop {
-            let current_kv = self.get_kv(kind, namespace.as_deref(), &name).await?;
-            check_precondition(kind, &name, expected, &current_kv)?;
-            let current = Self::decode(&current_kv)?;
-            let mut next = current.clone();
-            copy_member(&object, &mut next, "status");
-            match self.write_over(kind, &current_kv, &current, next).await {
-                Err(Error::Conflict { .. }) if expected.is_none() => continue,
-                other => return other,
-            }
-        }
+        let resource_version = validate::parse_resource_version(kind, &object)?;
+        let status = object.get("status");
+        self.modify(kind, namespace.as_deref(), &name, |_| {
+            Ok(Some(Next::Status {
+                status: status.cloned(),
+                resource_version,
+            }))
+        })
+        .await
+        .map(|written| written.expect("a status update always writes"))
     }
 
-    /// Write an object's status the way its kind takes it: through the
-    /// status sub-resource ([`Api::update_status`]) when the kind has one,
-    /// else as an update of the whole object ([`Api::update`]). What a
-    /// controller uses to report on the object it reconciles.
+    /// The narrow status write: merge `patch` into the stored object's
+    /// `.status` (a JSON merge patch of the status sub-resource: `null`
+    /// removes a field), nothing else. `resource_version`, when given, is a
+    /// precondition: a status computed from an old object must not
+    /// overwrite a newer one ([`Error::Conflict`] then). Without one, a
+    /// concurrent write is retried over. A patch that changes nothing writes
+    /// nothing and returns the stored object.
     ///
     /// ```
     /// use std::sync::Arc;
     /// use serde_json::json;
-    /// use setpoint::api::Api;
+    /// use setpoint::api::{Api, Error};
+    /// use setpoint::object::meta;
     /// use setpoint::store::MemoryBackend;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
     /// let events = api.kinds().require("v1", "Event")?;
-    /// let mut event = api.create(&events, json!({"apiVersion": "v1", "kind": "Event",
-    ///     "metadata": {"name": "e"}})).await?;
-    /// event["status"] = json!({"seen": true});
-    /// // Events have no status sub-resource: the whole object is updated.
-    /// assert_eq!(api.write_status(&events, event).await?["status"]["seen"], true);
+    /// let event = api.create(&events, json!({"apiVersion": "v1", "kind": "Event",
+    ///     "metadata": {"name": "e", "namespace": "default"}})).await?;
+    /// let seen = meta::resource_version(&event).map(str::to_owned);
+    /// let patched = api.patch_status(&events, Some("default"), "e", seen.as_deref(),
+    ///     &json!({"seen": true, "error": null})).await?;
+    /// assert_eq!(patched["status"], json!({"seen": true}));
+    /// // The version seen is gone now: a second patch made from it conflicts.
+    /// let stale = api.patch_status(&events, Some("default"), "e", seen.as_deref(),
+    ///     &json!({"seen": false})).await;
+    /// assert!(matches!(stale, Err(Error::Conflict { .. })));
     /// # Ok(()) }
     /// ```
-    pub async fn write_status(&self, kind: &KindInfo, object: Object) -> Result<Object> {
-        if kind.status_subresource {
-            self.update_status(kind, object).await
-        } else {
-            self.update(kind, object).await
+    pub async fn patch_status(
+        &self,
+        kind: &KindInfo,
+        namespace: Option<&str>,
+        name: &str,
+        resource_version: Option<&str>,
+        patch: &Value,
+    ) -> Result<Object> {
+        let resource_version = resource_version
+            .map(|rv| {
+                rv.parse::<i64>().map_err(|_| {
+                    Error::invalid(
+                        &kind.kind,
+                        name,
+                        "metadata.resourceVersion",
+                        format!("{rv:?} is not a valid resource version"),
+                    )
+                })
+            })
+            .transpose()?;
+        self.patch_status_with(kind, namespace, name, resource_version, |_| {
+            Some(patch.clone())
+        })
+        .await
+        .map(|written| written.expect("a status patch always writes"))
+    }
+
+    /// [`Api::patch_status`] with the patch computed from the stored object
+    /// (again after a concurrent write), for a patch that replaces a list
+    /// it must first read (conditions, say); `None` from `patch` writes
+    /// nothing and returns `None`.
+    pub(crate) async fn patch_status_with(
+        &self,
+        kind: &KindInfo,
+        namespace: Option<&str>,
+        name: &str,
+        resource_version: Option<i64>,
+        mut patch: impl FnMut(&Object) -> Option<Value>,
+    ) -> Result<Option<Object>> {
+        self.modify(kind, namespace, name, |current| {
+            let Some(patch) = patch(current) else {
+                return Ok(None);
+            };
+            let mut status = current.get("status").cloned().unwrap_or_else(|| json!({}));
+            patch::merge(&mut status, &patch);
+            Ok(Some(Next::Status {
+                status: Some(status),
+                resource_version,
+            }))
+        })
+        .await
+    }
+
+    /// The one read-modify-write every write of a stored object goes
+    /// through: read it, let `change` say what replaces it (given the
+    /// stored object; `None`: nothing, and `None` is returned), and
+    /// compare-and-swap that over it with the rules of `write_over`. A
+    /// concurrent write in between reads and asks `change` again; a
+    /// `resourceVersion` precondition in `change`'s answer that the stored
+    /// object no longer has is [`Error::Conflict`].
+    pub(crate) async fn modify(
+        &self,
+        kind: &KindInfo,
+        namespace: Option<&str>,
+        name: &str,
+        mut change: impl FnMut(&Object) -> Result<Option<Next>>,
+    ) -> Result<Option<Object>> {
+        loop {
+            let current_kv = self.get_kv(kind, namespace, name).await?;
+            let current = Self::decode(&current_kv)?;
+            let Some(next) = change(&current)? else {
+                return Ok(None);
+            };
+            let next = match next {
+                Next::Object(mut next) => {
+                    let expected = validate::parse_resource_version(kind, &next)?;
+                    check_precondition(kind, name, expected, &current_kv)?;
+                    validate::for_update(kind, &current, &mut next)?;
+                    if kind.status_subresource {
+                        copy_member(&current, &mut next, "status");
+                    }
+                    if !meta::metadata_mut(&mut next).contains_key("managedFields")
+                        && let Some(managed) = current["metadata"].get("managedFields")
+                    {
+                        meta::metadata_mut(&mut next)
+                            .insert("managedFields".into(), managed.clone());
+                    }
+                    next
+                }
+                Next::Status {
+                    status,
+                    resource_version,
+                } => {
+                    check_precondition(kind, name, resource_version, &current_kv)?;
+                    let mut next = current.clone();
+                    match status {
+                        Some(status) => next["status"] = status,
+                        None => {
+                            if let Some(map) = next.as_object_mut() {
+                                map.remove("status");
+                            }
+                        }
+                    }
+                    next
+                }
+            };
+            match self.write_over(kind, &current_kv, &current, next).await {
+                // The next round reads again; a precondition fails there.
+                Err(Error::Conflict { .. }) => continue,
+                other => return other.map(Some),
+            }
         }
     }
 

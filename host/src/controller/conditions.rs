@@ -1,16 +1,17 @@
 //! What the controller says on the object itself when a reconcile did not
 //! simply succeed: `Ready=False` with an event for a permanent error or a
 //! hot loop, `ChildrenApplied=False` for desired children another object
-//! holds, `RequeueThrottled`; and [`with_condition`], the one way a
-//! condition is set on a cached object.
+//! holds, `RequeueThrottled`; and [`set_conditions`], the one way the
+//! controller writes a condition of its own (through the narrow status
+//! write).
 
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
-use super::{EventRecord, Manifest, Severity, Shared, apply, events};
+use super::{EventRecord, Manifest, Severity, Shared, events, respond};
 use crate::api::{self, Api};
-use crate::object::{ObjectKey, meta, time};
+use crate::object::{KindInfo, Object, ObjectKey, meta, time};
 
 /// The condition that reports desired children whose names another object
 /// holds.
@@ -24,7 +25,7 @@ pub(super) async fn report_clashes(
     api: &Api,
     manifest: &Manifest,
     key: &ObjectKey,
-    clashes: &[apply::Clash],
+    clashes: &[respond::Clash],
 ) {
     let Some(object) = shared.informer.get(key) else {
         return;
@@ -49,43 +50,46 @@ pub(super) async fn report_clashes(
         }
     }
     let condition = (!clashes.is_empty()).then(|| {
-        let described: Vec<String> = clashes.iter().map(apply::Clash::describe).collect();
+        let described: Vec<String> = clashes.iter().map(respond::Clash::describe).collect();
         json!({
             "type": CLASH_CONDITION, "status": "False", "reason": "NameClash",
             "message": format!("{}; the other children were applied", described.join("; ")),
         })
     });
-    for _ in 0..5 {
-        let latest = match api
-            .get(&shared.kind, key.namespace.as_deref(), &key.name)
-            .await
-        {
-            Ok(latest) => latest,
-            Err(_) => return,
-        };
-        let Some(next) = with_condition(&latest, CLASH_CONDITION, condition.clone()) else {
-            return;
-        };
-        let result = api.write_status(&shared.kind, next).await;
-        match result {
-            Err(api::Error::Conflict { .. }) => continue,
-            Err(err) => {
-                tracing::debug!(%err, "could not write the {CLASH_CONDITION} condition");
-                return;
-            }
-            Ok(_) => return,
-        }
+    let written = set_conditions(api, &shared.kind, key, |latest| {
+        conditions_with(latest, CLASH_CONDITION, condition.clone())
+    })
+    .await;
+    if let Err(err) = written {
+        tracing::debug!(%err, "could not write the {CLASH_CONDITION} condition");
     }
 }
 
-/// `object` with the condition of type `kind` replaced by `condition` (or
-/// removed, for `None`); `None` if that changes nothing.
-pub(super) fn with_condition(
-    object: &crate::object::Object,
+/// The controller's one way to write its own conditions: the narrow status
+/// write ([`Api::patch_status`]), `conditions` computed from the stored
+/// object (the cache may not show this reconcile's own last write yet) and
+/// computed again over a concurrent write. `conditions` answers the whole
+/// new list (a merge patch replaces lists), or `None` when nothing changes.
+pub(super) async fn set_conditions(
+    api: &Api,
+    kind: &KindInfo,
+    key: &ObjectKey,
+    mut conditions: impl FnMut(&Object) -> Option<Value>,
+) -> Result<Option<Object>, api::Error> {
+    api.patch_status_with(kind, key.namespace.as_deref(), &key.name, None, |latest| {
+        conditions(latest).map(|list| json!({ "conditions": list }))
+    })
+    .await
+}
+
+/// `object`'s conditions with the one of type `kind` replaced by
+/// `condition` (or removed, for `None`); `None` if that changes nothing.
+pub(super) fn conditions_with(
+    object: &Object,
     kind: &str,
-    condition: Option<serde_json::Value>,
-) -> Option<crate::object::Object> {
-    let mut conditions: Vec<serde_json::Value> = object["status"]["conditions"]
+    condition: Option<Value>,
+) -> Option<Value> {
+    let mut conditions: Vec<Value> = object["status"]["conditions"]
         .as_array()
         .cloned()
         .unwrap_or_default();
@@ -115,9 +119,7 @@ pub(super) fn with_condition(
             conditions.push(next);
         }
     }
-    let mut next = object.clone();
-    next["status"]["conditions"] = json!(conditions);
-    Some(next)
+    Some(json!(conditions))
 }
 
 /// Report on the object that its requeues are being slowed down: a
@@ -149,9 +151,8 @@ pub(super) async fn report_throttled(
     }
 }
 
-/// Report why an object stopped on the object itself: a warning event and
-/// `Ready=False` with `reason` (`ReconcileError`, `HotLoop`).
-/// Record a warning event and write a `Ready=False` condition with
+/// Report why an object stopped on the object itself (`reason`:
+/// `ReconcileError`, `HotLoop`): record a warning event and write a `Ready=False` condition with
 /// `reason` and `message`. Returns the version that write made, if it was
 /// made on top of the version `based_on` (what the failed reconcile saw).
 pub(super) async fn report_not_ready(
@@ -171,46 +172,27 @@ pub(super) async fn report_not_ready(
     if let Err(err) = events::record(api, &manifest.name, &object, &event).await {
         tracing::warn!(%err, "could not record event");
     }
-    // The cache may not show this reconcile's own last write yet: read the
-    // stored object, and retry on a conflict with a concurrent writer.
-    for _ in 0..5 {
-        let latest = match api
-            .get(&shared.kind, key.namespace.as_deref(), &key.name)
-            .await
-        {
-            Ok(latest) => latest,
-            Err(err) => {
-                tracing::debug!(%err, "could not read the object to report it not ready");
-                return None;
-            }
-        };
-        let on_what_failed = based_on.is_some() && meta::resource_version(&latest) == based_on;
-        let next = with_not_ready(&latest, reason, message)?;
-        let result = api.write_status(&shared.kind, next).await;
-        match result {
-            Err(api::Error::Conflict { .. }) => continue,
-            Err(err) => {
-                tracing::debug!(%err, "could not write the Ready=False condition");
-                return None;
-            }
-            Ok(written) => {
-                return on_what_failed
-                    .then(|| meta::resource_version(&written).map(str::to_owned))
-                    .flatten();
-            }
+    let mut on_what_failed = false;
+    let written = set_conditions(api, &shared.kind, key, |latest| {
+        on_what_failed = based_on.is_some() && meta::resource_version(latest) == based_on;
+        not_ready_conditions(latest, reason, message)
+    })
+    .await;
+    match written {
+        Ok(written) => written
+            .filter(|_| on_what_failed)
+            .and_then(|w| meta::resource_version(&w).map(str::to_owned)),
+        Err(err) => {
+            tracing::debug!(%err, "could not write the Ready=False condition");
+            None
         }
     }
-    None
 }
 
-/// `object` with a `Ready=False` condition carrying `reason` and `message`,
-/// or `None` if it already has that condition.
-fn with_not_ready(
-    object: &crate::object::Object,
-    reason: &str,
-    message: &str,
-) -> Option<crate::object::Object> {
-    let mut conditions: Vec<serde_json::Value> = object["status"]["conditions"]
+/// `object`'s conditions with `Ready=False` carrying `reason` and
+/// `message`, or `None` if it already has that condition.
+fn not_ready_conditions(object: &Object, reason: &str, message: &str) -> Option<Value> {
+    let mut conditions: Vec<Value> = object["status"]["conditions"]
         .as_array()
         .cloned()
         .unwrap_or_default();
@@ -243,7 +225,5 @@ fn with_not_ready(
             conditions.push(next);
         }
     }
-    let mut next = object.clone();
-    next["status"]["conditions"] = json!(conditions);
-    Some(next)
+    Some(json!(conditions))
 }

@@ -11,10 +11,11 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use super::conditions::{conditions_with, set_conditions};
 use super::{
     Answer, EventRecord, Manifest, ReconcileError, Request, Response, Severity, Shared, events,
 };
-use crate::api::{self, Api};
+use crate::api::Api;
 use crate::egress::{Egress, Report, Scope};
 use crate::object::{Object, ObjectKey};
 
@@ -278,30 +279,16 @@ async fn write_condition(
     cached: &Arc<Object>,
     condition: serde_json::Value,
 ) {
-    if super::conditions::with_condition(cached, EFFECTS_CONDITION, Some(condition.clone()))
-        .is_none()
-    {
+    // The cached object answers the usual case (nothing to change) without
+    // a read of the store.
+    if conditions_with(cached, EFFECTS_CONDITION, Some(condition.clone())).is_none() {
         return;
     }
-    for _ in 0..5 {
-        let Ok(latest) = api
-            .get(&shared.kind, key.namespace.as_deref(), &key.name)
-            .await
-        else {
-            return;
-        };
-        let Some(next) =
-            super::conditions::with_condition(&latest, EFFECTS_CONDITION, Some(condition.clone()))
-        else {
-            return;
-        };
-        match api.write_status(&shared.kind, next).await {
-            Err(api::Error::Conflict { .. }) => continue,
-            Err(err) => {
-                tracing::debug!(%err, "could not write the {EFFECTS_CONDITION} condition");
-                return;
-            }
-            Ok(_) => return,
-        }
+    let written = set_conditions(api, &shared.kind, key, |latest| {
+        conditions_with(latest, EFFECTS_CONDITION, Some(condition.clone()))
+    })
+    .await;
+    if let Err(err) = written {
+        tracing::debug!(%err, "could not write the {EFFECTS_CONDITION} condition");
     }
 }

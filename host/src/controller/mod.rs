@@ -15,7 +15,7 @@
 //! 3. A missing object ends the work. A declared finalizer is added first;
 //!    an object being deleted is reconciled with `finalizing` only while it
 //!    still carries that finalizer.
-//! 4. The response is applied (see `apply`); success forgets the key's
+//! 4. The response is applied (see `respond`); success forgets the key's
 //!    failures and schedules `requeue_after` if asked.
 //! 5. A transient error (or a conflict) requeues with per-key exponential
 //!    backoff; a permanent error is recorded as a warning event and a
@@ -34,10 +34,11 @@
 //! informer handlers and drops its informers, so a plugin that goes away
 //! releases its watches.
 
-pub(crate) mod apply;
 mod breaker;
 mod concurrency;
 mod conditions;
+mod config;
+mod decide;
 pub(crate) mod echo;
 pub mod effects;
 pub mod events;
@@ -48,6 +49,8 @@ mod native;
 pub(crate) mod pool;
 mod reconciler;
 mod requeue;
+pub(crate) mod respond;
+mod triggers;
 pub(crate) mod view;
 mod worker;
 
@@ -58,6 +61,7 @@ use std::time::Duration;
 
 pub use breaker::HotLoopConfig;
 pub use concurrency::Concurrency;
+pub use config::{Config, Stats};
 pub use from_fn::{FnReconciler, from_fn};
 pub use history::{History, Outcome, ReconcileRecord};
 pub use native::Native;
@@ -70,9 +74,9 @@ pub use requeue::RequeueConfig;
 
 use crate::api::{self, Api};
 use crate::cluster::{Cluster, Ownership};
-use crate::informer::{Change, HandlerId, Informer, Informers};
-use crate::object::{KindInfo, ObjectKey, meta};
-use crate::queue::{self, WorkQueue};
+use crate::informer::{HandlerId, Informer, Informers};
+use crate::object::{KindInfo, ObjectKey};
+use crate::queue::WorkQueue;
 
 /// Why applying a response failed.
 #[derive(Debug, thiserror::Error)]
@@ -91,59 +95,6 @@ pub enum Error {
     /// running controller; it needs a controller of its own.
     #[error("reconciler changes its kinds: {0}")]
     KindsChanged(String),
-}
-
-/// Settings of one controller.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// The most keys reconciled at once (distinct keys reconcile in
-    /// parallel, one key never twice at once). Default: 16 per reconcile
-    /// pool thread, of which [`Concurrency::Adaptive`] uses what pays.
-    pub workers: usize,
-    /// Whether the keys in flight adapt between two and `workers` (the
-    /// default), or are always `workers`.
-    pub concurrency: Concurrency,
-    /// Workqueue settings (backoff, rate limit).
-    pub queue: queue::Config,
-    /// Every cached object of the reconciled kind is queued again (at low
-    /// priority) this often; `None` disables the periodic resync. Default
-    /// 10 minutes.
-    pub resync: Option<Duration>,
-    /// The hot-loop circuit breaker's limits.
-    pub hot_loop: HotLoopConfig,
-    /// The floor and per-key rate of requested requeues.
-    pub requeue: RequeueConfig,
-    /// The host's egress for external requests (shared by a host's
-    /// controllers); `None` makes one for this controller alone.
-    pub egress: Option<crate::egress::Egress>,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            workers: concurrency::default_max(),
-            concurrency: Concurrency::Adaptive,
-            queue: queue::Config::default(),
-            resync: Some(Duration::from_secs(600)),
-            hot_loop: HotLoopConfig::default(),
-            requeue: RequeueConfig::default(),
-            egress: None,
-        }
-    }
-}
-
-/// Counters of one controller, for metrics and tests.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// Reconciler calls made.
-    pub reconciles: u64,
-    /// Times a worker started on a key another worker was still reconciling.
-    /// The queue makes this impossible; the controller checks it anyway.
-    pub concurrent_reconciles_of_one_key: u64,
-    /// Times the hot-loop breaker opened.
-    pub hot_loops: u64,
-    /// Keys that may be reconciled at once now (see [`Concurrency`]).
-    pub concurrency: usize,
 }
 
 /// A running controller for one reconciler.
@@ -175,11 +126,11 @@ struct Shared {
     history: History,
     /// Revisions each key's last reconcile wrote, per kind; see
     /// [`wait_for_own_writes`].
-    pending_writes: std::sync::Mutex<HashMap<ObjectKey, apply::Writes>>,
+    pending_writes: std::sync::Mutex<HashMap<ObjectKey, respond::Writes>>,
     breaker: breaker::Breaker,
     /// Names of desired children another object holds, to requeue their
     /// would-be owner when they change.
-    clash_watch: Arc<ClashWatch>,
+    clash_watch: Arc<triggers::ClashWatch>,
     /// Idle requeues per key.
     requeues: requeue::Requeues,
     /// Keys waiting for a change after a permanent error.
@@ -204,58 +155,6 @@ struct Shared {
     egress: crate::egress::Egress,
     /// Outcomes of writes and holds between a key's reconciles.
     effects: effects::KeyState,
-}
-
-/// The names of desired children that other objects hold, and the key of
-/// the object that wants each: a change to such a name (its holder deleted,
-/// say) queues that key, so a clash heals by itself.
-#[derive(Default)]
-struct ClashWatch(std::sync::Mutex<HashMap<ClashedName, ObjectKey>>);
-
-/// A child's `group/plural`, namespace and name.
-type ClashedName = (String, Option<String>, String);
-
-impl ClashWatch {
-    /// `key`'s clashes are now `clashes` (none: it waits for nothing).
-    fn watch(&self, key: &ObjectKey, clashes: &[apply::Clash]) {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if map.is_empty() && clashes.is_empty() {
-            return;
-        }
-        map.retain(|_, k| k != key);
-        for clash in clashes {
-            map.insert(
-                (
-                    format!("{}/{}", clash.kind.group, clash.kind.plural),
-                    clash.namespace.clone(),
-                    clash.name.clone(),
-                ),
-                key.clone(),
-            );
-        }
-    }
-
-    /// The key waiting for `object`'s name, if any.
-    fn waiting_for(&self, kind: &KindInfo, object: &crate::object::Object) -> Option<ObjectKey> {
-        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if map.is_empty() {
-            return None;
-        }
-        map.get(&(
-            format!("{}/{}", kind.group, kind.plural),
-            meta::namespace(object).map(str::to_owned),
-            meta::name(object).to_owned(),
-        ))
-        .cloned()
-    }
-}
-
-/// Queue a key at the priority its change deserves.
-fn enqueue(queue: &WorkQueue<ObjectKey>, change: &Change, key: ObjectKey) {
-    match change {
-        Change::Listed(_) => queue.add_low_priority(key),
-        Change::Applied(_) | Change::Deleted(_) => queue.add(key),
-    }
 }
 
 impl Controller {
@@ -309,8 +208,6 @@ impl Controller {
             .map(resolve)
             .collect::<Result<Vec<_>, _>>()?;
         let queue = WorkQueue::new(config.queue.clone());
-        let echoes = Arc::new(echo::Echoes::new(queue.clone()));
-        let clash_watch = Arc::new(ClashWatch::default());
         let informer = informers.for_kind(kind.clone());
         let owned_informers: Vec<Informer> = owned_kinds
             .iter()
@@ -320,54 +217,18 @@ impl Controller {
         // Subscribed before the handlers list the cache, so a shard taken
         // while they do is queued afterwards rather than missed.
         let taken = cluster.as_ref().map(Cluster::acquisitions);
-        let mut handlers = Vec::new();
-        let q = queue.clone();
-        let mine = ownership_filter(&cluster, &kind);
-        let own = echoes.clone();
-        let handler = move |change: &Change| {
-            let key = ObjectKey::of(change.object());
-            if !mine(&key) {
-                return;
-            }
-            if let Change::Applied(object) = change
-                && !own.admit(&key, object)
-            {
-                return;
-            }
-            enqueue(&q, change, key);
-        };
-        let id = match config.resync {
-            Some(period) if !period.is_zero() => informer.add_handler_with_resync(handler, period),
-            _ => informer.add_handler(handler),
-        };
-        handlers.push((informer.clone(), id));
-        for child_informer in &owned_informers {
-            let q = queue.clone();
-            let (owner_api_version, owner_kind) = (kind.api_version(), kind.kind.clone());
-            let mine = ownership_filter(&cluster, &kind);
-            let clashes = clash_watch.clone();
-            let child_kind = child_informer.kind().clone();
-            let id = child_informer.add_handler(move |change: &Change| {
-                let child = change.object();
-                // A name a desired child could not take changed hands.
-                if let Some(key) = clashes.waiting_for(&child_kind, child) {
-                    enqueue(&q, change, key);
-                }
-                for owner in meta::owner_references(child) {
-                    if owner["controller"].as_bool() == Some(true)
-                        && owner["kind"].as_str() == Some(owner_kind.as_str())
-                        && owner["apiVersion"].as_str() == Some(owner_api_version.as_str())
-                        && let Some(name) = owner["name"].as_str()
-                    {
-                        let key = ObjectKey::new(meta::namespace(child), name);
-                        if mine(&key) {
-                            enqueue(&q, change, key);
-                        }
-                    }
-                }
-            });
-            handlers.push((child_informer.clone(), id));
-        }
+        let triggers::Triggers {
+            handlers,
+            echoes,
+            clash_watch,
+        } = triggers::register(
+            &queue,
+            &informer,
+            &owned_informers,
+            &kind,
+            &cluster,
+            config.resync,
+        );
         informer.wait_synced().await;
         for i in &owned_informers {
             i.wait_synced().await;
@@ -620,7 +481,7 @@ impl Shared {
 
     /// Queue (at low priority) every cached object whose shard this host holds.
     fn queue_owned(&self) {
-        let mine = ownership_filter(&self.cluster, &self.kind);
+        let mine = triggers::ownership_filter(&self.cluster, &self.kind);
         for object in self.informer.list(None) {
             let key = ObjectKey::of(&object);
             if mine(&key) {
@@ -637,21 +498,6 @@ impl Shared {
             }
             None => Ownership::Local,
         }
-    }
-}
-
-/// Whether a key of `kind` is this host's to queue: always on one host; in
-/// a cluster, when this host holds the key's shard.
-fn ownership_filter(
-    cluster: &Option<Cluster>,
-    kind: &Arc<KindInfo>,
-) -> impl Fn(&ObjectKey) -> bool + Send + Sync + 'static {
-    let cluster = cluster.clone();
-    let kind = kind.clone();
-    move |key: &ObjectKey| {
-        cluster
-            .as_ref()
-            .is_none_or(|c| c.owns(&Api::key(&kind, key.namespace.as_deref(), &key.name)))
     }
 }
 

@@ -114,7 +114,8 @@ impl Severity {
 pub struct EventRecord {
     /// Normal or warning.
     pub severity: Severity,
-    /// Machine-readable reason, e.g. `SuccessfulCreate`.
+    /// Machine-readable reason, e.g. `ScalingReplicaSet` (`SuccessfulCreate`
+    /// and `SuccessfulDelete` for children are the host's own).
     pub reason: String,
     /// Human-readable message.
     pub message: String,

@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use super::reconciler::CacheView;
-use crate::api::{self, Api};
+use crate::api::{self, Api, KindRegistry};
 use crate::informer::Informers;
+use crate::object::selector::LabelSelector;
 use crate::object::{KindInfo, ObjectKey, meta};
 
 /// The plugin's read-only view: informer caches where a kind is watched,
@@ -28,11 +29,7 @@ impl CacheView for InformerView {
         name: &str,
     ) -> Option<Arc<crate::object::Object>> {
         let info = self.api.kinds().by_kind(api_version, kind)?;
-        let namespace = if info.namespaced {
-            Some(namespace.unwrap_or("default"))
-        } else {
-            None
-        };
+        let namespace = namespace_of(&info, namespace);
         if let Some(informer) = self.informers.existing(&info.group, &info.plural) {
             return informer.get(&ObjectKey::new(namespace, name));
         }
@@ -49,13 +46,7 @@ impl CacheView for InformerView {
         namespace: Option<&str>,
         label_selector: &str,
     ) -> Result<Vec<Arc<crate::object::Object>>, String> {
-        let info = self
-            .api
-            .kinds()
-            .by_kind(api_version, kind)
-            .ok_or_else(|| format!("unknown kind {api_version}/{kind}"))?;
-        let selector = crate::object::selector::LabelSelector::parse(label_selector)
-            .map_err(|e| e.to_string())?;
+        let (info, selector) = list_target(self.api.kinds(), api_version, kind, label_selector)?;
         if let Some(informer) = self.informers.existing(&info.group, &info.plural) {
             return Ok(informer
                 .list(namespace)
@@ -71,6 +62,28 @@ impl CacheView for InformerView {
         }
         list_from_store(&self.api, info, namespace, label_selector)
     }
+}
+
+/// Where a cache view looks for an object of `info` in `namespace`: the
+/// default namespace for a namespaced kind when none is named, none for a
+/// cluster-scoped one.
+pub(crate) fn namespace_of<'a>(info: &KindInfo, namespace: Option<&'a str>) -> Option<&'a str> {
+    info.namespaced.then(|| namespace.unwrap_or("default"))
+}
+
+/// The kind and the parsed label selector a cache view's `list` names, or
+/// why it cannot list them.
+pub(crate) fn list_target(
+    kinds: &KindRegistry,
+    api_version: &str,
+    kind: &str,
+    label_selector: &str,
+) -> Result<(Arc<KindInfo>, LabelSelector), String> {
+    let info = kinds
+        .by_kind(api_version, kind)
+        .ok_or_else(|| format!("unknown kind {api_version}/{kind}"))?;
+    let selector = LabelSelector::parse(label_selector).map_err(|e| e.to_string())?;
+    Ok((info, selector))
 }
 
 /// One object read from the store by a cache view, which is synchronous

@@ -1,17 +1,19 @@
 //! One worker's turn with a key: take ownership (in a cluster), wait for
 //! the caches to show the key's last writes, call the reconciler on the
-//! call pool (or inline), apply its response and decide what comes next (forget,
-//! requeue after, back off, report a permanent error or a hot loop).
+//! call pool (or inline), apply its response, and carry out what comes next
+//! (forget, requeue after, back off, report a permanent error or a hot
+//! loop), which `decide` decides from how the turn ended.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::conditions::{report_clashes, report_not_ready, report_throttled};
+use super::decide::{Decision, Ended, NOT_NOW_RETRY, decide};
 use super::failures::Seen;
 use super::{
     Error, EventRecord, Outcome, ReconcileError, ReconcileRecord, Reconciler, Request, Severity,
-    Shared, apply, effects, events, requeue,
+    Shared, effects, events, requeue, respond,
 };
 use crate::api::{self, Api};
 use crate::cluster::{Ownership, ShardClaim};
@@ -120,8 +122,49 @@ pub(super) async fn worker(shared: Arc<Shared>, index: usize) {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&key);
-        let (outcome, next_in) = match outcome {
-            Ok(Step::Gone) => {
+        // What the requeue throttle needs of an applied response: what the
+        // reconciler saw, and whether it wrote.
+        let mut applied = (0, false);
+        let ended = match outcome {
+            Ok(Step::Gone) => Ended::Gone,
+            Ok(Step::Stopped) => Ended::Stopped,
+            Ok(Step::StillFailed) => Ended::StillFailed,
+            Ok(Step::Postponed) => Ended::Postponed,
+            Ok(Step::Applied {
+                requeue_after,
+                generation,
+                children,
+                seen,
+                written,
+                wrote,
+            }) => {
+                applied = (seen, wrote);
+                Ended::Applied {
+                    requeue_after,
+                    hold: shared.effects.take_hold(&key),
+                    hot_loop: shared
+                        .breaker
+                        .record(&key, generation, &children, &written, wrote),
+                    generation,
+                }
+            }
+            Ok(Step::Conflicted(message)) => Ended::Conflicted(message),
+            Err(ReconcileError::Transient(message)) => {
+                let shard_moved = shared.cluster.as_ref().is_some_and(|c| {
+                    !c.owns(&Api::key(&shared.kind, key.namespace.as_deref(), &key.name))
+                });
+                Ended::Transient {
+                    message,
+                    hold: (!shard_moved)
+                        .then(|| shared.effects.take_hold(&key))
+                        .flatten(),
+                    shard_moved,
+                }
+            }
+            Err(ReconcileError::Permanent(message)) => Ended::Permanent(message),
+        };
+        let (outcome, next_in) = match decide(ended) {
+            Decision::Forget => {
                 shared.queue.forget(&key);
                 shared.breaker.forget(&key);
                 shared.failures.forget(&key);
@@ -130,106 +173,87 @@ pub(super) async fn worker(shared: Arc<Shared>, index: usize) {
                 shared.effects.forget(&key);
                 (None, None)
             }
-            Ok(Step::Stopped | Step::StillFailed) => {
+            Decision::Drop => {
                 shared.queue.forget(&key);
                 shared.queue.done(&key);
                 continue;
             }
-            Ok(Step::Postponed) => {
+            Decision::RetrySoon(after) => {
                 drop(claim);
                 shared.queue.done(&key);
-                shared.queue.add_after(key, NOT_NOW_RETRY);
+                shared.queue.add_after(key, after);
                 continue;
             }
-            Ok(Step::Applied {
-                mut requeue_after,
-                generation,
-                children,
-                seen,
-                written,
-                wrote,
-            }) => {
+            Decision::Succeeded { requeue_after } => {
                 shared.queue.forget(&key);
-                // A destination asked to be left alone (Retry-After), or a
-                // limit held a request: not before then.
-                if let Some(hold) = shared.effects.take_hold(&key) {
-                    requeue_after = Some(requeue_after.map_or(hold, |r| r.max(hold)));
-                }
-                if shared
-                    .breaker
-                    .record(&key, generation, &children, &written, wrote)
-                {
-                    shared.hot_loops.fetch_add(1, Ordering::Relaxed);
-                    shared.requeues.forget(&key);
-                    let message = format!(
-                        "reconciles keep writing while the spec stays at generation {generation}: stopped until the spec changes"
-                    );
-                    tracing::warn!(plugin = %reconciler.manifest().name, object = %key, "hot loop; circuit breaker open");
-                    report_not_ready(
-                        &shared,
-                        api,
-                        reconciler.manifest(),
-                        &key,
-                        ("HotLoop", &message),
-                        None,
-                    )
-                    .await;
-                    (Some(Outcome::PermanentError(message)), None)
-                } else if let Some(requested) = requeue_after {
-                    let delay = shared.requeues.delay(
-                        &key,
-                        requested,
-                        wrote,
-                        requeue::Seen { fingerprint: seen },
-                    );
-                    if delay.started_throttling {
-                        report_throttled(
-                            &shared,
-                            api,
-                            reconciler.manifest(),
+                match requeue_after {
+                    Some(requested) => {
+                        let delay = shared.requeues.delay(
                             &key,
                             requested,
-                            delay.after,
-                        )
-                        .await;
+                            applied.1,
+                            requeue::Seen {
+                                fingerprint: applied.0,
+                            },
+                        );
+                        if delay.started_throttling {
+                            report_throttled(
+                                &shared,
+                                api,
+                                reconciler.manifest(),
+                                &key,
+                                requested,
+                                delay.after,
+                            )
+                            .await;
+                        }
+                        shared.queue.add_after(key.clone(), delay.after);
+                        (Some(Outcome::Success), Some(delay.after))
                     }
-                    shared.queue.add_after(key.clone(), delay.after);
-                    (Some(Outcome::Success), Some(delay.after))
-                } else {
-                    shared.requeues.forget(&key);
-                    (Some(Outcome::Success), None)
+                    None => {
+                        shared.requeues.forget(&key);
+                        (Some(Outcome::Success), None)
+                    }
                 }
             }
-            Err(ReconcileError::Transient(_))
-                if shared.cluster.as_ref().is_some_and(|c| {
-                    !c.owns(&Api::key(&shared.kind, key.namespace.as_deref(), &key.name))
-                }) =>
-            {
-                // The shard went to another host meanwhile (its writes were
-                // fenced out); the new owner queues the key.
+            Decision::HotLoop(message) => {
                 shared.queue.forget(&key);
-                shared.queue.done(&key);
-                continue;
+                shared.hot_loops.fetch_add(1, Ordering::Relaxed);
+                shared.requeues.forget(&key);
+                tracing::warn!(plugin = %reconciler.manifest().name, object = %key, "hot loop; circuit breaker open");
+                report_not_ready(
+                    &shared,
+                    api,
+                    reconciler.manifest(),
+                    &key,
+                    ("HotLoop", &message),
+                    None,
+                )
+                .await;
+                (Some(Outcome::PermanentError(message)), None)
             }
-            Ok(Step::Conflicted(msg)) => {
-                let delay = shared.queue.add_rate_limited(key.clone());
-                tracing::debug!(plugin = %reconciler.manifest().name, object = %key, error = %msg, retry_in = ?delay, "object changed while it was reconciled; will retry");
-                (Some(Outcome::TransientError(msg)), Some(delay))
-            }
-            Err(ReconcileError::Transient(msg)) => {
-                let delay = match shared.effects.take_hold(&key) {
+            Decision::Backoff {
+                message,
+                hold,
+                conflict,
+            } => {
+                let delay = match hold {
                     Some(hold) => {
                         shared.queue.add_after(key.clone(), hold);
                         hold
                     }
                     None => shared.queue.add_rate_limited(key.clone()),
                 };
-                tracing::warn!(plugin = %reconciler.manifest().name, object = %key, error = %msg, retry_in = ?delay, "reconcile failed; will retry");
-                (Some(Outcome::TransientError(msg)), Some(delay))
+                if conflict {
+                    tracing::debug!(plugin = %reconciler.manifest().name, object = %key, error = %message, retry_in = ?delay, "object changed while it was reconciled; will retry");
+                } else {
+                    tracing::warn!(plugin = %reconciler.manifest().name, object = %key, error = %message, retry_in = ?delay, "reconcile failed; will retry");
+                }
+                (Some(Outcome::TransientError(message)), Some(delay))
             }
-            Err(ReconcileError::Permanent(msg)) => {
+            Decision::NotReady(message) => {
                 shared.queue.forget(&key);
-                tracing::warn!(plugin = %reconciler.manifest().name, object = %key, error = %msg, "reconcile failed permanently");
+                tracing::warn!(plugin = %reconciler.manifest().name, object = %key, error = %message, "reconcile failed permanently");
                 let seen = called.map(|called| Seen {
                     resource_version: meta::resource_version(&called.object)
                         .unwrap_or_default()
@@ -241,14 +265,14 @@ pub(super) async fn worker(shared: Arc<Shared>, index: usize) {
                     api,
                     reconciler.manifest(),
                     &key,
-                    ("ReconcileError", &msg),
+                    ("ReconcileError", &message),
                     seen.as_ref().map(|seen| seen.resource_version.as_str()),
                 )
                 .await;
                 if let Some(seen) = seen {
                     shared.failures.record(&key, seen, reported);
                 }
-                (Some(Outcome::PermanentError(msg)), None)
+                (Some(Outcome::PermanentError(message)), None)
             }
         };
         if let Some(outcome) = outcome {
@@ -274,10 +298,6 @@ pub(super) async fn worker(shared: Arc<Shared>, index: usize) {
         }
     }
 }
-
-/// How soon a key is tried again when this host's lease is too close to
-/// expiry to start work on it.
-const NOT_NOW_RETRY: Duration = Duration::from_millis(500);
 
 /// One debug event per reconciler call on target `setpoint::reconcile`,
 /// with the wall clock time of the call and of the end of its writes: the
@@ -342,16 +362,13 @@ async fn reconcile_key(
     }
     let manifest = reconciler.manifest();
     wait_for_own_writes(shared, key).await;
-    let applier = apply::Applier {
+    let applier = respond::Applier::new(
         api,
         manifest,
-        owned_kinds: &shared.owned_kinds,
-        kind: &shared.kind,
-        echo: Some((key, &shared.echoes)),
-        written: Default::default(),
-        events: Default::default(),
-        clashes: Default::default(),
-    };
+        &shared.owned_kinds,
+        &shared.kind,
+        Some((key, &shared.echoes)),
+    );
     let mut finalizing = false;
     if let Some(finalizer) = &manifest.finalizer {
         if meta::deletion_timestamp(&object).is_some() {
@@ -498,17 +515,11 @@ async fn reconcile_key(
         && effects_done
         && let Some(finalizer) = &manifest.finalizer
     {
-        let latest = match api
-            .get(&shared.kind, key.namespace.as_deref(), &key.name)
-            .await
-        {
-            Ok(latest) => latest,
+        match applier.remove_finalizer(key, finalizer).await {
+            Ok(true) => {}
             // Someone else let it go meanwhile: nothing left to finalize.
-            Err(api::Error::NotFound { .. }) => return Ok(Step::Gone),
-            Err(err) => return Err(transient(err.into())),
-        };
-        if let Err(err) = applier.remove_finalizer(&latest, finalizer).await {
-            return write_failed(err);
+            Ok(false) => return Ok(Step::Gone),
+            Err(err) => return write_failed(err),
         }
         // The next reconcile of the key (queued by the status write, say)
         // must see the finalizer gone, not call the plugin to finalize again.
@@ -528,7 +539,7 @@ async fn reconcile_key(
 const OWN_WRITES_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Remember what a reconcile wrote; returns the store revisions it wrote.
-fn remember_writes(shared: &Shared, key: &ObjectKey, applier: &apply::Applier<'_>) -> Vec<i64> {
+fn remember_writes(shared: &Shared, key: &ObjectKey, applier: &respond::Applier<'_>) -> Vec<i64> {
     let written = std::mem::take(&mut *applier.written.lock().unwrap_or_else(|p| p.into_inner()));
     if written.is_empty() {
         return Vec::new();

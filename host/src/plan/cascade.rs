@@ -16,8 +16,8 @@ use super::report::{
 use super::view::PlanView;
 use super::{Context, DeleteTarget, Document, Error, MAX_RECONCILES, MAX_RECONCILES_PER_OBJECT};
 use crate::api::{self, Api, DeleteOptions, GcSimulation, Propagation};
-use crate::controller::apply::Applier;
 use crate::controller::effects::rounds;
+use crate::controller::respond::Applier;
 use crate::controller::{CacheView, HttpRequest, ReconcileError, Request};
 use crate::egress::{Report, Scope};
 use crate::object::{Object, ObjectKey, codec, meta, patch, time};
@@ -439,13 +439,7 @@ impl<'a> Cascade<'a> {
         let asked = asked.into_inner().unwrap_or_else(|p| p.into_inner());
         self.note_reads(&manifest.name, &object_ref, &request, &asked, &report);
         for event in std::mem::take(&mut response.events) {
-            self.plan.events.push(PlannedEvent {
-                object: object_ref.clone(),
-                severity: event.severity.as_str().to_owned(),
-                reason: event.reason,
-                message: event.message,
-                hidden: false,
-            });
+            self.plan.events.push(planned_event(&object_ref, event));
         }
         for write in &response.effects {
             self.plan
@@ -468,8 +462,19 @@ impl<'a> Cascade<'a> {
                 .pending
                 .push(pending(format!("looks again after {after:?}")));
         }
-        let applier = Applier::new(&self.planning, manifest, &target.owned_kinds, &kind, None);
+        let applier = Applier::new(&self.planning, manifest, &target.owned_kinds, &kind, None)
+            .keeping_events();
         let applied = applier.apply(&object, &request.owned, &response).await;
+        let child_events = std::mem::take(
+            &mut *applier
+                .child_events
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        // What the host records about the children it created and deleted.
+        for event in child_events {
+            self.plan.events.push(planned_event(&object_ref, event));
+        }
         let clashes =
             std::mem::take(&mut *applier.clashes.lock().unwrap_or_else(|p| p.into_inner()));
         let mut failed = None;
@@ -480,20 +485,10 @@ impl<'a> Cascade<'a> {
                 self.plan.pending.push(pending(
                     "removes its finalizer once the external writes succeed".into(),
                 ));
-            } else if let Some(finalizer) = &manifest.finalizer {
-                match self
-                    .planning
-                    .get(&kind, key.namespace.as_deref(), &key.name)
-                    .await
-                {
-                    Ok(latest) => {
-                        if let Err(err) = applier.remove_finalizer(&latest, finalizer).await {
-                            failed = Some(err.to_string());
-                        }
-                    }
-                    Err(api::Error::NotFound { .. }) => {}
-                    Err(err) => failed = Some(err.to_string()),
-                }
+            } else if let Some(finalizer) = &manifest.finalizer
+                && let Err(err) = applier.remove_finalizer(key, finalizer).await
+            {
+                failed = Some(err.to_string());
             }
         }
         drop(applier);
@@ -601,6 +596,17 @@ fn external(
             .as_ref()
             .and_then(|b| String::from_utf8(b.clone()).ok()),
         result,
+        hidden: false,
+    }
+}
+
+/// An event the plan shows instead of recording it.
+fn planned_event(object: &ObjectRef, event: crate::controller::EventRecord) -> PlannedEvent {
+    PlannedEvent {
+        object: object.clone(),
+        severity: event.severity.as_str().to_owned(),
+        reason: event.reason,
+        message: event.message,
         hidden: false,
     }
 }

@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use crate::api::{self, Api};
 use crate::controller::CacheView;
-use crate::controller::view::{get_from_store, list_from_store};
+use crate::controller::view::{get_from_store, list_from_store, list_target, namespace_of};
 use crate::informer::Informers;
-use crate::object::{KindInfo, Object, ObjectKey, codec, meta, selector::LabelSelector};
+use crate::object::{KindInfo, Object, ObjectKey, codec, meta};
 use crate::store::{KeyValue, OverlayBackend};
 
 /// The informers under the overlay.
@@ -123,7 +123,7 @@ impl CacheView for PlanView {
         name: &str,
     ) -> Option<Arc<Object>> {
         let info = self.kind(api_version, kind)?;
-        let namespace = info.namespaced.then(|| namespace.unwrap_or("default"));
+        let namespace = namespace_of(&info, namespace);
         if let Some(entry) = self.overlay.entry(&Api::key(&info, namespace, name)) {
             return entry.as_ref().and_then(decode);
         }
@@ -140,10 +140,8 @@ impl CacheView for PlanView {
         namespace: Option<&str>,
         label_selector: &str,
     ) -> Result<Vec<Arc<Object>>, String> {
-        let info = self
-            .kind(api_version, kind)
-            .ok_or_else(|| format!("unknown kind {api_version}/{kind}"))?;
-        let selector = LabelSelector::parse(label_selector).map_err(|e| e.to_string())?;
+        let (info, selector) =
+            list_target(self.planning.kinds(), api_version, kind, label_selector)?;
         if let Some(informer) = self.informers.existing(&info.group, &info.plural) {
             let base = informer.list(namespace);
             return Ok(self

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use super::Error;
 use crate::metrics::Histogram;
-use crate::queue::HistogramSnapshot;
+use crate::metrics::HistogramSnapshot;
 
 /// What one plugin's reconcile calls came to.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -140,7 +140,6 @@ impl Reconciler for StackReconciler {
         };
         let mut children = Vec::new();
         let mut statuses = Vec::new();
-        let mut events = Vec::new();
         for resource in resources {
             let name = object_name(&resource.name);
             let waiting_for: Vec<String> = resource
@@ -151,13 +150,8 @@ impl Reconciler for StackReconciler {
                 .collect();
             let exists = existing.contains_key(&name);
             if exists || waiting_for.is_empty() {
+                // The host records `SuccessfulCreate` when it creates it.
                 children.push(child(resource, &name)?);
-                if !exists {
-                    events.push(Event::normal(
-                        "Creating",
-                        format!("Creating {} ({name})", resource.name),
-                    ));
-                }
             }
             let state = if ready(&resource.name) {
                 "Ready"
@@ -201,10 +195,7 @@ impl Reconciler for StackReconciler {
             observed_generation: stack.metadata.generation,
             conditions,
         };
-        Ok(Response::new()
-            .children(children)
-            .status(status)
-            .events(events))
+        Ok(Response::new().children(children).status(status))
     }
 }
 

@@ -88,35 +88,27 @@ pub trait RateLimiter<K>: Send + Sync {
     }
 }
 
-impl<K, T: RateLimiter<K> + ?Sized> RateLimiter<K> for Arc<T> {
-    fn when(&self, key: &K) -> Duration {
-        (**self).when(key)
-    }
-    fn when_again(&self, key: &K) -> Duration {
-        (**self).when_again(key)
-    }
-    fn forget(&self, key: &K) {
-        (**self).forget(key);
-    }
-    fn num_requeues(&self, key: &K) -> u32 {
-        (**self).num_requeues(key)
-    }
+/// A shared or boxed rate limiter is the rate limiter it points to.
+macro_rules! forward_rate_limiter {
+    ($($pointer:ident),*) => {$(
+        impl<K, T: RateLimiter<K> + ?Sized> RateLimiter<K> for $pointer<T> {
+            fn when(&self, key: &K) -> Duration {
+                (**self).when(key)
+            }
+            fn when_again(&self, key: &K) -> Duration {
+                (**self).when_again(key)
+            }
+            fn forget(&self, key: &K) {
+                (**self).forget(key);
+            }
+            fn num_requeues(&self, key: &K) -> u32 {
+                (**self).num_requeues(key)
+            }
+        }
+    )*};
 }
 
-impl<K, T: RateLimiter<K> + ?Sized> RateLimiter<K> for Box<T> {
-    fn when(&self, key: &K) -> Duration {
-        (**self).when(key)
-    }
-    fn when_again(&self, key: &K) -> Duration {
-        (**self).when_again(key)
-    }
-    fn forget(&self, key: &K) {
-        (**self).forget(key);
-    }
-    fn num_requeues(&self, key: &K) -> u32 {
-        (**self).num_requeues(key)
-    }
-}
+forward_rate_limiter!(Arc, Box);
 
 /// Locks a mutex, ignoring poisoning: the guarded data stays consistent between statements.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

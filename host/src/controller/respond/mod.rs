@@ -1,7 +1,9 @@
 //! Applies a reconcile [`Response`]: children diffed against what exists
 //! (created or updated with the owner reference the host sets, extras
 //! deleted), the status merge patch written with the resource version the
-//! reconciler saw, events recorded, the finalizer removed. Anything equal to
+//! reconciler saw (the narrow status write, `Api::patch_status`), events
+//! recorded (the response's, and `SuccessfulCreate`/`SuccessfulDelete` for
+//! each child created or deleted), the finalizer removed. Anything equal to
 //! what is stored is not written, so a converged object costs no writes.
 //!
 //! Children are applied one by one: a desired child whose name another
@@ -16,7 +18,7 @@ use serde_json::{Value, json};
 
 use super::Error;
 use super::echo::Echoes;
-use super::reconciler::{Manifest, Response};
+use super::reconciler::{EventRecord, Manifest, Response, Severity};
 use crate::api::{self, Api, DeleteOptions};
 use crate::object::{KindInfo, Object, ObjectKey, meta, patch};
 
@@ -41,6 +43,14 @@ pub(crate) struct Applier<'a> {
     /// Desired children that could not be created: their names belong to
     /// someone else.
     pub clashes: std::sync::Mutex<Vec<Clash>>,
+    /// `SuccessfulCreate`/`SuccessfulDelete` events about the children
+    /// this applier created and deleted: the host knows what it did, so a
+    /// plugin need not predict it. Recorded on the parent with the
+    /// response's events, or only kept here by a plan
+    /// ([`Applier::keeping_events`]), which shows them instead.
+    pub child_events: std::sync::Mutex<Vec<EventRecord>>,
+    /// Whether child events are kept rather than recorded.
+    keep_events: bool,
 }
 
 /// A desired child whose name another object holds.
@@ -102,7 +112,29 @@ impl<'a> Applier<'a> {
             written: Default::default(),
             events: Default::default(),
             clashes: Default::default(),
+            child_events: Default::default(),
+            keep_events: false,
         }
+    }
+
+    /// This applier keeps the events about children in
+    /// [`Applier::child_events`] instead of recording them (a plan).
+    pub fn keeping_events(mut self) -> Self {
+        self.keep_events = true;
+        self
+    }
+
+    /// Note an event about a child this applier created or deleted.
+    fn child_event(&self, reason: &str, verb: &str, kind: &KindInfo, name: &str) {
+        self.child_events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(EventRecord {
+                severity: Severity::Normal,
+                reason: reason.to_owned(),
+                // Kubernetes' wording: "Created pod: web-0".
+                message: format!("{verb} {}: {name}", kind.kind.to_lowercase()),
+            });
     }
 
     fn wrote(&self, kind: &Arc<KindInfo>, object: &Object) {
@@ -127,7 +159,12 @@ impl<'a> Applier<'a> {
         if let Some(status_patch) = &response.status {
             self.apply_status(parent, status_patch).await?;
         }
-        for event in &response.events {
+        let child_events = if self.keep_events {
+            Vec::new()
+        } else {
+            std::mem::take(&mut *self.child_events.lock().unwrap_or_else(|p| p.into_inner()))
+        };
+        for event in child_events.iter().chain(&response.events) {
             match super::events::record(self.api, &self.manifest.name, parent, event).await {
                 Ok(()) => {
                     self.events
@@ -265,7 +302,10 @@ impl<'a> Applier<'a> {
                 .delete(kind, meta::namespace(stale), meta::name(stale), &options)
                 .await
             {
-                Ok(deleted) => self.wrote(kind, &deleted),
+                Ok(deleted) => {
+                    self.wrote(kind, &deleted);
+                    self.child_event("SuccessfulDelete", "Deleted", kind, meta::name(stale));
+                }
                 Err(api::Error::NotFound { .. }) => {}
                 Err(api::Error::Conflict { .. }) => {} // already replaced by a newer object
                 Err(err) => return Err(err.into()),
@@ -285,6 +325,7 @@ impl<'a> Applier<'a> {
         match self.api.create(kind, child.clone()).await {
             Ok(created) => {
                 self.wrote(kind, &created);
+                self.child_event("SuccessfulCreate", "Created", kind, meta::name(&created));
                 Ok(None)
             }
             Err(api::Error::AlreadyExists { .. }) => {
@@ -360,7 +401,7 @@ impl<'a> Applier<'a> {
     async fn apply_status(&self, parent: &Object, status_patch: &Value) -> Result<(), Error> {
         // Patch a copy of the status alone first: a converged reconcile
         // (as often as not, the echo of its own last write) changes
-        // nothing, and need not copy the whole object to find that out.
+        // nothing, and need not read the stored object to find that out.
         let mut status = parent.get("status").cloned().unwrap_or_else(|| json!({}));
         patch::merge(&mut status, status_patch);
         if parent
@@ -369,15 +410,21 @@ impl<'a> Applier<'a> {
         {
             return Ok(());
         }
-        let mut next = parent.clone();
-        next.as_object_mut()
-            .expect("objects are JSON objects")
-            .insert("status".into(), status);
-        // The resource version the reconciler saw is the precondition: a
-        // status computed from an old object must not overwrite a newer one.
-        // Its echo shows the reconciler nothing it does not know: dropped.
+        // The narrow status write: the reconciler's merge patch, on the
+        // resource version it saw (a status computed from an old object
+        // must not overwrite a newer one). Its echo shows the reconciler
+        // nothing it does not know: dropped.
         let writing = self.echo.map(|(key, echoes)| echoes.writing(key));
-        let updated = self.api.write_status(self.kind, next).await?;
+        let updated = self
+            .api
+            .patch_status(
+                self.kind,
+                meta::namespace(parent),
+                meta::name(parent),
+                meta::resource_version(parent),
+                status_patch,
+            )
+            .await?;
         if let Some(writing) = writing {
             writing.wrote(parent, &updated);
         }
@@ -403,20 +450,36 @@ impl<'a> Applier<'a> {
         Ok(true)
     }
 
-    /// Remove the plugin's finalizer from `object`.
-    pub async fn remove_finalizer(&self, object: &Object, finalizer: &str) -> Result<(), Error> {
-        let mut next = object.clone();
-        let m = meta::metadata_mut(&mut next);
-        if let Some(list) = m.get_mut("finalizers").and_then(Value::as_array_mut) {
-            list.retain(|f| f.as_str() != Some(finalizer));
-        }
-        match self.api.update(self.kind, next).await {
+    /// Remove the plugin's finalizer from the stored object named `key`
+    /// (its last finalizer gone, deletion completes). Returns whether the
+    /// object was still there.
+    pub async fn remove_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<bool, Error> {
+        let written = self
+            .api
+            .modify(self.kind, key.namespace.as_deref(), &key.name, |latest| {
+                if !meta::finalizers(latest).contains(&finalizer) {
+                    return Ok(None);
+                }
+                let mut next = latest.clone();
+                let m = meta::metadata_mut(&mut next);
+                if let Some(list) = m.get_mut("finalizers").and_then(Value::as_array_mut) {
+                    list.retain(|f| f.as_str() != Some(finalizer));
+                }
+                Ok(Some(api::Next::Object(next)))
+            })
+            .await;
+        match written {
             Ok(updated) => {
-                self.wrote(self.kind, &updated);
-                Ok(())
+                if let Some(updated) = updated {
+                    self.wrote(self.kind, &updated);
+                }
+                Ok(true)
             }
-            Err(api::Error::NotFound { .. }) => Ok(()),
+            Err(api::Error::NotFound { .. }) => Ok(false),
             Err(err) => Err(err.into()),
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

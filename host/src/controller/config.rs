@@ -1,0 +1,59 @@
+//! A controller's settings ([`Config`]) and counters ([`Stats`]).
+
+use std::time::Duration;
+
+use super::{Concurrency, HotLoopConfig, RequeueConfig, concurrency};
+use crate::queue;
+
+/// Settings of one controller.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The most keys reconciled at once (distinct keys reconcile in
+    /// parallel, one key never twice at once). Default: 16 per reconcile
+    /// pool thread, of which [`Concurrency::Adaptive`] uses what pays.
+    pub workers: usize,
+    /// Whether the keys in flight adapt between two and `workers` (the
+    /// default), or are always `workers`.
+    pub concurrency: Concurrency,
+    /// Workqueue settings (backoff, rate limit).
+    pub queue: queue::Config,
+    /// Every cached object of the reconciled kind is queued again (at low
+    /// priority) this often; `None` disables the periodic resync. Default
+    /// 10 minutes.
+    pub resync: Option<Duration>,
+    /// The hot-loop circuit breaker's limits.
+    pub hot_loop: HotLoopConfig,
+    /// The floor and per-key rate of requested requeues.
+    pub requeue: RequeueConfig,
+    /// The host's egress for external requests (shared by a host's
+    /// controllers); `None` makes one for this controller alone.
+    pub egress: Option<crate::egress::Egress>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            workers: concurrency::default_max(),
+            concurrency: Concurrency::Adaptive,
+            queue: queue::Config::default(),
+            resync: Some(Duration::from_secs(600)),
+            hot_loop: HotLoopConfig::default(),
+            requeue: RequeueConfig::default(),
+            egress: None,
+        }
+    }
+}
+
+/// Counters of one controller, for metrics and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Reconciler calls made.
+    pub reconciles: u64,
+    /// Times a worker started on a key another worker was still reconciling.
+    /// The queue makes this impossible; the controller checks it anyway.
+    pub concurrent_reconciles_of_one_key: u64,
+    /// Times the hot-loop breaker opened.
+    pub hot_loops: u64,
+    /// Keys that may be reconciled at once now (see [`Concurrency`]).
+    pub concurrency: usize,
+}
