@@ -350,21 +350,33 @@ impl Api {
     /// `serde_json::to_vec` writes for [`Api::list`]'s item), at one
     /// revision, written from the stored bytes as [`Api::list_json`]
     /// writes them: what an informer fills its cache from.
+    ///
+    /// Read in pages at the first page's revision, so that only one page
+    /// of stored values is held beside the texts.
     pub(crate) async fn list_texts(&self, kind: &KindInfo) -> Result<ObjectTexts> {
+        const PAGE: usize = 4096;
         let mut items = Vec::new();
-        let (resource_version, _) = self
-            .walk(kind, &ListOptions::default(), |kv| {
-                // Room for the version spliced in, so the text is not moved again.
-                let mut text = Vec::with_capacity(kv.value.len() + 40);
-                Self::write_stored(kv, &mut text)?;
-                items.push(text);
-                Ok(true)
-            })
-            .await?;
-        Ok(ObjectTexts {
-            items,
-            resource_version,
-        })
+        let mut options = ListOptions::default().with_limit(PAGE);
+        loop {
+            let (resource_version, token) = self
+                .walk(kind, &options, |kv| {
+                    // Room for the version spliced in, so the text is not moved again.
+                    let mut text = Vec::with_capacity(kv.value.len() + 40);
+                    Self::write_stored(kv, &mut text)?;
+                    items.push(text);
+                    Ok(true)
+                })
+                .await?;
+            match token {
+                Some(token) => options = options.with_continue_token(token),
+                None => {
+                    return Ok(ObjectTexts {
+                        items,
+                        resource_version,
+                    });
+                }
+            }
+        }
     }
 
     /// Writes the stored object `kv` as the API's JSON: its bytes with the

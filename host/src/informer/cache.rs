@@ -589,6 +589,86 @@ mod tests {
         assert_eq!(cache.owned_by("o1").len(), 1);
     }
 
+    fn text(object: &Object) -> Vec<u8> {
+        serde_json::to_vec(object).unwrap()
+    }
+
+    fn summary(changes: &[Change]) -> Vec<String> {
+        changes
+            .iter()
+            .map(|c| {
+                let what = match c {
+                    Change::Applied(_) => "applied",
+                    Change::Deleted(_) => "deleted",
+                    Change::Listed(_) => "listed",
+                };
+                format!("{what} {}", serde_json::to_string(&**c.object()).unwrap())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_list_of_text_fills_the_cache_as_a_list_of_objects_does_and_decodes_nothing() {
+        let first = [
+            obj("a", "1", Some("o1")),
+            labelled("b", "ns", "2", "web"),
+            obj("gone", "3", None),
+        ];
+        let second = [
+            obj("a", "1", Some("o1")),
+            labelled("b", "ns", "6", "db"),
+            obj("c", "5", None),
+        ];
+        let (mut objects, mut texts) = (Cache::default(), Cache::default());
+        for (round, items) in [&first[..], &second[..]].into_iter().enumerate() {
+            let want = objects.replace(items.to_vec(), 6);
+            let pending = texts.replace_json(items.iter().map(text).collect(), 6);
+            for key in texts.objects.keys() {
+                assert!(texts.objects[key].held().is_none(), "nothing decoded");
+            }
+            let got: Vec<Change> = pending
+                .into_iter()
+                .filter_map(|p| texts.change(p, false))
+                .collect();
+            assert_eq!(summary(&got), summary(&want), "round {round}");
+        }
+        assert_eq!(texts.len(), 3);
+        assert_eq!(texts.revision(), 6);
+        assert_eq!(texts.owned_by("o1").len(), 1);
+        assert_eq!(texts.with_label("app", "db").len(), 1);
+        assert!(texts.with_label("app", "web").is_empty(), "relabelled");
+        assert_eq!(texts.in_namespace(Some("ns")).len(), 3);
+        let key = ObjectKey::new(Some("ns"), "c");
+        assert_eq!(*texts.get(&key).unwrap(), obj("c", "5", None));
+
+        // The first list's objects are listed, not applied.
+        let mut fresh = Cache::default();
+        let pending = fresh.replace_json(vec![text(&obj("a", "1", None))], 1);
+        let listed: Vec<Change> = pending
+            .into_iter()
+            .filter_map(|p| fresh.change(p, true))
+            .collect();
+        assert_eq!(summary(&listed), [format!("listed {}", text_of(&obj("a", "1", None)))]);
+    }
+
+    fn text_of(object: &Object) -> String {
+        serde_json::to_string(object).unwrap()
+    }
+
+    #[test]
+    fn every_index_shares_the_one_key_the_map_holds() {
+        let mut cache = Cache::default();
+        let mut pod = labelled("a", "ns", "1", "web");
+        pod["metadata"]["ownerReferences"] = json!([{"uid": "o1"}]);
+        cache.upsert(Arc::new(pod.clone()), 1);
+        pod["metadata"]["resourceVersion"] = json!("2");
+        cache.upsert(Arc::new(pod), 2);
+        let key = ObjectKey::new(Some("ns"), "a");
+        let held = cache.objects.get_key_value(&key).unwrap().0;
+        // The map, the owner, namespace and label indexes: one allocation.
+        assert_eq!(Arc::strong_count(held), 4);
+    }
+
     #[test]
     fn an_unchanged_object_is_not_a_change() {
         let mut cache = Cache::default();
