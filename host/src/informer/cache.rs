@@ -502,6 +502,7 @@ fn remove_from<I: std::hash::Hash + Eq>(index: &mut HashMap<I, Keys>, entry: &I,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::object::meta;
     use serde_json::json;
 
     fn obj(name: &str, rv: &str, owner: Option<&str>) -> Object {
