@@ -649,7 +649,10 @@ mod tests {
             .into_iter()
             .filter_map(|p| fresh.change(p, true))
             .collect();
-        assert_eq!(summary(&listed), [format!("listed {}", text_of(&obj("a", "1", None)))]);
+        assert_eq!(
+            summary(&listed),
+            [format!("listed {}", text_of(&obj("a", "1", None)))]
+        );
     }
 
     fn text_of(object: &Object) -> String {

@@ -14,7 +14,6 @@ use super::{
     WatchEvent, WatchStream,
 };
 
-
 /// An in-memory, multi-version key-value store.
 ///
 /// ```

@@ -245,7 +245,11 @@ mod tests {
         let history = history();
         assert!(matches!(history.keys["/c"], Versions::One(_)));
         assert!(matches!(history.keys["/a"], Versions::Many(_)));
-        assert_eq!(std::mem::size_of::<Versions>(), 24, "no bigger than a vector");
+        assert_eq!(
+            std::mem::size_of::<Versions>(),
+            24,
+            "no bigger than a vector"
+        );
         let deleted = Version {
             revision: 7,
             deleted: true,
@@ -253,7 +257,10 @@ mod tests {
         assert_eq!(Packed::new(deleted).get(), deleted);
         let mut history = history;
         history.forget("/a", &[1]);
-        assert!(matches!(history.keys["/a"], Versions::One(_)), "back inline");
+        assert!(
+            matches!(history.keys["/a"], Versions::One(_)),
+            "back inline"
+        );
     }
 
     #[test]

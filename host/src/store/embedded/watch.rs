@@ -91,9 +91,7 @@ pub(super) fn spawn(shared: Arc<Shared>, after: Revision) -> WatchStream {
                     let shared = shared.clone();
                     tokio::task::spawn_blocking(move || replay(&shared, last, WATCH_BUFFER))
                         .await
-                        .unwrap_or_else(|e| {
-                            Err(Error::Unavailable(format!("watch replay: {e}")))
-                        })?
+                        .unwrap_or_else(|e| Err(Error::Unavailable(format!("watch replay: {e}"))))?
                 }
             };
             if events.is_empty() && shared.is_closed() {

@@ -496,7 +496,11 @@ async fn restarts(dir: &Path, times: usize) -> anyhow::Result<()> {
     let bin = prepare(dir)?;
     let http = reqwest::Client::new();
     let port = free_port()?;
-    println!("restarts: {} on {} ({times} times)", bin.display(), dir.display());
+    println!(
+        "restarts: {} on {} ({times} times)",
+        bin.display(),
+        dir.display()
+    );
     let mut server = Server::start(&bin, dir, port)?;
     server.wait_ready(&http).await?;
     for _ in 0..times {
