@@ -1,17 +1,22 @@
 //! The informer's cache: objects by key, plus indexes by owner uid, by namespace and by label
 //! (`key=value`), kept in step with every upsert and removal.
 //!
-//! Objects are kept as their JSON text, not decoded: a decoded 1 KiB object
-//! takes about 10 KiB (every JSON object is a `BTreeMap` node of 640
+//! Objects are kept as their JSON text, not decoded: a decoded 1 KiB
+//! object takes about 10 KiB (every JSON object is a `BTreeMap` node of 640
 //! bytes), the text a tenth of that. A reader gets the decoded object that
 //! someone still holds (the watch hub keeps recent changes decoded, so an
-//! object being reconciled usually is), or one decoded from the text.
+//! object being reconciled usually is), or one decoded from the text. A
+//! list fills the cache from the store's text as it is (no decode, no
+//! encode, [`Cache::replace_json`]); what the indexes need of an object is
+//! read from its `metadata` alone ([`Terms`]). Each key is held once, shared
+//! by the map and every index.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
 
 use super::Change;
-use crate::object::{Object, ObjectKey, meta};
+use super::terms::Terms;
+use crate::object::{Object, ObjectKey};
 
 /// One cached object.
 struct Entry {
@@ -24,15 +29,31 @@ struct Entry {
 }
 
 impl Entry {
-    fn new(object: &Arc<Object>) -> Self {
+    fn new(object: &Arc<Object>, version: Option<Box<str>>) -> Self {
         Self {
             // Encoding a JSON value cannot fail (its keys are strings).
             json: serde_json::to_vec(&**object)
                 .expect("a JSON value encodes")
                 .into_boxed_slice(),
-            version: meta::resource_version(object).map(Into::into),
+            version,
             live: Mutex::new(Arc::downgrade(object)),
         }
+    }
+
+    /// The entry for `json`, which nobody holds decoded yet.
+    fn from_json(json: Vec<u8>, version: Option<Box<str>>) -> Self {
+        Self {
+            json: json.into_boxed_slice(),
+            version,
+            live: Mutex::new(Weak::new()),
+        }
+    }
+
+    fn held(&self) -> Option<Arc<Object>> {
+        self.live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .upgrade()
     }
 
     /// The object, decoded again only if nobody holds it.
@@ -52,7 +73,26 @@ impl Entry {
         *live = Arc::downgrade(&object);
         object
     }
+
+    /// What the indexes hold of it: from the decoded object if someone
+    /// holds it, else from the text's `metadata`.
+    fn terms(&self) -> Terms {
+        match self.held() {
+            Some(object) => Terms::of(&object),
+            None => Terms::of_json(&self.json).expect("cached JSON decodes"),
+        }
+    }
 }
+
+/// A change [`Cache::replace_json`] found: ready, or an object that is
+/// decoded only when someone is told about it ([`Cache::change`]).
+pub(super) enum Pending {
+    Ready(Change),
+    Applied(Arc<ObjectKey>),
+}
+
+/// Keys, each held once and shared by the map and the indexes.
+type Keys = HashSet<Arc<ObjectKey>>;
 
 /// Objects of one kind, as of one store revision.
 ///
@@ -73,10 +113,10 @@ impl Entry {
 /// ```
 #[derive(Default)]
 pub struct Cache {
-    objects: HashMap<ObjectKey, Entry>,
-    by_owner: HashMap<String, HashSet<ObjectKey>>,
-    by_namespace: HashMap<Option<String>, HashSet<ObjectKey>>,
-    by_label: HashMap<(String, String), HashSet<ObjectKey>>,
+    objects: HashMap<Arc<ObjectKey>, Entry>,
+    by_owner: HashMap<String, Keys>,
+    by_namespace: HashMap<Option<String>, Keys>,
+    by_label: HashMap<(String, String), Keys>,
     revision: i64,
 }
 
@@ -139,11 +179,7 @@ impl Cache {
     pub fn owned_by(&self, uid: &str) -> Vec<Arc<Object>> {
         self.by_owner
             .get(uid)
-            .map(|keys| {
-                keys.iter()
-                    .filter_map(|k| self.objects.get(k).map(Entry::object))
-                    .collect()
-            })
+            .map(|keys| self.resolve(keys))
             .unwrap_or_default()
     }
 
@@ -231,7 +267,7 @@ impl Cache {
         self.objects.is_empty()
     }
 
-    fn resolve(&self, keys: &HashSet<ObjectKey>) -> Vec<Arc<Object>> {
+    fn resolve(&self, keys: &Keys) -> Vec<Arc<Object>> {
         keys.iter()
             .filter_map(|k| self.objects.get(k).map(Entry::object))
             .collect()
@@ -274,16 +310,12 @@ impl Cache {
     /// ```
     pub fn upsert(&mut self, object: Arc<Object>, revision: i64) -> Option<Change> {
         self.revision = self.revision.max(revision);
-        let key = ObjectKey::of(&object);
-        if let Some(old) = self.objects.get(&key) {
-            if old.version.as_deref() == meta::resource_version(&object) {
-                return None;
-            }
-            let old = old.object();
-            self.unindex(&key, &old);
+        let terms = Terms::of(&object);
+        if self.unchanged(&terms) {
+            return None;
         }
-        self.index(&key, &object);
-        self.objects.insert(key, Entry::new(&object));
+        let entry = Entry::new(&object, terms.version.clone());
+        self.put(terms, entry);
         Some(Change::Applied(object))
     }
 
@@ -307,9 +339,8 @@ impl Cache {
     /// ```
     pub fn remove(&mut self, object: &Arc<Object>, revision: i64) -> Option<Change> {
         self.revision = self.revision.max(revision);
-        let key = ObjectKey::of(object);
-        let old = self.objects.remove(&key)?.object();
-        self.unindex(&key, &old);
+        let (key, old) = self.objects.remove_entry(&ObjectKey::of(object))?;
+        self.unindex(&key, &old.terms());
         Some(Change::Deleted(object.clone()))
     }
 
@@ -339,7 +370,68 @@ impl Cache {
     /// ```
     pub fn replace(&mut self, items: Vec<Object>, revision: i64) -> Vec<Change> {
         let fresh: HashSet<ObjectKey> = items.iter().map(ObjectKey::of).collect();
-        let gone: Vec<ObjectKey> = super::missing(&self.objects, &fresh)
+        let mut changes = self.remove_missing(&fresh, revision);
+        for item in items {
+            changes.extend(self.upsert(Arc::new(item), revision));
+        }
+        self.revision = revision;
+        changes
+    }
+
+    /// [`Cache::replace`] with objects given as JSON text (as
+    /// `serde_json::to_vec` writes them, `metadata.resourceVersion`
+    /// included), kept as they are: nothing is decoded but `metadata`.
+    /// Objects applied are named, not decoded ([`Cache::change`] does that
+    /// for whoever is told about them).
+    pub(super) fn replace_json(&mut self, items: Vec<Vec<u8>>, revision: i64) -> Vec<Pending> {
+        // Only the store's own encoding comes here, and that decodes.
+        let items: Vec<(Terms, Vec<u8>)> = items
+            .into_iter()
+            .map(|json| (Terms::of_json(&json).expect("stored JSON decodes"), json))
+            .collect();
+        let fresh: HashSet<ObjectKey> = items.iter().map(|(t, _)| t.key.clone()).collect();
+        let mut pending: Vec<Pending> = self
+            .remove_missing(&fresh, revision)
+            .into_iter()
+            .map(Pending::Ready)
+            .collect();
+        for (terms, json) in items {
+            if self.unchanged(&terms) {
+                continue;
+            }
+            let entry = Entry::from_json(json, terms.version.clone());
+            pending.push(Pending::Applied(self.put(terms, entry)));
+        }
+        self.revision = revision;
+        pending
+    }
+
+    /// The change `pending` stands for, its object decoded if it has to be;
+    /// objects applied by the first list are [`Change::Listed`].
+    pub(super) fn change(&self, pending: Pending, first_list: bool) -> Option<Change> {
+        match pending {
+            Pending::Ready(change) => Some(change),
+            Pending::Applied(key) => {
+                let object = self.objects.get(&key)?.object();
+                Some(if first_list {
+                    Change::Listed(object)
+                } else {
+                    Change::Applied(object)
+                })
+            }
+        }
+    }
+
+    /// Whether the object `terms` describe is cached at that version.
+    fn unchanged(&self, terms: &Terms) -> bool {
+        self.objects
+            .get(&terms.key)
+            .is_some_and(|old| old.version == terms.version)
+    }
+
+    /// Removes the objects whose keys are not in `fresh`, returning their deletions.
+    fn remove_missing(&mut self, fresh: &HashSet<ObjectKey>, revision: i64) -> Vec<Change> {
+        let gone: Vec<Arc<ObjectKey>> = super::missing(&self.objects, fresh)
             .into_iter()
             .cloned()
             .collect();
@@ -349,17 +441,28 @@ impl Cache {
                 changes.extend(self.remove(&old, revision));
             }
         }
-        for item in items {
-            changes.extend(self.upsert(Arc::new(item), revision));
-        }
-        self.revision = revision;
         changes
     }
 
-    fn index(&mut self, key: &ObjectKey, object: &Object) {
-        for uid in meta::owner_uids(object) {
+    /// Caches `entry` under `terms`' key (the key already held, if any, is
+    /// kept) and indexes it; returns the key.
+    fn put(&mut self, terms: Terms, entry: Entry) -> Arc<ObjectKey> {
+        let key = match self.objects.remove_entry(&terms.key) {
+            Some((key, old)) => {
+                self.unindex(&key, &old.terms());
+                key
+            }
+            None => Arc::new(terms.key.clone()),
+        };
+        self.index(&key, &terms);
+        self.objects.insert(key.clone(), entry);
+        key
+    }
+
+    fn index(&mut self, key: &Arc<ObjectKey>, terms: &Terms) {
+        for uid in &terms.owners {
             self.by_owner
-                .entry(uid.to_owned())
+                .entry(uid.clone())
                 .or_default()
                 .insert(key.clone());
         }
@@ -367,39 +470,31 @@ impl Cache {
             .entry(key.namespace.clone())
             .or_default()
             .insert(key.clone());
-        for (label, value) in meta::labels(object).into_iter().flatten() {
-            if let Some(value) = value.as_str() {
-                self.by_label
-                    .entry((label.clone(), value.to_owned()))
-                    .or_default()
-                    .insert(key.clone());
-            }
+        for label in &terms.labels {
+            self.by_label
+                .entry(label.clone())
+                .or_default()
+                .insert(key.clone());
         }
     }
 
-    fn unindex(&mut self, key: &ObjectKey, object: &Object) {
-        for uid in meta::owner_uids(object) {
-            remove_from(&mut self.by_owner, uid.to_owned(), key);
+    fn unindex(&mut self, key: &ObjectKey, terms: &Terms) {
+        for uid in &terms.owners {
+            remove_from(&mut self.by_owner, uid, key);
         }
-        remove_from(&mut self.by_namespace, key.namespace.clone(), key);
-        for (label, value) in meta::labels(object).into_iter().flatten() {
-            if let Some(value) = value.as_str() {
-                remove_from(&mut self.by_label, (label.clone(), value.to_owned()), key);
-            }
+        remove_from(&mut self.by_namespace, &key.namespace, key);
+        for label in &terms.labels {
+            remove_from(&mut self.by_label, label, key);
         }
     }
 }
 
 /// Removes `key` from the index entry `entry`, dropping the entry once empty.
-fn remove_from<I: std::hash::Hash + Eq>(
-    index: &mut HashMap<I, HashSet<ObjectKey>>,
-    entry: I,
-    key: &ObjectKey,
-) {
-    if let Some(keys) = index.get_mut(&entry) {
+fn remove_from<I: std::hash::Hash + Eq>(index: &mut HashMap<I, Keys>, entry: &I, key: &ObjectKey) {
+    if let Some(keys) = index.get_mut(entry) {
         keys.remove(key);
         if keys.is_empty() {
-            index.remove(&entry);
+            index.remove(entry);
         }
     }
 }
@@ -407,6 +502,7 @@ fn remove_from<I: std::hash::Hash + Eq>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::object::meta;
     use serde_json::json;
 
     fn obj(name: &str, rv: &str, owner: Option<&str>) -> Object {
@@ -492,6 +588,89 @@ mod tests {
             "shared while held"
         );
         assert_eq!(cache.owned_by("o1").len(), 1);
+    }
+
+    fn text(object: &Object) -> Vec<u8> {
+        serde_json::to_vec(object).unwrap()
+    }
+
+    fn summary(changes: &[Change]) -> Vec<String> {
+        changes
+            .iter()
+            .map(|c| {
+                let what = match c {
+                    Change::Applied(_) => "applied",
+                    Change::Deleted(_) => "deleted",
+                    Change::Listed(_) => "listed",
+                };
+                format!("{what} {}", serde_json::to_string(&**c.object()).unwrap())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_list_of_text_fills_the_cache_as_a_list_of_objects_does_and_decodes_nothing() {
+        let first = [
+            obj("a", "1", Some("o1")),
+            labelled("b", "ns", "2", "web"),
+            obj("gone", "3", None),
+        ];
+        let second = [
+            obj("a", "1", Some("o1")),
+            labelled("b", "ns", "6", "db"),
+            obj("c", "5", None),
+        ];
+        let (mut objects, mut texts) = (Cache::default(), Cache::default());
+        for (round, items) in [&first[..], &second[..]].into_iter().enumerate() {
+            let want = objects.replace(items.to_vec(), 6);
+            let pending = texts.replace_json(items.iter().map(text).collect(), 6);
+            for key in texts.objects.keys() {
+                assert!(texts.objects[key].held().is_none(), "nothing decoded");
+            }
+            let got: Vec<Change> = pending
+                .into_iter()
+                .filter_map(|p| texts.change(p, false))
+                .collect();
+            assert_eq!(summary(&got), summary(&want), "round {round}");
+        }
+        assert_eq!(texts.len(), 3);
+        assert_eq!(texts.revision(), 6);
+        assert_eq!(texts.owned_by("o1").len(), 1);
+        assert_eq!(texts.with_label("app", "db").len(), 1);
+        assert!(texts.with_label("app", "web").is_empty(), "relabelled");
+        assert_eq!(texts.in_namespace(Some("ns")).len(), 3);
+        let key = ObjectKey::new(Some("ns"), "c");
+        assert_eq!(*texts.get(&key).unwrap(), obj("c", "5", None));
+
+        // The first list's objects are listed, not applied.
+        let mut fresh = Cache::default();
+        let pending = fresh.replace_json(vec![text(&obj("a", "1", None))], 1);
+        let listed: Vec<Change> = pending
+            .into_iter()
+            .filter_map(|p| fresh.change(p, true))
+            .collect();
+        assert_eq!(
+            summary(&listed),
+            [format!("listed {}", text_of(&obj("a", "1", None)))]
+        );
+    }
+
+    fn text_of(object: &Object) -> String {
+        serde_json::to_string(object).unwrap()
+    }
+
+    #[test]
+    fn every_index_shares_the_one_key_the_map_holds() {
+        let mut cache = Cache::default();
+        let mut pod = labelled("a", "ns", "1", "web");
+        pod["metadata"]["ownerReferences"] = json!([{"uid": "o1"}]);
+        cache.upsert(Arc::new(pod.clone()), 1);
+        pod["metadata"]["resourceVersion"] = json!("2");
+        cache.upsert(Arc::new(pod), 2);
+        let key = ObjectKey::new(Some("ns"), "a");
+        let held = cache.objects.get_key_value(&key).unwrap().0;
+        // The map, the owner, namespace and label indexes: one allocation.
+        assert_eq!(Arc::strong_count(held), 4);
     }
 
     #[test]

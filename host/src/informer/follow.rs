@@ -4,8 +4,8 @@
 
 use std::sync::Weak;
 
-use super::{Change, Inner};
-use crate::api::{Api, ListOptions};
+use super::Inner;
+use crate::api::Api;
 use crate::watch::{Error as WatchError, EventType};
 
 /// Keeps the cache of `inner` filled until the informer is dropped.
@@ -17,7 +17,7 @@ pub(super) async fn run(inner: Weak<Inner>, api: Api) {
     let mut first_list = true;
     loop {
         // List, then watch from the list's revision.
-        let list = match api.list(&kind, &ListOptions::default()).await {
+        let list = match api.list_texts(&kind).await {
             Ok(list) => list,
             Err(err) => {
                 tracing::warn!(kind = %kind.kind, %err, "informer list failed; retrying");
@@ -35,20 +35,8 @@ pub(super) async fn run(inner: Weak<Inner>, api: Api) {
         {
             let Some(inner) = inner.upgrade() else { return };
             let initial = std::mem::take(&mut first_list);
-            inner.apply(|cache| {
-                let changes = cache.replace(list.items, list.resource_version);
-                if !initial {
-                    return changes;
-                }
-                // The first list tells what exists, not what changed.
-                changes
-                    .into_iter()
-                    .map(|c| match c {
-                        Change::Applied(o) => Change::Listed(o),
-                        other => other,
-                    })
-                    .collect()
-            });
+            // The first list tells what exists, not what changed.
+            inner.apply_list(list.items, list.resource_version, initial);
             inner
                 .lists
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

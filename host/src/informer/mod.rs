@@ -27,6 +27,7 @@ mod cache;
 mod follow;
 mod reads;
 mod shared;
+mod terms;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
@@ -34,6 +35,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::watch;
 
 pub use cache::Cache;
+use cache::Pending;
 pub use shared::{InformerStats, Informers};
 
 use crate::api::Api;
@@ -513,6 +515,23 @@ impl Inner {
     }
 
     fn apply(&self, changes: impl FnOnce(&mut Cache) -> Vec<Change>) {
+        self.tell(
+            |cache| changes(cache).into_iter().map(Pending::Ready).collect(),
+            false,
+        );
+    }
+
+    /// Fills the cache from a list of the kind's objects as JSON text
+    /// ([`Cache::replace_json`]) at `revision`; objects are decoded only
+    /// to tell handlers about them, one at a time, and not at all if there
+    /// are none. The first list's objects are [`Change::Listed`].
+    fn apply_list(&self, items: Vec<Vec<u8>>, revision: i64, first_list: bool) {
+        let (started, objects) = (std::time::Instant::now(), items.len());
+        self.tell(|cache| cache.replace_json(items, revision), first_list);
+        tracing::debug!(kind = %self.kind.kind, objects, took = ?started.elapsed(), "informer filled from a list");
+    }
+
+    fn tell(&self, changes: impl FnOnce(&mut Cache) -> Vec<Pending>, first_list: bool) {
         let mut cache = self.cache.write().unwrap_or_else(|p| p.into_inner());
         let changes = changes(&mut cache);
         self.revision.send_replace(cache.revision());
@@ -523,9 +542,17 @@ impl Inner {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        for change in &changes {
+        if handlers.is_empty() {
+            return;
+        }
+        for pending in changes {
+            // Decoded one at a time, and dropped once told: a list of every
+            // object decoded at once is ten times the cache.
+            let Some(change) = cache.change(pending, first_list) else {
+                continue;
+            };
             for (_, handler) in &handlers {
-                handler(change);
+                handler(&change);
             }
         }
         drop(cache);
@@ -533,8 +560,11 @@ impl Inner {
 }
 
 /// Keys present in `a` but not in `b`.
-fn missing<'a, V>(a: &'a HashMap<ObjectKey, V>, b: &HashSet<ObjectKey>) -> Vec<&'a ObjectKey> {
-    a.keys().filter(|k| !b.contains(*k)).collect()
+fn missing<'a, K, V>(a: &'a HashMap<K, V>, b: &HashSet<ObjectKey>) -> Vec<&'a K>
+where
+    K: std::borrow::Borrow<ObjectKey> + std::hash::Hash + Eq,
+{
+    a.keys().filter(|k| !b.contains((*k).borrow())).collect()
 }
 
 #[cfg(test)]

@@ -6,15 +6,13 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
+use super::pump::{self, WATCH_BUFFER};
 use super::{
     Backend, Condition, Deleted, Error, EventKind, KeyValue, Range, RangeResult, Result, Revision,
     WatchEvent, WatchStream,
 };
-
-/// How many events a watch stream buffers before the forwarder waits.
-const WATCH_BUFFER: usize = 1024;
 
 /// An in-memory, multi-version key-value store.
 ///
@@ -273,51 +271,26 @@ impl Backend for MemoryBackend {
                 });
             }
         }
-        let (tx, rx) = mpsc::channel(WATCH_BUFFER);
         let backend = self.clone();
-        let mut revisions = self.inner.revision_tx.subscribe();
-        tokio::spawn(async move {
-            let mut last = after;
-            loop {
-                let batch: Result<Vec<WatchEvent>> = {
-                    let state = backend.state();
-                    if last < state.compacted {
-                        Err(Error::Compacted {
-                            requested: last,
-                            compacted: state.compacted,
-                        })
-                    } else {
-                        let from = state.log.partition_point(|e| e.revision() <= last);
-                        Ok(state.log[from..]
-                            .iter()
-                            .take(WATCH_BUFFER)
-                            .cloned()
-                            .collect())
-                    }
-                };
-                match batch {
-                    Err(err) => {
-                        let _ = tx.send(Err(err)).await;
-                        return;
-                    }
-                    Ok(events) if events.is_empty() => {
-                        tokio::select! {
-                            changed = revisions.changed() => if changed.is_err() { return },
-                            () = tx.closed() => return,
-                        }
-                    }
-                    Ok(events) => {
-                        for event in events {
-                            last = event.revision();
-                            if tx.send(Ok(event)).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                }
-            }
-        });
-        Ok(rx)
+        // Subscribed before the first read, so that no commit is missed.
+        let revisions = self.inner.revision_tx.subscribe();
+        Ok(pump::spawn(after, revisions, move |last| {
+            let state = backend.state();
+            let events = if last < state.compacted {
+                Err(Error::Compacted {
+                    requested: last,
+                    compacted: state.compacted,
+                })
+            } else {
+                let from = state.log.partition_point(|e| e.revision() <= last);
+                Ok(state.log[from..]
+                    .iter()
+                    .take(WATCH_BUFFER)
+                    .cloned()
+                    .collect())
+            };
+            std::future::ready(events)
+        }))
     }
 }
 

@@ -28,6 +28,7 @@ mod fenced;
 pub mod memory;
 pub mod metered;
 mod overlay;
+mod pump;
 
 use std::sync::Arc;
 

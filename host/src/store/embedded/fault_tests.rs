@@ -214,7 +214,12 @@ async fn a_record_torn_by_a_failed_write_is_dropped_at_the_next_open() {
         .put("/torn", vec![b't'; 4096], Condition::Any)
         .await
         .unwrap_err();
-    assert_eq!(store.get("/torn").await.unwrap(), None);
+    // A read may be refused (the writer has marked the store failed), as
+    // after a failed fsync above, but it never shows the torn write.
+    match store.get("/torn").await {
+        Ok(None) | Err(Error::Unavailable(_)) => {}
+        other => panic!("the torn write was read: {other:?}"),
+    }
     store.close().await.unwrap();
     // Half a record ends the newest segment, as a crash would leave it.
     let store = EmbeddedBackend::open(dir.path()).unwrap();

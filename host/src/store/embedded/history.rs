@@ -26,10 +26,64 @@ pub(super) struct Version {
     pub deleted: bool,
 }
 
+/// A version in one word: its revision, negated for a deletion (every
+/// revision is positive).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Packed(Revision);
+
+impl Packed {
+    fn new(version: Version) -> Self {
+        debug_assert!(version.revision > 0);
+        Self(if version.deleted {
+            -version.revision
+        } else {
+            version.revision
+        })
+    }
+
+    fn get(self) -> Version {
+        Version {
+            revision: self.0.abs(),
+            deleted: self.0 < 0,
+        }
+    }
+}
+
+/// A key's versions, oldest first. One alone (most keys, once compacted)
+/// is held inline: a vector of one would cost an allocation per key.
+#[derive(Debug)]
+enum Versions {
+    One(Packed),
+    Many(Vec<Packed>),
+}
+
+impl Versions {
+    fn as_slice(&self) -> &[Packed] {
+        match self {
+            Versions::One(one) => std::slice::from_ref(one),
+            Versions::Many(many) => many,
+        }
+    }
+
+    fn push(&mut self, version: Packed) {
+        match self {
+            Versions::One(one) => *self = Versions::Many(vec![*one, version]),
+            Versions::Many(many) => many.push(version),
+        }
+    }
+
+    /// The newest version at or below `revision`.
+    fn at(&self, revision: Revision) -> Option<Version> {
+        let versions = self.as_slice();
+        let newer = versions.partition_point(|v| v.get().revision <= revision);
+        newer.checked_sub(1).map(|i| versions[i].get())
+    }
+}
+
 /// Key → its versions, oldest first.
 #[derive(Debug, Default)]
 pub(super) struct History {
-    keys: BTreeMap<Arc<str>, Vec<Version>>,
+    keys: BTreeMap<Arc<str>, Versions>,
     /// Versions held, over all keys.
     versions: usize,
 }
@@ -37,14 +91,16 @@ pub(super) struct History {
 impl History {
     /// Adds `key`'s version at `revision`, newer than any it has.
     pub(super) fn record(&mut self, key: &str, revision: Revision, deleted: bool) {
-        let version = Version { revision, deleted };
+        let version = Packed::new(Version { revision, deleted });
         match self.keys.get_mut(key) {
             Some(versions) => {
-                debug_assert!(versions.last().is_none_or(|v| v.revision < revision));
+                debug_assert!(
+                    (versions.as_slice().last()).is_none_or(|v| v.get().revision < revision)
+                );
                 versions.push(version);
             }
             None => {
-                self.keys.insert(Arc::from(key), vec![version]);
+                self.keys.insert(Arc::from(key), Versions::One(version));
             }
         }
         self.versions += 1;
@@ -52,9 +108,7 @@ impl History {
 
     /// `key`'s newest version at or below `revision`.
     pub(super) fn at(&self, key: &str, revision: Revision) -> Option<Version> {
-        let versions = self.keys.get(key)?;
-        let newer = versions.partition_point(|v| v.revision <= revision);
-        newer.checked_sub(1).map(|i| versions[i])
+        self.keys.get(key)?.at(revision)
     }
 
     /// The revisions of `key`'s versions in `range`.
@@ -66,8 +120,8 @@ impl History {
         self.keys
             .get(key)
             .into_iter()
-            .flatten()
-            .map(|v| v.revision)
+            .flat_map(Versions::as_slice)
+            .map(|v| v.get().revision)
             .filter(move |r| range.contains(r))
     }
 
@@ -93,8 +147,7 @@ impl History {
             if limit != 0 && found.len() == limit {
                 break;
             }
-            let newer = versions.partition_point(|v| v.revision <= revision);
-            if let Some(version) = newer.checked_sub(1).map(|i| versions[i])
+            if let Some(version) = versions.at(revision)
                 && !version.deleted
             {
                 found.push((key.clone(), version.revision));
@@ -108,11 +161,20 @@ impl History {
         let Some(versions) = self.keys.get_mut(key) else {
             return;
         };
-        let before = versions.len();
-        versions.retain(|v| !revisions.contains(&v.revision));
-        self.versions -= before - versions.len();
-        if versions.is_empty() {
-            self.keys.remove(key);
+        let before = versions.as_slice().len();
+        let kept: Vec<Packed> = versions
+            .as_slice()
+            .iter()
+            .copied()
+            .filter(|v| !revisions.contains(&v.get().revision))
+            .collect();
+        self.versions -= before - kept.len();
+        match kept[..] {
+            [] => {
+                self.keys.remove(key);
+            }
+            [one] => *versions = Versions::One(one),
+            _ => *versions = Versions::Many(kept),
         }
     }
 
@@ -175,6 +237,29 @@ mod tests {
         assert_eq!(
             keys(&history.visible("/", None, 6, 2)),
             [("/a", 3), ("/c", 5)]
+        );
+    }
+
+    #[test]
+    fn a_key_with_one_version_holds_it_inline_and_a_deletion_packs_into_the_word() {
+        let history = history();
+        assert!(matches!(history.keys["/c"], Versions::One(_)));
+        assert!(matches!(history.keys["/a"], Versions::Many(_)));
+        assert_eq!(
+            std::mem::size_of::<Versions>(),
+            24,
+            "no bigger than a vector"
+        );
+        let deleted = Version {
+            revision: 7,
+            deleted: true,
+        };
+        assert_eq!(Packed::new(deleted).get(), deleted);
+        let mut history = history;
+        history.forget("/a", &[1]);
+        assert!(
+            matches!(history.keys["/a"], Versions::One(_)),
+            "back inline"
         );
     }
 

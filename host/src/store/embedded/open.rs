@@ -91,7 +91,9 @@ pub(super) fn open<I: LogIo>(dir: &Path, io: I) -> Result<Opened<I>> {
         }
         Err(e) => return Err(io_context(e, format!("reading {}", file.display()))),
     }
+    let started = std::time::Instant::now();
     let checked = check(&file)?;
+    let checked_at = started.elapsed();
     // The log is checked against the database before anything is written.
     let checked_replay = found
         .replay(checked.stored.counters.revision, checked.stored.log_segment)
@@ -145,7 +147,16 @@ pub(super) fn open<I: LogIo>(dir: &Path, io: I) -> Result<Opened<I>> {
     let wal = Wal::create(io, dir, &found)?;
     let counters = commit::replay(&db, &replay.records, stored.counters, wal.sequence(), &file)?;
     wal.forget(&found)?;
+    let replayed_at = started.elapsed();
     let history = load_history(&db, &file)?;
+    tracing::debug!(
+        dir = %dir.display(),
+        check = ?checked_at,
+        replay = ?replayed_at - checked_at,
+        history = ?started.elapsed() - replayed_at,
+        versions = history.len(),
+        "store open: integrity check, log replay, version index"
+    );
     Ok(Opened {
         db,
         lock,

@@ -6,14 +6,10 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use tokio::sync::mpsc;
-
 use super::Shared;
 use super::schema::{Context, Entry, META, META_COMPACTED, REVISIONS, read_meta};
+use crate::store::pump::{self, WATCH_BUFFER};
 use crate::store::{Error, EventKind, KeyValue, Result, Revision, WatchEvent, WatchStream};
-
-/// How many events a watch stream buffers, and the most read at once.
-const WATCH_BUFFER: usize = 1024;
 
 /// The most events the in-memory tail keeps.
 const RECENT_EVENTS: usize = 16 * 1024;
@@ -73,65 +69,37 @@ impl Recent {
 
 /// Starts a forwarder streaming every change after `after`.
 pub(super) fn spawn(shared: Arc<Shared>, after: Revision) -> WatchStream {
-    let (tx, rx) = mpsc::channel(WATCH_BUFFER);
     // Subscribed before the first read, so that no commit is missed.
-    let mut revisions = shared.revision_tx.subscribe();
-    tokio::spawn(async move {
-        let mut last = after;
-        loop {
+    let revisions = shared.revision_tx.subscribe();
+    pump::spawn(after, revisions, move |last| {
+        let shared = shared.clone();
+        async move {
             let compacted = shared.compacted.load(Ordering::Acquire);
             if last < compacted {
-                let _ = tx
-                    .send(Err(Error::Compacted {
-                        requested: last,
-                        compacted,
-                    }))
-                    .await;
-                return;
+                return Err(Error::Compacted {
+                    requested: last,
+                    compacted,
+                });
             }
             let recent = shared.recent().after(last, WATCH_BUFFER);
-            let batch = match recent {
-                Some(events) => Ok(events),
+            let events = match recent {
+                Some(events) => events,
                 None => {
                     // The replay reads the database, which must hold what
                     // the tail no longer does.
-                    if let Err(err) = shared.caught_up().await {
-                        let _ = tx.send(Err(err)).await;
-                        return;
-                    }
+                    shared.caught_up().await?;
                     let shared = shared.clone();
                     tokio::task::spawn_blocking(move || replay(&shared, last, WATCH_BUFFER))
                         .await
-                        .unwrap_or_else(|e| Err(Error::Unavailable(format!("watch replay: {e}"))))
+                        .unwrap_or_else(|e| Err(Error::Unavailable(format!("watch replay: {e}"))))?
                 }
             };
-            match batch {
-                Err(err) => {
-                    let _ = tx.send(Err(err)).await;
-                    return;
-                }
-                Ok(events) if events.is_empty() => {
-                    if shared.is_closed() {
-                        let _ = tx.send(Err(shared.closed_error())).await;
-                        return;
-                    }
-                    tokio::select! {
-                        changed = revisions.changed() => if changed.is_err() { return },
-                        () = tx.closed() => return,
-                    }
-                }
-                Ok(events) => {
-                    for event in events {
-                        last = event.revision();
-                        if tx.send(Ok(event)).await.is_err() {
-                            return;
-                        }
-                    }
-                }
+            if events.is_empty() && shared.is_closed() {
+                return Err(shared.closed_error());
             }
+            Ok(events)
         }
-    });
-    rx
+    })
 }
 
 /// Reads up to `max` events after `last` from disk.

@@ -17,6 +17,10 @@
 //! - restart to ready: `kill -9`, start again, time until `/readyz`
 //!   answers, and the RSS and the work done after the restart.
 //!
+//! `scale-bench restart DIR [TIMES]` measures restarts alone on a data
+//! directory a run kept (`SCALE_KEEP=1` prints it), TIMES times (default
+//! 3), so that two binaries can be compared on the same data.
+//!
 //! Environment: `SETPOINT_BIN` (default `target/release/setpoint`),
 //! `SCALE_PLUGINS` (the directory holding `replicaset.wasm` and
 //! `podsim.wasm`, default `target/wasm/wasm32-unknown-unknown/plugin`),
@@ -423,22 +427,40 @@ async fn run(n: usize, clients: usize) -> anyhow::Result<()> {
     );
 
     server.kill9();
+    let server = restart(&bin, &dir, port, &http).await?;
+    drop(server);
+    if std::env::var_os("SCALE_KEEP").is_some() {
+        println!("kept {}", scratch.keep().display());
+    }
+    Ok(())
+}
+
+/// Starts the server on `dir` (left by a `kill -9`), prints the time until
+/// `/readyz` answers and the RSS then, then waits until podsim is idle
+/// again (its controllers' first lists queue every Pod at low priority)
+/// and prints how long that took.
+async fn restart(
+    bin: &Path,
+    dir: &Path,
+    port: u16,
+    http: &reqwest::Client,
+) -> anyhow::Result<Server> {
     let started = Instant::now();
-    let server = Server::start(&bin, &dir, port)?;
-    server.wait_ready(&http).await?;
+    let server = Server::start(bin, dir, port)?;
+    let url = server.url.clone();
+    server.wait_ready(http).await?;
     let ready = started.elapsed();
-    let (rss_ready, _) = server.rss();
+    let (rss_ready, peak_ready) = server.rss();
     println!(
-        "restart: kill -9, then ready (/readyz) in {:.2} s; RSS then {:.0} MB",
+        "restart: kill -9, then ready (/readyz) in {:.2} s; RSS then {:.0} MB, peak {:.0} MB",
         ready.as_secs_f64(),
-        mb(rss_ready)
+        mb(rss_ready),
+        mb(peak_ready)
     );
-    // What the restarted host does next (its controllers' first lists
-    // queue every Pod at low priority): how long until podsim is idle.
     let settle = Instant::now();
     let mut idle_polls = 0;
     loop {
-        let text = metrics(&http, &url).await?;
+        let text = metrics(http, &url).await?;
         let depth = metric(&text, "workqueue_depth{name=\"podsim\"}");
         let busy = metric(&text, "workqueue_unfinished_work_seconds{name=\"podsim\"}");
         idle_polls = if depth == 0.0 && busy == 0.0 {
@@ -463,21 +485,45 @@ async fn run(n: usize, clients: usize) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    drop(server);
-    if std::env::var_os("SCALE_KEEP").is_some() {
-        println!("kept {}", scratch.keep().display());
+    Ok(server)
+}
+
+/// `scale-bench restart DIR [TIMES]`: restarts only, on a directory a
+/// run kept (`SCALE_KEEP=1`): start the server there, `kill -9` it once
+/// it is ready, then [`restart`] it TIMES times (default 3), each after a
+/// `kill -9`.
+async fn restarts(dir: &Path, times: usize) -> anyhow::Result<()> {
+    let bin = prepare(dir)?;
+    let http = reqwest::Client::new();
+    let port = free_port()?;
+    println!(
+        "restarts: {} on {} ({times} times)",
+        bin.display(),
+        dir.display()
+    );
+    let mut server = Server::start(&bin, dir, port)?;
+    server.wait_ready(&http).await?;
+    for _ in 0..times {
+        server.kill9();
+        server = restart(&bin, dir, port, &http).await?;
     }
     Ok(())
 }
 
 fn main() -> anyhow::Result<()> {
-    let n = std::env::args()
-        .nth(1)
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    if args.first().map(String::as_str) == Some("restart") {
+        let dir = args.get(1).context("scale-bench restart DIR [TIMES]")?;
+        let times = args.get(2).and_then(|t| t.parse().ok()).unwrap_or(3);
+        return runtime.block_on(restarts(Path::new(dir), times));
+    }
+    let n = args
+        .first()
         .and_then(|a| a.parse().ok())
         .unwrap_or_else(|| env_or("SCALE_N", 200_000usize));
     let clients = env_or("SCALE_CLIENTS", 32usize);
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?
-        .block_on(run(n, clients))
+    runtime.block_on(run(n, clients))
 }
