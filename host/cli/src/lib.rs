@@ -360,12 +360,15 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .await?;
             Ok(ExitCode::SUCCESS)
         }),
-        Command::Describe { object, server } => block_on(async move {
-            let ObjectArgs {
-                kind,
-                name,
-                namespace,
-            } = object;
+        Command::Describe {
+            object:
+                ObjectArgs {
+                    kind,
+                    name,
+                    namespace,
+                },
+            server,
+        } => block_on(async move {
             print!(
                 "{}",
                 describe::describe(&server.client()?, &kind, &name, &namespace).await?
@@ -409,12 +412,15 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Command::Delete { object, server } => block_on(async move {
-            let ObjectArgs {
-                kind,
-                name,
-                namespace,
-            } = object;
+        Command::Delete {
+            object:
+                ObjectArgs {
+                    kind,
+                    name,
+                    namespace,
+                },
+            server,
+        } => block_on(async move {
             let client = server.client()?;
             let resource = client.resolve(&kind).await?;
             client.delete(&resource, Some(&namespace), &name).await?;
