@@ -90,6 +90,27 @@ pub struct Request {
     pub round: u32,
 }
 
+impl Request {
+    /// The first call's request about `object`, made now: no observations
+    /// yet, and the outcomes of the writes of the key's last reconcile.
+    pub(crate) fn first(
+        object: Arc<Object>,
+        owned: Vec<Arc<Object>>,
+        finalizing: bool,
+        outcomes: Vec<Answer>,
+    ) -> Self {
+        Self {
+            object,
+            owned,
+            finalizing,
+            now_unix_ms: crate::object::time::now_unix_ms(),
+            observations: Vec::new(),
+            outcomes,
+            round: 0,
+        }
+    }
+}
+
 /// How important an event is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Severity {

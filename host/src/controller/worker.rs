@@ -18,7 +18,7 @@ use super::{
 use crate::api::{self, Api};
 use crate::cluster::{Ownership, ShardClaim};
 use crate::egress;
-use crate::object::{ObjectKey, meta, time};
+use crate::object::{ObjectKey, meta};
 
 /// How a key's turn ended, when it did not fail.
 enum Step {
@@ -412,15 +412,12 @@ async fn reconcile_key(
     ) {
         return Ok(Step::StillFailed);
     }
-    let request = Request {
-        object: object.clone(),
+    let request = Request::first(
+        object.clone(),
         owned,
         finalizing,
-        now_unix_ms: time::now_unix_ms(),
-        observations: Vec::new(),
-        outcomes: shared.effects.outcomes(key),
-        round: 0,
-    };
+        shared.effects.outcomes(key),
+    );
     let callee = reconciler.clone();
     if claim.is_some_and(|c| !c.is_fresh()) {
         // Waiting for the caches took long enough that the lease may lapse

@@ -20,7 +20,7 @@ use crate::controller::effects::rounds;
 use crate::controller::respond::Applier;
 use crate::controller::{CacheView, HttpRequest, ReconcileError, Request};
 use crate::egress::{Report, Scope};
-use crate::object::{Object, ObjectKey, codec, meta, patch, time};
+use crate::object::{Object, ObjectKey, codec, meta, patch};
 use crate::store::{EventKind, OverlayBackend};
 use crate::watch::EventType;
 
@@ -366,15 +366,7 @@ impl<'a> Cascade<'a> {
                 return;
             }
         };
-        let request = Request {
-            object: object.clone(),
-            owned,
-            finalizing,
-            now_unix_ms: time::now_unix_ms(),
-            observations: Vec::new(),
-            outcomes: Vec::new(),
-            round: 0,
-        };
+        let request = Request::first(object.clone(), owned, finalizing, Vec::new());
         self.plan.reconciles += 1;
         let view: Arc<dyn CacheView> = self.view.clone();
         let called = match context

@@ -411,14 +411,7 @@ where
             let deadline = {
                 let mut state = self.inner.state();
                 match state.take(Instant::now(), &self.inner.metrics) {
-                    Take::Key(key) => {
-                        let more = state.has_ready();
-                        drop(state);
-                        if more {
-                            self.inner.wake_getters.notify_one();
-                        }
-                        return Some(key);
-                    }
+                    Take::Key(key) => return Some(self.hand_out(state, key)),
                     Take::Closed => return None,
                     Take::Wait(deadline) => {
                         notified.as_mut().enable();
@@ -453,16 +446,20 @@ where
     pub fn try_get(&self) -> Option<K> {
         let mut state = self.inner.state();
         match state.take(Instant::now(), &self.inner.metrics) {
-            Take::Key(key) => {
-                let more = state.has_ready();
-                drop(state);
-                if more {
-                    self.inner.wake_getters.notify_one();
-                }
-                Some(key)
-            }
+            Take::Key(key) => Some(self.hand_out(state, key)),
             Take::Wait(_) | Take::Closed => None,
         }
+    }
+
+    /// Hand out `key`, just taken under `state`'s lock, passing the wake-up
+    /// on to another getter if more keys are ready.
+    fn hand_out(&self, state: MutexGuard<'_, State<K>>, key: K) -> K {
+        let more = state.has_ready();
+        drop(state);
+        if more {
+            self.inner.wake_getters.notify_one();
+        }
+        key
     }
 
     /// Marks `key` as processed. If it was added while being processed, it is requeued (once).
