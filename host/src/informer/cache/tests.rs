@@ -1,0 +1,179 @@
+//! Tests of the cache: indexes, relists, text fills and shared keys.
+use super::*;
+use crate::object::meta;
+use serde_json::json;
+
+fn obj(name: &str, rv: &str, owner: Option<&str>) -> Object {
+    let mut o = json!({"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv}});
+    if let Some(uid) = owner {
+        o["metadata"]["ownerReferences"] = json!([{"uid": uid}]);
+    }
+    o
+}
+
+#[test]
+fn owner_index_follows_upserts_and_removals() {
+    let mut cache = Cache::default();
+    cache.upsert(Arc::new(obj("a", "1", Some("o1"))), 1);
+    cache.upsert(Arc::new(obj("b", "2", Some("o1"))), 2);
+    assert_eq!(cache.owned_by("o1").len(), 2);
+    cache.upsert(Arc::new(obj("b", "3", Some("o2"))), 3);
+    assert_eq!(cache.owned_by("o1").len(), 1);
+    assert_eq!(cache.owned_by("o2").len(), 1);
+    cache.remove(&Arc::new(obj("a", "4", Some("o1"))), 4);
+    assert!(cache.owned_by("o1").is_empty());
+}
+
+fn labelled(name: &str, ns: &str, rv: &str, app: &str) -> Object {
+    json!({"metadata": {"name": name, "namespace": ns, "resourceVersion": rv, "labels": {"app": app}}})
+}
+
+#[test]
+fn namespace_and_label_indexes_follow_upserts_and_removals() {
+    let mut cache = Cache::default();
+    cache.upsert(Arc::new(labelled("a", "one", "1", "web")), 1);
+    cache.upsert(Arc::new(labelled("b", "one", "2", "db")), 2);
+    cache.upsert(Arc::new(labelled("c", "two", "3", "web")), 3);
+    assert_eq!(cache.in_namespace(Some("one")).len(), 2);
+    assert_eq!(cache.with_label("app", "web").len(), 2);
+
+    // Relabelled: leaves the old label's entry, joins the new one.
+    cache.upsert(Arc::new(labelled("a", "one", "4", "db")), 4);
+    assert_eq!(cache.with_label("app", "web").len(), 1);
+    assert_eq!(cache.with_label("app", "db").len(), 2);
+
+    cache.remove(&Arc::new(labelled("c", "two", "5", "web")), 5);
+    assert!(cache.with_label("app", "web").is_empty());
+    assert!(cache.in_namespace(Some("two")).is_empty());
+    assert!(!cache.by_label.contains_key(&("app".into(), "web".into())));
+    assert!(!cache.by_namespace.contains_key(&Some("two".to_owned())));
+    assert_eq!(cache.len(), 2);
+}
+
+#[test]
+fn relist_reports_only_what_changed() {
+    let mut cache = Cache::default();
+    cache.replace(vec![obj("a", "1", None), obj("b", "2", None)], 2);
+    let changes = cache.replace(vec![obj("a", "1", None), obj("c", "5", None)], 5);
+    let summary: Vec<(bool, String)> = changes
+        .iter()
+        .map(|c| {
+            (
+                matches!(c, Change::Deleted(_)),
+                meta::name(c.object()).to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(summary, [(true, "b".to_owned()), (false, "c".to_owned())]);
+    assert_eq!(cache.revision(), 5);
+}
+
+#[test]
+fn an_object_nobody_holds_is_decoded_again_even_one_nested_past_the_parsers_limit() {
+    let mut cache = Cache::default();
+    let mut deep = json!("bottom");
+    for _ in 0..300 {
+        deep = json!([deep]);
+    }
+    let mut object = obj("deep", "1", Some("o1"));
+    object["spec"] = deep;
+    cache.upsert(Arc::new(object.clone()), 1);
+    let key = ObjectKey::new(Some("ns"), "deep");
+    assert_eq!(*cache.get(&key).unwrap(), object, "decoded from the text");
+    let held = cache.get(&key).unwrap();
+    assert!(
+        Arc::ptr_eq(&held, &cache.get(&key).unwrap()),
+        "shared while held"
+    );
+    assert_eq!(cache.owned_by("o1").len(), 1);
+}
+
+fn text(object: &Object) -> Vec<u8> {
+    serde_json::to_vec(object).unwrap()
+}
+
+fn summary(changes: &[Change]) -> Vec<String> {
+    changes
+        .iter()
+        .map(|c| {
+            let what = match c {
+                Change::Applied(_) => "applied",
+                Change::Deleted(_) => "deleted",
+                Change::Listed(_) => "listed",
+            };
+            format!("{what} {}", serde_json::to_string(&**c.object()).unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn a_list_of_text_fills_the_cache_as_a_list_of_objects_does_and_decodes_nothing() {
+    let first = [
+        obj("a", "1", Some("o1")),
+        labelled("b", "ns", "2", "web"),
+        obj("gone", "3", None),
+    ];
+    let second = [
+        obj("a", "1", Some("o1")),
+        labelled("b", "ns", "6", "db"),
+        obj("c", "5", None),
+    ];
+    let (mut objects, mut texts) = (Cache::default(), Cache::default());
+    for (round, items) in [&first[..], &second[..]].into_iter().enumerate() {
+        let want = objects.replace(items.to_vec(), 6);
+        let pending = texts.replace_json(items.iter().map(text).collect(), 6);
+        for key in texts.objects.keys() {
+            assert!(texts.objects[key].held().is_none(), "nothing decoded");
+        }
+        let got: Vec<Change> = pending
+            .into_iter()
+            .filter_map(|p| texts.change(p, false))
+            .collect();
+        assert_eq!(summary(&got), summary(&want), "round {round}");
+    }
+    assert_eq!(texts.len(), 3);
+    assert_eq!(texts.revision(), 6);
+    assert_eq!(texts.owned_by("o1").len(), 1);
+    assert_eq!(texts.with_label("app", "db").len(), 1);
+    assert!(texts.with_label("app", "web").is_empty(), "relabelled");
+    assert_eq!(texts.in_namespace(Some("ns")).len(), 3);
+    let key = ObjectKey::new(Some("ns"), "c");
+    assert_eq!(*texts.get(&key).unwrap(), obj("c", "5", None));
+
+    // The first list's objects are listed, not applied.
+    let mut fresh = Cache::default();
+    let pending = fresh.replace_json(vec![text(&obj("a", "1", None))], 1);
+    let listed: Vec<Change> = pending
+        .into_iter()
+        .filter_map(|p| fresh.change(p, true))
+        .collect();
+    assert_eq!(
+        summary(&listed),
+        [format!("listed {}", text_of(&obj("a", "1", None)))]
+    );
+}
+
+fn text_of(object: &Object) -> String {
+    serde_json::to_string(object).unwrap()
+}
+
+#[test]
+fn every_index_shares_the_one_key_the_map_holds() {
+    let mut cache = Cache::default();
+    let mut pod = labelled("a", "ns", "1", "web");
+    pod["metadata"]["ownerReferences"] = json!([{"uid": "o1"}]);
+    cache.upsert(Arc::new(pod.clone()), 1);
+    pod["metadata"]["resourceVersion"] = json!("2");
+    cache.upsert(Arc::new(pod), 2);
+    let key = ObjectKey::new(Some("ns"), "a");
+    let held = cache.objects.get_key_value(&key).unwrap().0;
+    // The map, the owner, namespace and label indexes: one allocation.
+    assert_eq!(Arc::strong_count(held), 4);
+}
+
+#[test]
+fn an_unchanged_object_is_not_a_change() {
+    let mut cache = Cache::default();
+    assert!(cache.upsert(Arc::new(obj("a", "1", None)), 1).is_some());
+    assert!(cache.upsert(Arc::new(obj("a", "1", None)), 1).is_none());
+}
