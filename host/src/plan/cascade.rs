@@ -15,7 +15,8 @@ use super::report::{
 };
 use super::view::PlanView;
 use super::{Context, DeleteTarget, Document, Error, MAX_RECONCILES, MAX_RECONCILES_PER_OBJECT};
-use crate::api::{self, Api, DeleteOptions, GcSimulation, Propagation};
+use crate::api::{self, Api, DeleteOptions, Propagation};
+use crate::system::gc::Simulation as GcSimulation;
 use crate::controller::apply::Applier;
 use crate::controller::effects::rounds;
 use crate::controller::{CacheView, HttpRequest, ReconcileError, Request};
