@@ -45,7 +45,11 @@ async fn rest_of_list(watcher: &mut Watcher) -> (BTreeSet<String>, i64) {
     loop {
         match watcher.next().await {
             Some(Event::InitApply(kv)) => {
-                assert!(names.insert(name_of_key(&kv.key)), "{} listed twice", kv.key);
+                assert!(
+                    names.insert(name_of_key(&kv.key)),
+                    "{} listed twice",
+                    kv.key
+                );
             }
             Some(Event::InitDone { revision }) => return (names, revision),
             other => panic!("unexpected during a list: {other:?}"),
@@ -78,7 +82,11 @@ async fn the_list_and_the_watch_meet_without_a_gap_or_a_duplicate() {
     let revision = loop {
         match watcher.next().await {
             Some(Event::InitApply(kv)) => {
-                assert!(names.insert(name_of_key(&kv.key)), "{} listed twice", kv.key);
+                assert!(
+                    names.insert(name_of_key(&kv.key)),
+                    "{} listed twice",
+                    kv.key
+                );
                 assert!(kv.mod_revision <= at_list, "listed at one revision");
             }
             Some(Event::InitDone { revision }) => break revision,
@@ -86,7 +94,11 @@ async fn the_list_and_the_watch_meet_without_a_gap_or_a_duplicate() {
         }
     };
     assert_eq!(revision, at_list);
-    assert_eq!(names, listed.iter().cloned().collect(), "exactly the stored objects");
+    assert_eq!(
+        names,
+        listed.iter().cloned().collect::<BTreeSet<_>>(),
+        "exactly the stored objects"
+    );
 
     let mut applied = Vec::new();
     let mut last = revision;
@@ -111,7 +123,10 @@ async fn the_list_and_the_watch_meet_without_a_gap_or_a_duplicate() {
             ("l0000".to_owned(), true),
         ]
     );
-    assert_eq!(watcher.progress(), Some(api.current_revision().await.unwrap()));
+    assert_eq!(
+        watcher.progress(),
+        Some(api.current_revision().await.unwrap())
+    );
 }
 
 #[tokio::test]
@@ -172,7 +187,11 @@ impl Backend for FailingRanges {
     ) -> store::Result<store::KeyValue> {
         self.inner.put(key, value, condition).await
     }
-    async fn delete(&self, key: &str, condition: store::Condition) -> store::Result<store::Deleted> {
+    async fn delete(
+        &self,
+        key: &str,
+        condition: store::Condition,
+    ) -> store::Result<store::Deleted> {
         self.inner.delete(key, condition).await
     }
     async fn current_revision(&self) -> store::Result<store::Revision> {
@@ -211,6 +230,10 @@ async fn a_list_that_fails_half_way_starts_over_from_init() {
     let (names, revision) = one_list(&mut watcher).await;
     assert_eq!(names, stored, "the new list is whole");
     assert_eq!(revision, api.current_revision().await.unwrap());
-    assert_eq!(backend.failing.load(Ordering::SeqCst), 0, "both failures were retried");
+    assert_eq!(
+        backend.failing.load(Ordering::SeqCst),
+        0,
+        "both failures were retried"
+    );
     assert!(watcher.is_watching());
 }

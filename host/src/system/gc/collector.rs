@@ -261,11 +261,7 @@ impl Collector {
             });
         }
         let field = |name: &str| reference.get(name).and_then(Value::as_str).unwrap_or("");
-        let Some(kind) = self
-            .api
-            .kinds()
-            .by_kind(field("apiVersion"), field("kind"))
-        else {
+        let Some(kind) = self.api.kinds().by_kind(field("apiVersion"), field("kind")) else {
             return Ok(OwnerState::Dangling);
         };
         let namespace = match (kind.namespaced, meta::namespace(dependent)) {

@@ -173,11 +173,20 @@ pub struct GcHealth {
 /// gc.abort();
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct GarbageCollector {
     api: Api,
     config: GcConfig,
     progress: Arc<Progress>,
+}
+
+impl std::fmt::Debug for GarbageCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GarbageCollector")
+            .field("config", &self.config)
+            .field("health", &self.health())
+            .finish_non_exhaustive()
+    }
 }
 
 impl GarbageCollector {
@@ -289,11 +298,7 @@ impl Progress {
     }
 
     fn set_busy(&self, busy: bool) {
-        let since = if busy {
-            unix_ms(SystemTime::now())
-        } else {
-            0
-        };
+        let since = if busy { unix_ms(SystemTime::now()) } else { 0 };
         self.busy_since_ms.store(since, Ordering::SeqCst);
     }
 }

@@ -69,7 +69,9 @@ impl Simulation {
                 if *tried < SIMULATED_ATTEMPTS {
                     self.queue.add(item.clone());
                 } else {
-                    failed.push(format!("garbage collection of {item:?} kept failing: {err}"));
+                    failed.push(format!(
+                        "garbage collection of {item:?} kept failing: {err}"
+                    ));
                 }
             }
             self.queue.done(&item);

@@ -5,12 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 use super::{GarbageCollector, GcConfig};
 use crate::api::tests::*;
-use crate::api::{Api, DeleteOptions, Propagation};
+use crate::api::{Api, DeleteOptions, Error, Propagation};
 use crate::object::meta;
 use crate::store::MemoryBackend;
 
