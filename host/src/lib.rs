@@ -37,9 +37,12 @@
 //! - [`api`]: object semantics over a backend (versions, generation, status,
 //!   finalizers, selectors, pagination).
 //! - [`watch`]: one cache of recent changes fanned out to every watcher.
-//! - [`informer`]: list-then-watch caches with an owner index.
+//! - [`informer`]: list-then-watch caches with an owner index, on the one
+//!   list-watch primitive ([`informer::watcher`]).
 //! - [`queue`]: the workqueue (client-go semantics).
 //! - [`controller`]: the reconcile loop and response application.
+//! - [`system`]: controllers the host runs for itself (garbage collection,
+//!   compaction, following stored definitions).
 //! - [`egress`]: the external HTTP requests plugins ask for, under grants.
 //! - [`runtime`]: wasmtime, the sandbox and the plugin world bindings.
 //! - [`plugins`]: the plugins directory.
@@ -67,6 +70,7 @@ pub mod plugins;
 pub mod queue;
 pub mod runtime;
 pub mod store;
+pub mod system;
 pub mod watch;
 
 pub use client::Client;

@@ -1,15 +1,12 @@
-//! Compaction: forgetting store history older than a number of revisions,
-//! periodically (Kubernetes compacts every five minutes). Owns when and how
-//! far to compact; what compaction removes is the backend's business.
+//! Compaction: forgetting store history up to a revision, and what that
+//! means for lists and watches. When to compact is the compactor's
+//! (`crate::system::compactor`); what compaction removes is the backend's.
 //!
 //! After compaction to revision `c`, a list continuing a page taken at or
 //! below `c` answers [`Error::Gone`](super::Error::Gone) (410), and so does a watch started
 //! through [`Api::watch`] after a revision below `c`: the client relists.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
-
-use tokio::task::JoinHandle;
 
 use super::{Api, Result};
 use crate::store::Revision;
@@ -67,61 +64,6 @@ impl Api {
     /// ```
     pub fn compacted_revision(&self) -> Revision {
         self.compacted.load(Ordering::SeqCst)
-    }
-
-    /// Start a task that every `interval` compacts the store to its current
-    /// revision minus `keep_revisions` (when that moved since the last
-    /// compaction). Failures are logged and retried at the next tick. The
-    /// task runs until the handle is aborted.
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use serde_json::json;
-    /// use setpoint::api::{Api, Error};
-    /// use setpoint::store::MemoryBackend;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
-    /// let events = api.kinds().require("v1", "Event")?;
-    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
-    ///
-    /// use std::time::Duration;
-    /// for i in 0..5 {
-    ///     api.create(&events, event(&format!("e{i}"))).await?;
-    /// }
-    /// let compactor = api.start_compactor(Duration::from_millis(10), 2);
-    /// while api.compacted_revision() < 3 {
-    ///     tokio::time::sleep(Duration::from_millis(5)).await;
-    /// }
-    /// compactor.abort();
-    /// # Ok(()) }
-    /// ```
-    pub fn start_compactor(&self, interval: Duration, keep_revisions: i64) -> JoinHandle<()> {
-        let api = self.clone();
-        let keep = keep_revisions.max(0);
-        tokio::spawn(async move {
-            let mut ticker =
-                tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                ticker.tick().await;
-                let current = match api.current_revision().await {
-                    Ok(current) => current,
-                    Err(err) => {
-                        tracing::warn!(%err, "compactor cannot read the current revision");
-                        continue;
-                    }
-                };
-                let target = current - keep;
-                if target <= api.compacted_revision() {
-                    continue;
-                }
-                match api.compact(target).await {
-                    Ok(()) => tracing::debug!(revision = target, "store compacted"),
-                    Err(err) => tracing::warn!(%err, revision = target, "compaction failed"),
-                }
-            }
-        })
     }
 
     /// Subscribe to changes under `prefix` after revision `after`, refusing

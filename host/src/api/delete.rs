@@ -38,7 +38,7 @@
 //! # Caveats
 //!
 //! - `Foreground` and `Orphan` deletions complete only while the garbage
-//!   collector runs ([`Api::start_garbage_collector`]): their finalizers are
+//!   collector runs ([`crate::system::GarbageCollector`]): their finalizers are
 //!   its to remove.
 //! - Grace periods are not modelled: deletion is always immediate once no
 //!   finalizer remains.

@@ -123,14 +123,6 @@ pub struct ObjectList {
     pub continue_token: Option<String>,
 }
 
-/// [`Api::list_texts`]: the objects of a kind as JSON text.
-pub(crate) struct ObjectTexts {
-    /// Each object's JSON, in key order.
-    pub items: Vec<Vec<u8>>,
-    /// The store revision the list reflects.
-    pub resource_version: Revision,
-}
-
 impl ObjectList {
     /// This page as a Kubernetes `…List` object.
     ///
@@ -346,43 +338,11 @@ impl Api {
         Ok(body)
     }
 
-    /// Every object of a kind as its JSON text (each what
-    /// `serde_json::to_vec` writes for [`Api::list`]'s item), at one
-    /// revision, written from the stored bytes as [`Api::list_json`]
-    /// writes them: what an informer fills its cache from.
-    ///
-    /// Read in pages at the first page's revision, so that only one page
-    /// of stored values is held beside the texts.
-    pub(crate) async fn list_texts(&self, kind: &KindInfo) -> Result<ObjectTexts> {
-        const PAGE: usize = 4096;
-        let mut items = Vec::new();
-        let mut options = ListOptions::default().with_limit(PAGE);
-        loop {
-            let (resource_version, token) = self
-                .walk(kind, &options, |kv| {
-                    // Room for the version spliced in, so the text is not moved again.
-                    let mut text = Vec::with_capacity(kv.value.len() + 40);
-                    Self::write_stored(kv, &mut text)?;
-                    items.push(text);
-                    Ok(true)
-                })
-                .await?;
-            match token {
-                Some(token) => options = options.with_continue_token(token),
-                None => {
-                    return Ok(ObjectTexts {
-                        items,
-                        resource_version,
-                    });
-                }
-            }
-        }
-    }
-
-    /// Writes the stored object `kv` as the API's JSON: its bytes with the
-    /// resource version spliced in, or decoded and encoded where the splice
-    /// does not apply.
-    fn write_stored(kv: &store::KeyValue, out: &mut Vec<u8>) -> Result<()> {
+    /// Writes the stored object `kv` as the API's JSON (what
+    /// `serde_json::to_vec` writes for [`Api::list`]'s item): its bytes with
+    /// the resource version spliced in, or decoded and encoded where the
+    /// splice does not apply. Informers fill their caches with this text.
+    pub(crate) fn write_stored(kv: &store::KeyValue, out: &mut Vec<u8>) -> Result<()> {
         if !raw::with_resource_version(&kv.value, kv.mod_revision, out) {
             write_json(out, &Self::decode(kv)?);
         }

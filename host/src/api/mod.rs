@@ -15,19 +15,22 @@
 //!   in the request is a precondition (`write`, `patch`, `apply`).
 //! - Deletion honours finalizers and the propagation policy (`delete`);
 //!   dependents are garbage-collected through owner references by a
-//!   background task ([`Api::start_garbage_collector`], `gc`).
+//!   system controller above this layer ([`crate::system::gc`]).
 //! - Core `v1 Secret`s fold `stringData` into `data` and check it on
 //!   every write (`secret`).
-//! - Lists page through one snapshot (`list`); history is compacted by
-//!   [`Api::start_compactor`] (`compact`).
+//! - Lists page through one snapshot (`list`); compaction (`compact`)
+//!   answers older pages and watches with 410, and is run periodically by
+//!   the compactor ([`crate::system::compactor`]).
+//!
+//! The controllers the host runs for itself (garbage collection,
+//! compaction, following stored definitions) are `crate::system`'s: this
+//! module is the object rules they call.
 
 mod apply;
 mod compact;
 mod crd;
 mod delete;
 mod error;
-mod follow;
-mod gc;
 pub mod kinds;
 mod list;
 mod patch;
@@ -36,15 +39,13 @@ mod validate;
 mod write;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
 
 pub use delete::{DeleteOptions, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, Propagation};
 pub use error::{Cause, CauseType, Error, FieldConflict};
-pub(crate) use gc::Simulation as GcSimulation;
-pub use gc::{GcConfig, GcHealth};
 pub use kinds::KindRegistry;
 pub use list::{ListOptions, ObjectList};
 pub(crate) use write::Next;
@@ -87,8 +88,6 @@ pub struct Api {
     compacted: Arc<AtomicI64>,
     /// Whether writes are only checked (see [`Api::dry_run`]).
     dry_run: bool,
-    /// How the garbage collector is doing (for `/metrics` and its watchdog).
-    gc: Arc<gc::Progress>,
 }
 
 impl Api {
@@ -129,7 +128,6 @@ impl Api {
             max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
             compacted: Arc::new(AtomicI64::new(0)),
             dry_run: false,
-            gc: Arc::default(),
         };
         let crd_kind = api.crd_kind();
         for crd in api.list(&crd_kind, &ListOptions::default()).await?.items {
@@ -316,7 +314,6 @@ impl Api {
             backend: overlay,
             kinds: self.kinds.fork(),
             dry_run: false,
-            gc: Default::default(),
             ..self.clone()
         }
     }
@@ -377,7 +374,8 @@ impl Api {
         self.dry_run
     }
 
-    fn crd_kind(&self) -> Arc<KindInfo> {
+    /// The built-in `CustomResourceDefinition` kind.
+    pub(crate) fn crd_kind(&self) -> Arc<KindInfo> {
         self.kinds
             .by_plural(kinds::CRD_GROUP, "customresourcedefinitions")
             .expect("built-in kind")
@@ -479,7 +477,9 @@ impl Api {
         }
     }
 
-    fn decode(kv: &KeyValue) -> Result<Object> {
+    /// A stored object as the API serves it (its `resourceVersion` is the
+    /// key's last write); undecodable bytes are a corrupt store.
+    pub(crate) fn decode(kv: &KeyValue) -> Result<Object> {
         codec::decode(&kv.value, kv.mod_revision)
             .map_err(|e| Error::Store(store::Error::Corrupt(format!("{}: {e}", kv.key))))
     }

@@ -15,6 +15,7 @@ use crate::informer::Informers;
 use crate::plugins::{self};
 use crate::runtime::{Runtime, RuntimeConfig};
 use crate::store::{Backend, MemoryBackend};
+use crate::system;
 
 use super::{
     COMPACTION_INTERVAL, COMPACTION_KEEP_REVISIONS, Error, Host, Shared, run_while_leader,
@@ -224,14 +225,18 @@ impl HostBuilder {
             }
             (None, _) => None,
         };
-        let mut background = vec![api.start_definition_follower()];
+        let gc = system::GarbageCollector::new(api.clone(), system::GcConfig::default());
+        let mut background = vec![system::definitions::follow(&api)];
         match &cluster {
             // Cluster-wide singletons run on the leader only.
-            Some(cluster) => background.push(run_while_leader(cluster, api.clone())),
+            Some(cluster) => background.push(run_while_leader(cluster, api.clone(), gc.clone())),
             None => {
-                background.push(api.start_garbage_collector());
-                background
-                    .push(api.start_compactor(COMPACTION_INTERVAL, COMPACTION_KEEP_REVISIONS));
+                background.push(gc.start());
+                background.push(system::compactor::start(
+                    &api,
+                    COMPACTION_INTERVAL,
+                    COMPACTION_KEEP_REVISIONS,
+                ));
             }
         }
         let host = Host {
@@ -239,6 +244,7 @@ impl HostBuilder {
                 informers: Informers::new(api.clone()),
                 egress: crate::egress::Egress::new(api.clone(), self.egress),
                 api,
+                gc,
                 cluster,
                 runtime,
                 controller_config: self.controller,

@@ -17,6 +17,7 @@ use crate::informer::Informers;
 use crate::object::ObjectKey;
 use crate::plugins::{self, PluginStatus};
 use crate::runtime::{self, Runtime};
+use crate::system;
 
 mod builder;
 mod claims;
@@ -105,6 +106,8 @@ pub struct Host {
 /// What the host and its plugins-directory task share.
 struct Shared {
     api: Api,
+    /// The garbage collector, for its health (it runs among `background`).
+    gc: system::GarbageCollector,
     cluster: Option<Cluster>,
     informers: Informers,
     runtime: Runtime,
@@ -127,7 +130,11 @@ struct Shared {
 
 /// Run the garbage collector and the compactor while this host leads the
 /// cluster, and stop them when it no longer does.
-fn run_while_leader(cluster: &Cluster, api: Api) -> tokio::task::JoinHandle<()> {
+fn run_while_leader(
+    cluster: &Cluster,
+    api: Api,
+    gc: system::GarbageCollector,
+) -> tokio::task::JoinHandle<()> {
     let mut leadership = cluster.leadership();
     tokio::spawn(async move {
         let mut running: Vec<tokio::task::JoinHandle<()>> = Vec::new();
@@ -142,8 +149,12 @@ fn run_while_leader(cluster: &Cluster, api: Api) -> tokio::task::JoinHandle<()> 
             let leads = *leadership.borrow_and_update();
             if leads && running.is_empty() {
                 tracing::info!("leading the cluster: running the garbage collector and compactor");
-                running.push(api.start_garbage_collector());
-                running.push(api.start_compactor(COMPACTION_INTERVAL, COMPACTION_KEEP_REVISIONS));
+                running.push(gc.start());
+                running.push(system::compactor::start(
+                    &api,
+                    COMPACTION_INTERVAL,
+                    COMPACTION_KEEP_REVISIONS,
+                ));
             } else if !leads && !running.is_empty() {
                 tracing::info!("no longer leading the cluster");
                 running.drain(..).for_each(|t| t.abort());
@@ -225,6 +236,23 @@ impl Host {
     /// The object API.
     pub fn api(&self) -> &Api {
         &self.shared.api
+    }
+
+    /// How the garbage collector is doing (see [`system::GcHealth`]); on a
+    /// cluster it runs on the leader only, and this host's figures say so.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+    /// let host = setpoint::Host::builder().in_memory().build().await.unwrap();
+    /// while host.gc_health().last_progress.is_none() {
+    ///     tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    /// }
+    /// assert_eq!(host.gc_health().restarts, 0);
+    /// host.shutdown().await;
+    /// # });
+    /// ```
+    pub fn gc_health(&self) -> system::GcHealth {
+        self.shared.gc.health()
     }
 
     /// A typed client of this host's objects (see [`crate::client`]).
@@ -553,7 +581,7 @@ impl Shared {
                     // stored definition, which is what everyone else uses.
                     let name = crate::object::meta::name(definition).to_owned();
                     let stored = self.api.get(&crd_kind, None, &name).await?;
-                    self.api.register_kind_of(&stored);
+                    system::definitions::register(&self.api, &stored);
                 }
                 Err(err) => return Err(err.into()),
             }

@@ -1,70 +1,60 @@
-//! The informer's loop: list, then follow the watch hub from the list's
-//! revision; relist when the hub answers "too old"; stop when the last
-//! handle to the informer is gone.
+//! The informer's loop: a thin consumer of the [`watcher`](super::watcher)
+//! that fills the cache from each list and keeps it in step with each
+//! change; it stops when the last handle to the informer is gone.
 
 use std::sync::Weak;
 
 use super::Inner;
+use super::watcher::{Event, Watcher};
 use crate::api::Api;
-use crate::watch::{Error as WatchError, EventType};
 
 /// Keeps the cache of `inner` filled until the informer is dropped.
 pub(super) async fn run(inner: Weak<Inner>, api: Api) {
     let Some(kind) = inner.upgrade().map(|i| i.kind.clone()) else {
         return;
     };
-    let prefix = Api::prefix(&kind, None);
+    let mut watcher = Watcher::new(&api, &Api::prefix(&kind, None));
+    // The list as the API's JSON text, written from the stored bytes as
+    // each page arrives: nothing is decoded, and only one page of stored
+    // values is held beside the texts.
+    let mut listed: Vec<Vec<u8>> = Vec::new();
     let mut first_list = true;
-    loop {
-        // List, then watch from the list's revision.
-        let list = match api.list_texts(&kind).await {
-            Ok(list) => list,
-            Err(err) => {
-                tracing::warn!(kind = %kind.kind, %err, "informer list failed; retrying");
-                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-                continue;
-            }
-        };
-        let mut subscription = match api.hub().subscribe(&prefix, list.resource_version) {
-            Ok(s) => s,
-            Err(err) => {
-                tracing::debug!(kind = %kind.kind, %err, "informer subscribe failed; relisting");
-                continue;
-            }
-        };
-        {
-            let Some(inner) = inner.upgrade() else { return };
-            let initial = std::mem::take(&mut first_list);
-            // The first list tells what exists, not what changed.
-            inner.apply_list(list.items, list.resource_version, initial);
-            inner
-                .lists
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            inner.synced.send_replace(true);
-        }
-        loop {
-            match subscription.next().await {
-                Ok(event) => {
-                    let Some(inner) = inner.upgrade() else { return };
-                    inner.apply(|cache| {
-                        let change = match event.kind {
-                            EventType::Deleted => cache.remove(&event.object, event.revision),
-                            EventType::Added | EventType::Modified => {
-                                cache.upsert(event.object.clone(), event.revision)
-                            }
-                        };
-                        change.into_iter().collect()
-                    });
-                }
-                Err(WatchError::TooOldResourceVersion { .. }) => {
-                    tracing::info!(kind = %kind.kind, "informer fell behind; relisting");
-                    break;
-                }
-                Err(err) => {
-                    tracing::warn!(kind = %kind.kind, %err, "informer watch ended");
-                    return;
+    while let Some(event) = watcher.next().await {
+        let Some(inner) = inner.upgrade() else { return };
+        match event {
+            Event::Init => listed.clear(),
+            Event::InitApply(kv) => {
+                // Room for the version spliced in, so the text is not moved again.
+                let mut text = Vec::with_capacity(kv.value.len() + 40);
+                match Api::write_stored(&kv, &mut text) {
+                    Ok(()) => listed.push(text),
+                    Err(err) => {
+                        tracing::warn!(kind = %kind.kind, key = %kv.key, %err, "informer skips an undecodable object");
+                    }
                 }
             }
+            Event::InitDone { revision } => {
+                let initial = std::mem::take(&mut first_list);
+                // The first list tells what exists, not what changed.
+                inner.apply_list(std::mem::take(&mut listed), revision, initial);
+                inner
+                    .lists
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                inner.synced.send_replace(true);
+            }
+            Event::Apply(event) => inner.apply(|cache| {
+                cache
+                    .upsert(event.object.clone(), event.revision)
+                    .into_iter()
+                    .collect()
+            }),
+            Event::Delete(event) => inner.apply(|cache| {
+                cache
+                    .remove(&event.object, event.revision)
+                    .into_iter()
+                    .collect()
+            }),
         }
     }
+    tracing::debug!(kind = %kind.kind, "informer stops: the watch hub stopped");
 }

@@ -4,6 +4,10 @@
 //! [`Informers`] shares one informer per kind between every controller and
 //! drops it when nobody holds it any more.
 //!
+//! The list-then-watch itself is [`watcher`]'s, the one primitive every
+//! follower of the store uses (informers, and the system controllers of
+//! `crate::system`).
+//!
 //! # Guarantees
 //!
 //! - The cache is filled by a list at one revision, then follows the watch
@@ -28,6 +32,7 @@ mod follow;
 mod reads;
 mod shared;
 mod terms;
+pub mod watcher;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};

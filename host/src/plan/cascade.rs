@@ -15,13 +15,14 @@ use super::report::{
 };
 use super::view::PlanView;
 use super::{Context, DeleteTarget, Document, Error, MAX_RECONCILES, MAX_RECONCILES_PER_OBJECT};
-use crate::api::{self, Api, DeleteOptions, GcSimulation, Propagation};
+use crate::api::{self, Api, DeleteOptions, Propagation};
 use crate::controller::effects::rounds;
 use crate::controller::respond::Applier;
 use crate::controller::{CacheView, HttpRequest, ReconcileError, Request};
 use crate::egress::{Report, Scope};
 use crate::object::{Object, ObjectKey, codec, meta, patch};
 use crate::store::{EventKind, OverlayBackend};
+use crate::system::gc::Simulation as GcSimulation;
 use crate::watch::EventType;
 
 /// A reconcile to make: which controller (index into the targets), which

@@ -174,7 +174,7 @@ pub(super) struct HostNumbers {
     /// The shared informers.
     pub(super) informers: Vec<InformerStats>,
     /// The garbage collector's progress.
-    pub(super) gc: setpoint::api::GcHealth,
+    pub(super) gc: setpoint::system::GcHealth,
     /// `setpoint_effects_*`, rendered by the egress.
     pub(super) effects: String,
 }
@@ -204,7 +204,7 @@ impl HostNumbers {
                 .collect(),
             calls: host.runtime().plugin_call_stats(),
             informers: host.informer_stats(),
-            gc: host.api().gc_health(),
+            gc: host.gc_health(),
             effects: host.egress().metrics().render(),
         }
     }
@@ -427,7 +427,7 @@ pub(super) fn render(numbers: &HostNumbers, requests: &RequestMetrics) -> String
 
 /// The garbage collector: a stalled or lagging one is visible here (and
 /// restarted by its watchdog, which counts and logs every restart).
-fn render_gc(out: &mut String, gc: &setpoint::api::GcHealth) {
+fn render_gc(out: &mut String, gc: &setpoint::system::GcHealth) {
     header(
         out,
         "setpoint_gc_restarts_total",

@@ -206,7 +206,7 @@ async fn a_dry_run_delete_with_finalizers_or_propagation_changes_nothing() {
         .create(&kind, owned_by(widget("child"), &owner, true))
         .await
         .unwrap();
-    let gc = api.start_garbage_collector();
+    let gc = crate::system::GarbageCollector::new(api.clone(), Default::default()).start();
     let dry = api.dry_run();
 
     let quiet = Quiet::start(&api).await;

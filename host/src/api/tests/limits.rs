@@ -113,7 +113,7 @@ async fn after_compaction_old_continue_tokens_and_watches_are_gone() {
         "not compacted yet"
     );
 
-    let compactor = api.start_compactor(Duration::from_secs(300), 2);
+    let compactor = crate::system::compactor::start(&api, Duration::from_secs(300), 2);
     tokio::time::sleep(Duration::from_secs(299)).await;
     assert_eq!(
         api.compacted_revision(),

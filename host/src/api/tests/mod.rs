@@ -12,7 +12,6 @@ mod bounds;
 mod crud;
 mod delete;
 mod dry_run;
-mod gc;
 mod limits;
 mod list;
 mod patch;
@@ -30,7 +29,7 @@ use crate::object::{KindInfo, Object, meta};
 use crate::store::MemoryBackend;
 
 /// A fresh API over an empty store of the backend under test.
-async fn api() -> Api {
+pub(crate) async fn api() -> Api {
     let backend: Arc<dyn crate::store::Backend> =
         match std::env::var("SETPOINT_TEST_BACKEND").as_deref() {
             Ok("embedded") => {
@@ -59,14 +58,14 @@ async fn api() -> Api {
     Api::open(backend).await.unwrap()
 }
 
-fn crd_kind(api: &Api) -> Arc<KindInfo> {
+pub(crate) fn crd_kind(api: &Api) -> Arc<KindInfo> {
     api.kinds()
         .by_plural("apiextensions.k8s.io", "customresourcedefinitions")
         .unwrap()
 }
 
 /// The `Widget` definition.
-fn widget_crd() -> Value {
+pub(crate) fn widget_crd() -> Value {
     json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -105,7 +104,7 @@ fn widget_crd() -> Value {
 }
 
 /// Register `Widget` and return its kind.
-async fn widgets(api: &Api) -> Arc<KindInfo> {
+pub(crate) async fn widgets(api: &Api) -> Arc<KindInfo> {
     api.create(&crd_kind(api), widget_crd()).await.unwrap();
     api.kinds()
         .require("test.setpoint.dev/v1", "Widget")
@@ -114,7 +113,7 @@ async fn widgets(api: &Api) -> Arc<KindInfo> {
 
 /// Register the cluster-scoped `Gadget` (any fields, no status
 /// sub-resource) and return its kind.
-async fn gadgets(api: &Api) -> Arc<KindInfo> {
+pub(crate) async fn gadgets(api: &Api) -> Arc<KindInfo> {
     let crd = json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -135,7 +134,7 @@ async fn gadgets(api: &Api) -> Arc<KindInfo> {
 }
 
 /// A valid widget in `default`.
-fn widget(name: &str) -> Object {
+pub(crate) fn widget(name: &str) -> Object {
     json!({
         "apiVersion": "test.setpoint.dev/v1",
         "kind": "Widget",
@@ -145,12 +144,12 @@ fn widget(name: &str) -> Object {
 }
 
 /// A gadget.
-fn gadget(name: &str) -> Object {
+pub(crate) fn gadget(name: &str) -> Object {
     json!({"apiVersion": "test.setpoint.dev/v1", "kind": "Gadget", "metadata": {"name": name}})
 }
 
 /// `child` with an owner reference to `owner`.
-fn owned_by(mut child: Object, owner: &Object, block: bool) -> Object {
+pub(crate) fn owned_by(mut child: Object, owner: &Object, block: bool) -> Object {
     let reference = json!({
         "apiVersion": meta::api_version(owner), "kind": meta::kind(owner),
         "name": meta::name(owner), "uid": meta::uid(owner),
@@ -163,7 +162,7 @@ fn owned_by(mut child: Object, owner: &Object, block: bool) -> Object {
 }
 
 /// Whether the object exists.
-async fn exists(api: &Api, kind: &KindInfo, name: &str) -> bool {
+pub(crate) async fn exists(api: &Api, kind: &KindInfo, name: &str) -> bool {
     match api.get(kind, Some("default"), name).await {
         Ok(_) => true,
         Err(Error::NotFound { .. }) => false,
@@ -173,7 +172,7 @@ async fn exists(api: &Api, kind: &KindInfo, name: &str) -> bool {
 
 /// Wait until `check` holds, re-checking after every change the watch hub
 /// sees; fail after ten seconds with `what`.
-async fn eventually<F, Fut>(api: &Api, what: &str, mut check: F)
+pub(crate) async fn eventually<F, Fut>(api: &Api, what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,

@@ -1,10 +1,23 @@
 //! Garbage collection through owner references, for each propagation
-//! policy, across kinds, and across a restart of the collector.
+//! policy, across kinds, and across a restart of the collector, on the
+//! object API's test fixtures (and its backend under test).
 
-use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
 
-use super::*;
-use crate::api::{DeleteOptions, Propagation};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+use super::{GarbageCollector, GcConfig};
+use crate::api::tests::*;
+use crate::api::{Api, DeleteOptions, Error, Propagation};
+use crate::object::meta;
+use crate::store::MemoryBackend;
+
+/// Start a collector of `api` with the default configuration.
+fn start(api: &Api) -> JoinHandle<()> {
+    GarbageCollector::new(api.clone(), GcConfig::default()).start()
+}
 
 fn policy(propagation: Propagation) -> DeleteOptions {
     DeleteOptions {
@@ -17,7 +30,7 @@ fn policy(propagation: Propagation) -> DeleteOptions {
 async fn background_deletion_collects_dependents_recursively() {
     let api = api().await;
     let kind = widgets(&api).await;
-    let gc = api.start_garbage_collector();
+    let gc = start(&api);
     let owner = api.create(&kind, widget("owner")).await.unwrap();
     let child = api
         .create(&kind, owned_by(widget("child"), &owner, false))
@@ -46,7 +59,7 @@ async fn background_deletion_collects_dependents_recursively() {
 async fn foreground_deletion_waits_for_blocking_dependents_only() {
     let api = api().await;
     let kind = widgets(&api).await;
-    let gc = api.start_garbage_collector();
+    let gc = start(&api);
     let owner = api.create(&kind, widget("owner")).await.unwrap();
     let mut blocking = owned_by(widget("blocking"), &owner, true);
     blocking["metadata"]["finalizers"] = json!(["test.dev/hold"]);
@@ -99,7 +112,7 @@ async fn foreground_deletion_waits_for_blocking_dependents_only() {
 async fn foreground_deletion_cascades_through_a_chain_of_blocking_dependents() {
     let api = api().await;
     let kind = widgets(&api).await;
-    let gc = api.start_garbage_collector();
+    let gc = start(&api);
     let top = api.create(&kind, widget("top")).await.unwrap();
     let middle = api
         .create(&kind, owned_by(widget("middle"), &top, true))
@@ -143,7 +156,7 @@ async fn foreground_deletion_cascades_through_a_chain_of_blocking_dependents() {
 async fn orphan_deletion_keeps_dependents_and_drops_their_references() {
     let api = api().await;
     let kind = widgets(&api).await;
-    let gc = api.start_garbage_collector();
+    let gc = start(&api);
     let owner = api.create(&kind, widget("owner")).await.unwrap();
     let other = api.create(&kind, widget("other")).await.unwrap();
     api.create(&kind, owned_by(widget("one"), &owner, true))
@@ -181,7 +194,7 @@ async fn a_dependent_with_a_living_owner_loses_only_the_dead_reference() {
     let api = api().await;
     let kind = widgets(&api).await;
     let gadget_kind = gadgets(&api).await;
-    let gc = api.start_garbage_collector();
+    let gc = start(&api);
     let widget_owner = api.create(&kind, widget("w-owner")).await.unwrap();
     let gadget_owner = api.create(&gadget_kind, gadget("g-owner")).await.unwrap();
     api.create(
@@ -224,7 +237,7 @@ async fn a_dependent_with_a_living_owner_loses_only_the_dead_reference() {
 async fn a_dependent_of_an_owner_that_never_existed_is_collected() {
     let api = api().await;
     let kind = widgets(&api).await;
-    let gc = api.start_garbage_collector();
+    let gc = start(&api);
     let phantom = json!({"apiVersion": "test.setpoint.dev/v1", "kind": "Widget",
         "metadata": {"name": "phantom", "uid": "00000000-0000-0000-0000-000000000000"}});
     let mut unknown_kind = phantom.clone();
@@ -249,7 +262,7 @@ async fn a_dependent_of_an_owner_that_never_existed_is_collected() {
 async fn a_restarted_collector_finishes_what_was_left_undone() {
     let api = api().await;
     let kind = widgets(&api).await;
-    let first = api.start_garbage_collector();
+    let first = start(&api);
     let early = api.create(&kind, widget("early")).await.unwrap();
     api.create(&kind, owned_by(widget("early-child"), &early, false))
         .await
@@ -305,7 +318,7 @@ async fn a_restarted_collector_finishes_what_was_left_undone() {
     assert!(exists(&api, &kind, "waiting").await);
     assert!(exists(&api, &kind, "orphaning").await);
 
-    let second = api.start_garbage_collector();
+    let second = start(&api);
     eventually(&api, "leftover work is done after a restart", || async {
         !exists(&api, &kind, "left-behind").await
             && !exists(&api, &kind, "waiting").await
@@ -328,7 +341,7 @@ async fn collection_keeps_working_after_a_busy_mixed_workload() {
     use crate::object::patch::JsonPatch;
     let api = api().await;
     let kind = widgets(&api).await;
-    let gc = api.start_garbage_collector();
+    let gc = start(&api);
 
     let creates: Vec<_> = (0..120)
         .map(|i| {
@@ -529,10 +542,14 @@ async fn a_stalled_collector_is_restarted_by_its_watchdog_and_says_so() {
     });
     let api = Api::open(backend.clone()).await.unwrap();
     let kind = widgets(&api).await;
-    let gc = api.start_garbage_collector_with(crate::api::GcConfig {
-        stall_after: Duration::from_millis(300),
-        ..Default::default()
-    });
+    let collector = GarbageCollector::new(
+        api.clone(),
+        GcConfig {
+            stall_after: Duration::from_millis(300),
+            ..Default::default()
+        },
+    );
+    let gc = collector.start();
     let owner = api.create(&kind, widget("owner")).await.unwrap();
     api.create(&kind, owned_by(widget("child"), &owner, true))
         .await
@@ -548,11 +565,11 @@ async fn a_stalled_collector_is_restarted_by_its_watchdog_and_says_so() {
     .await
     .unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while api.gc_health().restarts == 0 {
+    while collector.health().restarts == 0 {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the stall is never noticed: {:?}",
-            api.gc_health()
+            collector.health()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -564,7 +581,7 @@ async fn a_stalled_collector_is_restarted_by_its_watchdog_and_says_so() {
         || async { !exists(&api, &kind, "child").await && !exists(&api, &kind, "owner").await },
     )
     .await;
-    let health = api.gc_health();
+    let health = collector.health();
     assert!(
         health.restarts >= 1 && health.last_progress.is_some(),
         "{health:?}"
