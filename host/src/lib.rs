@@ -61,8 +61,8 @@ pub mod client;
 pub mod cluster;
 pub mod controller;
 pub mod egress;
-pub mod host;
 pub mod informer;
+pub mod manager;
 mod metrics;
 pub mod object;
 pub mod plan;
@@ -74,4 +74,4 @@ pub mod system;
 pub mod watch;
 
 pub use client::Client;
-pub use host::{Host, HostBuilder};
+pub use manager::{Host, HostBuilder};

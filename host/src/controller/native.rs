@@ -4,7 +4,7 @@
 //! between native and Wasm without a rewrite.
 //!
 //! ```no_run
-//! # async fn example(host: &setpoint::Host) -> Result<(), setpoint::host::Error> {
+//! # async fn example(host: &setpoint::Host) -> Result<(), setpoint::manager::Error> {
 //! use std::sync::Arc;
 //! use setpoint::controller::Native;
 //!

@@ -24,7 +24,7 @@ use super::{
 /// Builds a [`Host`].
 ///
 /// ```no_run
-/// # async fn example() -> Result<(), setpoint::host::Error> {
+/// # async fn example() -> Result<(), setpoint::manager::Error> {
 /// let host = setpoint::Host::builder().plugins_dir("plugins").build().await?;
 /// host.shutdown().await;
 /// # Ok(()) }
@@ -105,7 +105,7 @@ impl HostBuilder {
     /// [`HostBuilder::etcd_backend`].
     ///
     /// ```no_run
-    /// # async fn example() -> Result<(), setpoint::host::Error> {
+    /// # async fn example() -> Result<(), setpoint::manager::Error> {
     /// use setpoint::{cluster, store::EtcdConfig};
     ///
     /// let host = setpoint::Host::builder()

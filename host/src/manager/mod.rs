@@ -1,5 +1,6 @@
-//! `Host` and `HostBuilder`: wire store → api → watch → informers →
-//! controllers → plugins, start them, and shut them down. The builder is in
+//! The manager (controller-runtime's word): `Host` and `HostBuilder` wire
+//! store → api → watch → informers → system controllers → plugins'
+//! controllers, start them, and shut them down. The builder is in
 //! `builder.rs`; keeping the running controllers in step with the plugins
 //! directory (hot reload) in `reload.rs`.
 
