@@ -246,15 +246,15 @@ async fn a_record_deleted_or_edited_behind_the_objects_back_is_restored_within_t
     served(&pdns, "api", &["192.0.2.10"]).await;
     ready_is(&host, "api", "True", "InSync").await;
 
+    // Each change behind the object's back is acknowledged by PowerDNS
+    // (`patch_rrsets` asserts its 204). Asking DNS right after would race
+    // the repair: with a resync of 1 s the plugin may already have put the
+    // record back, so only the repair is awaited.
     pdns.patch_rrsets(
         ZONE,
         json!([{"name": "api.example.test.", "type": "A", "changetype": "DELETE"}]),
     )
     .await;
-    assert_eq!(
-        pdns.query("api.example.test.", "A").await,
-        Vec::<String>::new()
-    );
     served(&pdns, "api", &["192.0.2.10"]).await;
 
     pdns.patch_rrsets(
@@ -263,10 +263,6 @@ async fn a_record_deleted_or_edited_behind_the_objects_back_is_restored_within_t
                 "records": [{"content": "198.51.100.66", "disabled": false}]}]),
     )
     .await;
-    assert_eq!(
-        pdns.query("api.example.test.", "A").await,
-        ["198.51.100.66"]
-    );
     served(&pdns, "api", &["192.0.2.10"]).await;
     eventually("the TTL restored", WAIT, || async {
         match pdns.query_ttl("api.example.test.", "A").await {
