@@ -8,6 +8,7 @@
 use anyhow::{Context, anyhow, bail};
 use axum::http::{Method, StatusCode};
 use http_body_util::BodyExt;
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::http::{Transport, Trust};
@@ -30,6 +31,25 @@ pub struct Resource {
     pub short_names: Vec<String>,
     /// Namespaced or cluster-scoped.
     pub namespaced: bool,
+}
+
+/// One entry of a discovery `APIResourceList`, as the server writes it.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DiscoveredResource {
+    name: String,
+    #[serde(default)]
+    singular_name: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    short_names: Vec<String>,
+    #[serde(default = "namespaced_by_default")]
+    namespaced: bool,
+}
+
+fn namespaced_by_default() -> bool {
+    true
 }
 
 impl Resource {
@@ -178,28 +198,26 @@ impl Client {
             let Some(list) = self.get_json(&path).await? else {
                 continue;
             };
-            for r in list["resources"].as_array().into_iter().flatten() {
-                let plural = r["name"].as_str().unwrap_or("");
-                if plural.contains('/') {
-                    continue; // sub-resources
-                }
-                resources.push(Resource {
-                    group: group.clone(),
-                    version: version.clone(),
-                    kind: r["kind"].as_str().unwrap_or("").to_owned(),
-                    plural: plural.to_owned(),
-                    singular: r["singularName"].as_str().unwrap_or("").to_owned(),
-                    short_names: r["shortNames"]
-                        .as_array()
-                        .map(|a| {
-                            a.iter()
-                                .filter_map(|s| s.as_str().map(str::to_owned))
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                    namespaced: r["namespaced"].as_bool().unwrap_or(true),
-                });
-            }
+            let listed = match &list["resources"] {
+                Value::Null => Vec::new(),
+                resources => Vec::<DiscoveredResource>::deserialize(resources)
+                    .with_context(|| format!("the host's discovery at {path} is malformed"))?,
+            };
+            resources.extend(
+                listed
+                    .into_iter()
+                    // Sub-resources (`pods/status`) are not kinds.
+                    .filter(|r| !r.name.contains('/'))
+                    .map(|r| Resource {
+                        group: group.clone(),
+                        version: version.clone(),
+                        kind: r.kind,
+                        plural: r.name,
+                        singular: r.singular_name,
+                        short_names: r.short_names,
+                        namespaced: r.namespaced,
+                    }),
+            );
         }
         Ok(resources)
     }
