@@ -432,12 +432,17 @@ impl<'a> Cascade<'a> {
         let asked = asked.into_inner().unwrap_or_else(|p| p.into_inner());
         self.note_reads(&manifest.name, &object_ref, &request, &asked, &report);
         for event in std::mem::take(&mut response.events) {
-            self.plan.events.push(planned_event(&object_ref, event));
+            self.plan
+                .events
+                .push(PlannedEvent::recorded(&object_ref, event));
         }
         for write in &response.effects {
-            self.plan
-                .writes
-                .push(external(&manifest.name, &object_ref, write, None));
+            self.plan.writes.push(ExternalRequest::asked(
+                &manifest.name,
+                &object_ref,
+                write,
+                None,
+            ));
         }
         let pending = |reason: String| PendingStep {
             object: object_ref.clone(),
@@ -466,7 +471,9 @@ impl<'a> Cascade<'a> {
         );
         // What the host records about the children it created and deleted.
         for event in child_events {
-            self.plan.events.push(planned_event(&object_ref, event));
+            self.plan
+                .events
+                .push(PlannedEvent::recorded(&object_ref, event));
         }
         let clashes =
             std::mem::take(&mut *applier.clashes.lock().unwrap_or_else(|p| p.into_inner()));
@@ -540,7 +547,7 @@ impl<'a> Cascade<'a> {
                 });
             self.plan
                 .observations
-                .push(external(plugin, object, read, result));
+                .push(ExternalRequest::asked(plugin, object, read, result));
         }
         if report.refused.iter().any(|r| r.reason == "NotSentReadOnly") {
             self.plan.pending.push(PendingStep {
@@ -569,37 +576,5 @@ impl<'a> Cascade<'a> {
             }
         }
         Ok(self.plan)
-    }
-}
-
-fn external(
-    plugin: &str,
-    object: &ObjectRef,
-    request: &HttpRequest,
-    result: Option<String>,
-) -> ExternalRequest {
-    ExternalRequest {
-        plugin: plugin.to_owned(),
-        object: object.clone(),
-        id: request.id.clone(),
-        method: request.method.clone(),
-        url: request.url.clone(),
-        body: request
-            .body
-            .as_ref()
-            .and_then(|b| String::from_utf8(b.clone()).ok()),
-        result,
-        hidden: false,
-    }
-}
-
-/// An event the plan shows instead of recording it.
-fn planned_event(object: &ObjectRef, event: crate::controller::EventRecord) -> PlannedEvent {
-    PlannedEvent {
-        object: object.clone(),
-        severity: event.severity.as_str().to_owned(),
-        reason: event.reason,
-        message: event.message,
-        hidden: false,
     }
 }

@@ -241,6 +241,32 @@ pub struct ExternalRequest {
     pub hidden: bool,
 }
 
+impl ExternalRequest {
+    /// The request `plugin` asked for while reconciling `object`, with the
+    /// answer of a read made while planning.
+    pub(crate) fn asked(
+        plugin: &str,
+        object: &ObjectRef,
+        request: &crate::controller::HttpRequest,
+        result: Option<String>,
+    ) -> Self {
+        Self {
+            plugin: plugin.to_owned(),
+            object: object.clone(),
+            id: request.id.clone(),
+            method: request.method.clone(),
+            url: request.url.clone(),
+            body: request
+                .body
+                .as_deref()
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .map(str::to_owned),
+            result,
+            hidden: false,
+        }
+    }
+}
+
 /// An event a reconciler would record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -258,6 +284,19 @@ pub struct PlannedEvent {
     /// the object it is about ([`Plan::redact`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hidden: bool,
+}
+
+impl PlannedEvent {
+    /// The event a reconcile of `object` recorded, shown instead of written.
+    pub(crate) fn recorded(object: &ObjectRef, event: crate::controller::EventRecord) -> Self {
+        Self {
+            object: object.clone(),
+            severity: event.severity.as_str().to_owned(),
+            reason: event.reason,
+            message: event.message,
+            hidden: false,
+        }
+    }
 }
 
 /// A step the plan shows but does not take.
