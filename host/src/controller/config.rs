@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{Concurrency, HotLoopConfig, RequeueConfig, concurrency};
+use super::{Concurrency, HotLoopConfig, RequeueConfig, Tally, concurrency};
 use crate::queue;
 
 /// Settings of one controller.
@@ -28,6 +28,10 @@ pub struct Config {
     /// The host's egress for external requests (shared by a host's
     /// controllers); `None` makes one for this controller alone.
     pub egress: Option<crate::egress::Egress>,
+    /// Where the controller's reconciles are counted; `None` starts a new
+    /// tally. A host gives each plugin file's controllers the same one, so
+    /// that its figures survive reloads.
+    pub tally: Option<Tally>,
 }
 
 impl Default for Config {
@@ -40,6 +44,7 @@ impl Default for Config {
             hot_loop: HotLoopConfig::default(),
             requeue: RequeueConfig::default(),
             egress: None,
+            tally: None,
         }
     }
 }
@@ -47,7 +52,7 @@ impl Default for Config {
 /// Counters of one controller, for metrics and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
-    /// Reconciler calls made.
+    /// Reconciles made (see [`Tally`]).
     pub reconciles: u64,
     /// Times a worker started on a key another worker was still reconciling.
     /// The queue makes this impossible; the controller checks it anyway.

@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use super::TallyOutcome;
+
 /// How a key's turn ended, with the facts the decision needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Ended {
@@ -72,6 +74,26 @@ pub(super) enum Decision {
 /// How soon a key is tried again when this host's lease is too close to
 /// expiry to start work on it.
 pub(super) const NOT_NOW_RETRY: Duration = Duration::from_millis(500);
+
+/// How a turn that called the reconciler counts in the controller's
+/// [`Tally`](super::Tally): failed when the reconciler failed, a write it
+/// asked for failed, or its response could not be applied in full
+/// (`clashed`: a desired child whose name another object holds); a
+/// conflict apart. `wrote` is whether the applied response wrote anything.
+pub(super) fn tallied(ended: &Ended, wrote: bool, clashed: bool) -> TallyOutcome {
+    match ended {
+        Ended::Conflicted(_) => TallyOutcome::Conflicted,
+        Ended::Transient { .. } | Ended::Permanent(_) => TallyOutcome::Failed,
+        Ended::Applied { .. } if clashed => TallyOutcome::Failed,
+        // `Gone` after a call: the finalizer was let go by someone else
+        // meanwhile. The others end a turn before any call.
+        Ended::Applied { .. }
+        | Ended::Gone
+        | Ended::Stopped
+        | Ended::StillFailed
+        | Ended::Postponed => TallyOutcome::Succeeded { wrote },
+    }
+}
 
 /// What comes after a turn that ended as `ended`.
 pub(super) fn decide(ended: Ended) -> Decision {
@@ -173,6 +195,40 @@ mod tests {
         ];
         for (ended, expected) in table {
             assert_eq!(decide(ended.clone()), expected, "{ended:?}");
+        }
+    }
+
+    #[test]
+    fn a_turn_counts_as_failed_when_anything_it_asked_for_was_not_done() {
+        let ok = |wrote| TallyOutcome::Succeeded { wrote };
+        let table = [
+            (applied(None, None, false), true, false, ok(true)),
+            (applied(None, None, false), false, false, ok(false)),
+            // The breaker's verdict is the host's; the reconcile itself worked.
+            (applied(None, None, true), true, false, ok(true)),
+            (applied(None, None, false), true, true, TallyOutcome::Failed),
+            (Ended::Gone, false, false, ok(false)),
+            (
+                Ended::Conflicted("x".into()),
+                false,
+                false,
+                TallyOutcome::Conflicted,
+            ),
+            (transient(None, false), false, false, TallyOutcome::Failed),
+            (transient(None, true), false, false, TallyOutcome::Failed),
+            (
+                Ended::Permanent("x".into()),
+                false,
+                false,
+                TallyOutcome::Failed,
+            ),
+        ];
+        for (ended, wrote, clashed, expected) in table {
+            assert_eq!(
+                tallied(&ended, wrote, clashed),
+                expected,
+                "{ended:?} wrote={wrote} clashed={clashed}"
+            );
         }
     }
 }

@@ -50,6 +50,7 @@ pub(crate) mod pool;
 mod reconciler;
 mod requeue;
 pub(crate) mod respond;
+mod tally;
 mod triggers;
 pub(crate) mod view;
 mod worker;
@@ -71,6 +72,7 @@ pub use reconciler::{
     SecretTarget, SecretUse, Severity,
 };
 pub use requeue::RequeueConfig;
+pub use tally::{Tally, TallyOutcome, TallySnapshot};
 
 use crate::api::{self, Api};
 use crate::cluster::{Cluster, Ownership};
@@ -148,7 +150,8 @@ struct Shared {
     /// Where non-inline reconciler calls run: the host's pool, or the
     /// controller's own when started on its own.
     pool: pool::CallPool,
-    reconciles: AtomicU64,
+    /// Every reconcile, counted once (see `tally`).
+    tally: Tally,
     concurrent: AtomicU64,
     hot_loops: AtomicU64,
     /// Performs the reconciler's external requests.
@@ -269,7 +272,7 @@ impl Controller {
             in_flight: Default::default(),
             cluster,
             pool,
-            reconciles: AtomicU64::new(0),
+            tally: config.tally.clone().unwrap_or_default(),
             concurrent: AtomicU64::new(0),
             hot_loops: AtomicU64::new(0),
         });
@@ -315,11 +318,17 @@ impl Controller {
     /// The controller's counters.
     pub fn stats(&self) -> Stats {
         Stats {
-            reconciles: self.shared.reconciles.load(Ordering::Relaxed),
+            reconciles: self.shared.tally.snapshot().reconciles,
             concurrent_reconciles_of_one_key: self.shared.concurrent.load(Ordering::Relaxed),
             hot_loops: self.shared.hot_loops.load(Ordering::Relaxed),
             concurrency: self.shared.gate.limit(),
         }
+    }
+
+    /// What the controller's reconciles came to: how many, how many failed
+    /// or wrote, how long they took.
+    pub fn tally(&self) -> TallySnapshot {
+        self.shared.tally.snapshot()
     }
 
     /// The reconciler's manifest.

@@ -227,11 +227,4 @@ pub trait Reconciler: Send + Sync + 'static {
     fn runs_inline(&self) -> bool {
         false
     }
-
-    /// Called by the controller when a response this reconciler returned
-    /// could not be applied in full: the host refused it, or a write it
-    /// asked for failed (a desired child whose name another object holds,
-    /// say); a conflict with a concurrent writer is not a failure. Counting
-    /// wrappers count it as a failed reconcile. Does nothing by default.
-    fn response_failed(&self) {}
 }

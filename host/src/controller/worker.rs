@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::conditions::{report_clashes, report_not_ready, report_throttled};
-use super::decide::{Decision, Ended, NOT_NOW_RETRY, decide};
+use super::decide::{Decision, Ended, NOT_NOW_RETRY, decide, tallied};
 use super::failures::Seen;
 use super::{
     Error, EventRecord, Outcome, ReconcileError, ReconcileRecord, Reconciler, Request, Severity,
@@ -49,6 +49,9 @@ enum Step {
         written: Vec<i64>,
         /// Whether it wrote anything (events included).
         wrote: bool,
+        /// Whether a desired child could not be made because another
+        /// object holds its name.
+        clashed: bool,
     },
 }
 
@@ -122,9 +125,10 @@ pub(super) async fn worker(shared: Arc<Shared>, index: usize) {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&key);
-        // What the requeue throttle needs of an applied response: what the
-        // reconciler saw, and whether it wrote.
-        let mut applied = (0, false);
+        // What the requeue throttle and the tally need of an applied
+        // response: what the reconciler saw, whether it wrote, whether a
+        // child clashed.
+        let mut applied = (0, false, false);
         let ended = match outcome {
             Ok(Step::Gone) => Ended::Gone,
             Ok(Step::Stopped) => Ended::Stopped,
@@ -137,8 +141,9 @@ pub(super) async fn worker(shared: Arc<Shared>, index: usize) {
                 seen,
                 written,
                 wrote,
+                clashed,
             }) => {
-                applied = (seen, wrote);
+                applied = (seen, wrote, clashed);
                 Ended::Applied {
                     requeue_after,
                     hold: shared.effects.take_hold(&key),
@@ -163,6 +168,11 @@ pub(super) async fn worker(shared: Arc<Shared>, index: usize) {
             }
             Err(ReconcileError::Permanent(message)) => Ended::Permanent(message),
         };
+        if was_called {
+            shared
+                .tally
+                .record(tallied(&ended, applied.1, applied.2), clock.elapsed());
+        }
         let (outcome, next_in) = match decide(ended) {
             Decision::Forget => {
                 shared.queue.forget(&key);
@@ -391,6 +401,7 @@ async fn reconcile_key(
                     seen: 0,
                     written,
                     wrote: true,
+                    clashed: false,
                 });
             }
         }
@@ -429,7 +440,6 @@ async fn reconcile_key(
         object: object.clone(),
         children,
     });
-    shared.reconciles.fetch_add(1, Ordering::Relaxed);
     let inline = callee.runs_inline();
     let view = if inline {
         shared.inline_view.clone()
@@ -473,7 +483,6 @@ async fn reconcile_key(
     match result {
         Ok(()) => {}
         Err(Error::Refused(msg)) => {
-            reconciler.response_failed();
             let event = EventRecord {
                 severity: Severity::Warning,
                 reason: "ResponseRefused".into(),
@@ -489,18 +498,15 @@ async fn reconcile_key(
                 if !request.outcomes.is_empty() {
                     shared.effects.keep_outcomes(key, request.outcomes.clone());
                 }
-            } else {
-                reconciler.response_failed();
             }
             return write_failed(err);
         }
     }
+    let mut clashed = false;
     if response.children.is_some() {
         let clashes =
             std::mem::take(&mut *applier.clashes.lock().unwrap_or_else(|p| p.into_inner()));
-        if !clashes.is_empty() {
-            reconciler.response_failed();
-        }
+        clashed = !clashes.is_empty();
         shared.clash_watch.watch(key, &clashes);
         report_clashes(shared, api, manifest, key, &clashes).await;
     }
@@ -529,6 +535,7 @@ async fn reconcile_key(
         seen: seen_fingerprint(&object, children),
         wrote: !written.is_empty() || events_written,
         written,
+        clashed,
     })
 }
 

@@ -38,7 +38,8 @@ impl Host {
             .values()
             .map(|entry| {
                 let mut status = entry.status.clone();
-                (status.reconciles, status.errors) = entry.counts.get();
+                let tally = entry.tally.snapshot();
+                (status.reconciles, status.errors) = (tally.reconciles, tally.errors);
                 status
             })
             .collect()
@@ -63,6 +64,18 @@ impl Host {
             .await
             .iter()
             .map(|(name, c)| (name.clone(), c.queue().metrics()))
+            .collect()
+    }
+
+    /// What each running reconciler's reconciles came to, by reconciler
+    /// name (for `/metrics`).
+    pub async fn tallies(&self) -> Vec<(String, controller::TallySnapshot)> {
+        self.shared
+            .controllers
+            .lock()
+            .await
+            .iter()
+            .map(|(name, c)| (name.clone(), c.tally()))
             .collect()
     }
 

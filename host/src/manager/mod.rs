@@ -280,7 +280,7 @@ impl Host {
             return Err(Error::Duplicate(manifest.name));
         }
         self.shared.claim(&manifest, None).await?;
-        let started = self.shared.start_controller(reconciler).await;
+        let started = self.shared.start_controller(reconciler, None).await;
         if started.is_err() {
             self.shared.release(&manifest.name).await;
         }
@@ -450,7 +450,12 @@ impl Shared {
         Ok(())
     }
 
-    async fn start_controller(&self, reconciler: Arc<dyn Reconciler>) -> Result<(), Error> {
+    /// Start a controller for `reconciler`, counting into `tally` if given.
+    async fn start_controller(
+        &self,
+        reconciler: Arc<dyn Reconciler>,
+        tally: Option<controller::Tally>,
+    ) -> Result<(), Error> {
         let name = reconciler.manifest().name.clone();
         if self.controllers.lock().await.contains_key(&name) {
             return Err(Error::Duplicate(name));
@@ -461,6 +466,9 @@ impl Shared {
             .unwrap_or(&self.controller_config)
             .clone();
         config.egress.get_or_insert_with(|| self.egress.clone());
+        if tally.is_some() {
+            config.tally = tally;
+        }
         let controller = Controller::start_on(
             self.api.clone(),
             self.informers.clone(),

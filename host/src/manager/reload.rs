@@ -31,14 +31,16 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use crate::controller::{self, Reconciler};
-use crate::plugins::{self, Counted, Counts, LoadedFile, PluginState, PluginStatus};
+use crate::plugins::{self, LoadedFile, PluginState, PluginStatus};
 
 use super::{Error, Shared, claims};
 
 /// What the host knows about one plugin file.
 pub(super) struct PluginEntry {
     pub(super) status: PluginStatus,
-    pub(super) counts: Arc<Counts>,
+    /// This file's reconciles, kept across its reloads and handed to each
+    /// controller it runs.
+    pub(super) tally: controller::Tally,
     /// Size and mtime of the `.wasm` and `.toml` files last looked at.
     stamp: Stamp,
     /// The controller this file runs, by reconciler name.
@@ -193,12 +195,12 @@ impl Shared {
     /// Act on one looked-at file.
     async fn apply(&self, path: PathBuf, stamp: Stamp, outcome: Looked) {
         // The entry stays listed (as it was) until its new state is known.
-        let (running, counts) = {
+        let (running, tally) = {
             let plugins = self.plugins.lock().await;
             let existing = plugins.get(&path);
             (
                 existing.and_then(|e| e.controller.clone()),
-                existing.map(|e| e.counts.clone()).unwrap_or_default(),
+                existing.map(|e| e.tally.clone()).unwrap_or_default(),
             )
         };
         match outcome {
@@ -224,7 +226,7 @@ impl Shared {
                             path.clone(),
                             PluginEntry {
                                 status: failed_status(&path, err),
-                                counts,
+                                tally,
                                 stamp,
                                 controller: None,
                             },
@@ -235,8 +237,7 @@ impl Shared {
             Looked::Loaded(loaded) => {
                 let plugin = loaded.plugin;
                 let manifest = plugin.manifest().clone();
-                let reconciler: Arc<dyn Reconciler> =
-                    Arc::new(Counted::new(plugin.clone(), counts.clone()));
+                let reconciler: Arc<dyn Reconciler> = plugin.clone();
                 let mut swapped = false;
                 if running.as_deref() == Some(manifest.name.as_str()) {
                     let controllers = self.controllers.lock().await;
@@ -257,7 +258,9 @@ impl Shared {
                             self.release(name).await;
                         }
                     }
-                    self.start_controller(reconciler).await.inspect(|()| {
+                    self.start_controller(reconciler, Some(tally.clone()))
+                        .await
+                        .inspect(|()| {
                         tracing::info!(plugin = %manifest.name, version = %manifest.version, hash = %plugin.content_hash(), "plugin running");
                     })
                 };
@@ -286,7 +289,7 @@ impl Shared {
                     path,
                     PluginEntry {
                         status,
-                        counts,
+                        tally,
                         stamp,
                         controller,
                     },

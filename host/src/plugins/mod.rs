@@ -1,21 +1,19 @@
 //! The plugins directory: what the host knows about each `*.wasm` file in it
 //! ([`PluginStatus`]), loading one file off the async threads
-//! ([`load_file`]), per-plugin settings ([`settings`]), reconcile counters
-//! that survive reloads ([`Counted`]) and the directory watcher that drives
-//! hot reload ([`dir_watch`]). The host (`host.rs`) decides what a loaded file
-//! means for the running controllers; see `Host::sync_plugin_file`.
+//! ([`load_file`]), per-plugin settings ([`settings`]) and the directory
+//! watcher that drives hot reload ([`dir_watch`]). The manager
+//! (`manager/reload.rs`) decides what a loaded file means for the running
+//! controllers, and keeps each file's reconcile tally across its reloads.
 
 pub mod dir_watch;
 pub mod settings;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
 pub use settings::PluginSettings;
 
-use crate::controller::{CacheView, Manifest, ReconcileError, Reconciler, Request, Response};
 use crate::runtime::{Runtime, WasmPlugin};
 
 /// What became of one plugin file.
@@ -47,10 +45,12 @@ pub struct PluginStatus {
     /// The last replacement that failed to load while an older version keeps
     /// running (cleared by the next successful load).
     pub last_error: Option<String>,
-    /// Reconcile calls so far, across reloads of this file.
+    /// Reconciles so far, across reloads of this file (see
+    /// [`Tally`](crate::controller::Tally)).
     pub reconciles: u64,
     /// Of those, how many failed: the call itself, or applying its response
-    /// (refused, or a write that failed other than by a conflict).
+    /// (refused, a write that failed other than by a conflict, a child that
+    /// clashed).
     pub errors: u64,
 }
 
@@ -139,58 +139,4 @@ pub async fn load_file(runtime: &Runtime, path: &Path) -> Result<LoadedFile, Loa
             e.to_string(),
         )))
     })
-}
-
-/// Reconcile counters of one plugin file, kept across its reloads.
-#[derive(Debug, Default)]
-pub struct Counts {
-    reconciles: AtomicU64,
-    errors: AtomicU64,
-}
-
-impl Counts {
-    /// (reconciles, errors) so far.
-    pub fn get(&self) -> (u64, u64) {
-        (
-            self.reconciles.load(Ordering::Relaxed),
-            self.errors.load(Ordering::Relaxed),
-        )
-    }
-}
-
-/// A reconciler that counts its calls and failures into shared [`Counts`].
-pub struct Counted {
-    inner: Arc<dyn Reconciler>,
-    counts: Arc<Counts>,
-}
-
-impl Counted {
-    /// Wrap `inner`, counting into `counts`.
-    pub fn new(inner: Arc<dyn Reconciler>, counts: Arc<Counts>) -> Self {
-        Self { inner, counts }
-    }
-}
-
-impl Reconciler for Counted {
-    fn manifest(&self) -> &Manifest {
-        self.inner.manifest()
-    }
-
-    fn reconcile(
-        &self,
-        request: &Request,
-        cache: &Arc<dyn CacheView>,
-    ) -> Result<Response, ReconcileError> {
-        self.counts.reconciles.fetch_add(1, Ordering::Relaxed);
-        let result = self.inner.reconcile(request, cache);
-        if result.is_err() {
-            self.counts.errors.fetch_add(1, Ordering::Relaxed);
-        }
-        result
-    }
-
-    fn response_failed(&self) {
-        self.counts.errors.fetch_add(1, Ordering::Relaxed);
-        self.inner.response_failed();
-    }
 }

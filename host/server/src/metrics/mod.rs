@@ -5,10 +5,9 @@
 //!   `name`;
 //! - `controller_runtime_reconcile_total{controller,result}`,
 //!   `controller_runtime_reconcile_errors_total{controller}` and
-//!   `controller_runtime_reconcile_time_seconds{controller}`, derived from
-//!   the same workqueue: every reconcile is one `get`…`done` of a key (its
-//!   work duration), and every transient error or conflict is exactly one
-//!   rate-limited re-add (a retry);
+//!   `controller_runtime_reconcile_time_seconds{controller}`, from each
+//!   controller's tally (`controller::Tally`, where a reconcile is counted
+//!   once); as in controller-runtime, a conflict is an error;
 //! - `apiserver_request_total{verb,resource,code}` and
 //!   `apiserver_request_duration_seconds{verb}` for the HTTP API, and
 //!   `apiserver_longrunning_requests`, `setpoint_watchers{group,resource}`
@@ -25,7 +24,9 @@
 //!   wait, applier lag, in-memory versions);
 //! - `setpoint_plugin_reconciles_total{plugin}` and
 //!   `setpoint_plugin_reconcile_errors_total{plugin}` (what `setpoint
-//!   plugins` shows), `setpoint_plugin_reconcile_duration_seconds{plugin}`
+//!   plugins` shows: the tally of each plugin file, across its reloads,
+//!   conflicts not counted as errors),
+//!   `setpoint_plugin_reconcile_duration_seconds{plugin}` (each Wasm call)
 //!   and `setpoint_plugin_faults_total{plugin,fault}` with `fault` one of
 //!   `trap`, `timeout`, `memory`, `fuel`, `bad_response`;
 //! - `setpoint_effects_requests_total{plugin,destination,class}`,
@@ -34,7 +35,7 @@
 //!   plugins' external requests (`setpoint::egress`).
 //!
 //! Owns the HTTP request counters and the text rendering; the workqueue,
-//! the store wrapper (`store::Metered`), the plugin counters and the
+//! the controllers' tallies, the store wrapper (`store::Metered`) and the
 //! runtime own their own numbers.
 
 mod sections;
@@ -51,6 +52,7 @@ use axum::response::{IntoResponse, Response};
 
 use sections::{render_engine, render_gc, render_informers, render_plugins, render_store};
 use setpoint::Host;
+use setpoint::controller::TallySnapshot;
 use setpoint::informer::InformerStats;
 use setpoint::queue::{DURATION_BUCKETS_SECONDS, HistogramSnapshot, MetricsSnapshot};
 use setpoint::runtime::PluginCallStats;
@@ -166,6 +168,8 @@ fn histogram(out: &mut String, name: &str, labels: &str, h: &HistogramSnapshot) 
 pub(super) struct HostNumbers {
     /// Each reconciler's workqueue, by name.
     pub(super) queues: Vec<(String, MetricsSnapshot)>,
+    /// Each reconciler's tally, by name.
+    pub(super) tallies: Vec<(String, TallySnapshot)>,
     /// The store's operations, when the backend is metered.
     pub(super) store: Vec<OperationSnapshot>,
     /// The store engine's own numbers (the embedded store's commits, …).
@@ -194,6 +198,7 @@ impl HostNumbers {
         }
         Self {
             queues: host.queue_metrics().await,
+            tallies: host.tallies().await,
             store: host
                 .api()
                 .backend()
@@ -216,6 +221,7 @@ impl HostNumbers {
 /// Render every metric in the Prometheus text format (0.0.4).
 pub(super) fn render(numbers: &HostNumbers, requests: &RequestMetrics) -> String {
     let queues = &numbers.queues;
+    let tallies = &numbers.tallies;
     let mut out = String::new();
     type Gauge = (&'static str, &'static str, fn(&MetricsSnapshot) -> String);
     let gauges: [Gauge; 5] = [
@@ -296,13 +302,13 @@ pub(super) fn render(numbers: &HostNumbers, requests: &RequestMetrics) -> String
         "counter",
         "Total number of reconciliations per controller, by result.",
     );
-    for (controller, m) in queues {
+    for (controller, t) in tallies {
         let c = escape(controller);
-        let errors = m.retries_total.min(m.work_duration.count);
+        let errors = t.errors + t.conflicts;
         let _ = writeln!(
             out,
             "controller_runtime_reconcile_total{{controller=\"{c}\",result=\"success\"}} {}",
-            m.work_duration.count - errors
+            t.reconciles - errors
         );
         let _ = writeln!(
             out,
@@ -315,12 +321,12 @@ pub(super) fn render(numbers: &HostNumbers, requests: &RequestMetrics) -> String
         "counter",
         "Total number of reconciliation errors per controller.",
     );
-    for (controller, m) in queues {
+    for (controller, t) in tallies {
         let _ = writeln!(
             out,
             "controller_runtime_reconcile_errors_total{{controller=\"{}\"}} {}",
             escape(controller),
-            m.retries_total.min(m.work_duration.count)
+            t.errors + t.conflicts
         );
     }
     header(
@@ -329,13 +335,13 @@ pub(super) fn render(numbers: &HostNumbers, requests: &RequestMetrics) -> String
         "histogram",
         "Length of time per reconciliation per controller.",
     );
-    for (controller, m) in queues {
+    for (controller, t) in tallies {
         let labels = format!("controller=\"{}\"", escape(controller));
         histogram(
             &mut out,
             "controller_runtime_reconcile_time_seconds",
             &labels,
-            &m.work_duration,
+            &t.duration,
         );
     }
 

@@ -99,3 +99,115 @@ async fn a_backend_without_engine_numbers_exports_none() {
     assert!(!page.contains("setpoint_embedded_"));
     host.shutdown().await;
 }
+
+/// The `controller_runtime_reconcile_*` series count what the controller's
+/// tally counted, once per reconcile: a failure, a permanent failure and a
+/// success, and nothing for the echo of the successful status write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconciles_are_exported_as_the_controllers_tally_counted_them() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use setpoint::controller::{Manifest, ReconcileError, Response, from_fn};
+    use setpoint::object::KindRef;
+
+    let definition = serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "tallies.test.setpoint.dev"},
+        "spec": {"group": "test.setpoint.dev", "scope": "Namespaced",
+            "names": {"plural": "tallies", "singular": "tally", "kind": "Tally"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true}}}]}});
+    let failed_once = Arc::new(AtomicBool::new(false));
+    let reconciler = {
+        let failed_once = failed_once.clone();
+        from_fn(
+            Manifest {
+                definitions: vec![definition],
+                ..Manifest::new(
+                    "tally",
+                    "1.0.0",
+                    KindRef::new("test.setpoint.dev/v1", "Tally"),
+                )
+            },
+            move |request, _| match request.object["metadata"]["name"].as_str() {
+                Some("bad") => Err(ReconcileError::Permanent("bad spec".into())),
+                _ if !failed_once.swap(true, Ordering::SeqCst) => {
+                    Err(ReconcileError::Transient("not yet".into()))
+                }
+                _ => Ok(Response {
+                    status: Some(serde_json::json!({"done": true})),
+                    ..Default::default()
+                }),
+            },
+        )
+    };
+    let host = Host::builder().build().await.unwrap();
+    host.add_reconciler(Arc::new(reconciler)).await.unwrap();
+    let kind = host
+        .api()
+        .kinds()
+        .require("test.setpoint.dev/v1", "Tally")
+        .unwrap();
+    let object = |name: &str| {
+        serde_json::json!({"apiVersion": "test.setpoint.dev/v1", "kind": "Tally",
+            "metadata": {"name": name, "namespace": "default"}})
+    };
+    host.api().create(&kind, object("good")).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while host
+            .api()
+            .get(&kind, Some("default"), "good")
+            .await
+            .unwrap()["status"]["done"]
+            != true
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("good was never reconciled");
+    host.api().create(&kind, object("bad")).await.unwrap();
+    let page = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let page = render(&HostNumbers::read(&host).await, &RequestMetrics::default());
+            if series(
+                &page,
+                r#"controller_runtime_reconcile_errors_total{controller="tally"}"#,
+            ) == Some(2.0)
+            {
+                return page;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the permanent failure was never counted");
+    // Settle: an echo of good's status write, were it reconciled, shows now.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let page_after = render(&HostNumbers::read(&host).await, &RequestMetrics::default());
+    for page in [&page, &page_after] {
+        let total = |result: &str| {
+            series(
+                page,
+                &format!(
+                    "controller_runtime_reconcile_total{{controller=\"tally\",result=\"{result}\"}}"
+                ),
+            )
+        };
+        assert_eq!(total("success"), Some(1.0), "{page}");
+        assert_eq!(total("error"), Some(2.0), "{page}");
+        assert_eq!(
+            series(
+                page,
+                r#"controller_runtime_reconcile_time_seconds_count{controller="tally"}"#
+            ),
+            Some(3.0),
+            "{page}"
+        );
+    }
+    let stats = host.controller_stats("tally").await.unwrap();
+    assert_eq!(stats.reconciles, 3, "{stats:?}");
+    host.shutdown().await;
+}
