@@ -12,7 +12,10 @@ use clap::Parser;
 /// loop's CPU (`malloc_consolidate`, cross-thread frees). With it the loop
 /// benchmark's update phase takes less CPU per reconcile with a Wasm plugin
 /// (docs/benchmarks/loop.md#mimalloc-adopted-without-transparent-huge-pages-2026-11-22). Embedders of the library pick
-/// their own allocator.
+/// their own allocator. Built without the `mimalloc` feature, the binary
+/// uses the system allocator, which heap profilers such as heaptrack see
+/// (`scripts/bench heap`).
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -158,31 +158,30 @@ impl Metrics {
                 .replace('"', "\\\"")
                 .replace('\n', "\\n")
         };
-        out.push_str(
-            "# HELP setpoint_effects_requests_total External requests of plugins, by result class.\n\
-             # TYPE setpoint_effects_requests_total counter\n",
-        );
-        for ((plugin, destination, class), n) in &state.requests {
-            let _ = writeln!(
-                out,
-                "setpoint_effects_requests_total{{plugin=\"{}\",destination=\"{}\",class=\"{}\"}} {n}",
-                esc(plugin),
-                esc(destination),
-                esc(class)
-            );
-        }
-        out.push_str(
-            "# HELP setpoint_effects_refused_total External requests not sent, by reason.\n\
-             # TYPE setpoint_effects_refused_total counter\n",
-        );
-        for ((plugin, destination, reason), n) in &state.refused {
-            let _ = writeln!(
-                out,
-                "setpoint_effects_refused_total{{plugin=\"{}\",destination=\"{}\",reason=\"{}\"}} {n}",
-                esc(plugin),
-                esc(destination),
-                esc(reason)
-            );
+        for (name, help, third, counts) in [
+            (
+                "setpoint_effects_requests_total",
+                "External requests of plugins, by result class.",
+                "class",
+                &state.requests,
+            ),
+            (
+                "setpoint_effects_refused_total",
+                "External requests not sent, by reason.",
+                "reason",
+                &state.refused,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for ((plugin, destination, value), n) in counts {
+                let _ = writeln!(
+                    out,
+                    "{name}{{plugin=\"{}\",destination=\"{}\",{third}=\"{}\"}} {n}",
+                    esc(plugin),
+                    esc(destination),
+                    esc(value)
+                );
+            }
         }
         out.push_str(
             "# HELP setpoint_effects_request_duration_seconds Latency of external requests sent.\n\

@@ -135,31 +135,29 @@ pub(super) fn render_plugins(
     plugins: &[(String, u64, u64)],
     calls: &[PluginCallStats],
 ) {
-    header(
-        out,
-        "setpoint_plugin_reconciles_total",
-        "counter",
-        "Reconcile calls per plugin, across reloads of its file.",
-    );
-    for (plugin, reconciles, _) in plugins {
-        let _ = writeln!(
-            out,
-            "setpoint_plugin_reconciles_total{{plugin=\"{}\"}} {reconciles}",
-            escape(plugin)
-        );
-    }
-    header(
-        out,
-        "setpoint_plugin_reconcile_errors_total",
-        "counter",
-        "Reconcile calls per plugin that failed (plugin errors and guest faults).",
-    );
-    for (plugin, _, errors) in plugins {
-        let _ = writeln!(
-            out,
-            "setpoint_plugin_reconcile_errors_total{{plugin=\"{}\"}} {errors}",
-            escape(plugin)
-        );
+    type Pick = fn(&(String, u64, u64)) -> u64;
+    let counters: [(&str, &str, Pick); 2] = [
+        (
+            "setpoint_plugin_reconciles_total",
+            "Reconciles per plugin, across reloads of its file.",
+            |p| p.1,
+        ),
+        (
+            "setpoint_plugin_reconcile_errors_total",
+            "Reconciles per plugin that failed (plugin errors, guest faults, responses not applied in full).",
+            |p| p.2,
+        ),
+    ];
+    for (name, help, pick) in counters {
+        header(out, name, "counter", help);
+        for plugin in plugins {
+            let _ = writeln!(
+                out,
+                "{name}{{plugin=\"{}\"}} {}",
+                escape(&plugin.0),
+                pick(plugin)
+            );
+        }
     }
     header(
         out,

@@ -29,6 +29,12 @@
 //! `SCALE_KEEP=1` keeps the data directory (and the server's `serve.log`,
 //! whose filter `SCALE_LOG` sets: `warn` unless given). `scripts/bench scale` builds
 //! everything first.
+//!
+//! `SCALE_HEAP=FILE` runs the server under heaptrack (`heaptrack -o FILE`;
+//! the binary must use the system allocator, as `scripts/bench heap`
+//! builds it) and, instead of the restart, stops it with SIGINT once the
+//! LIST is measured, so that heaptrack writes its profile of the converged
+//! server.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -60,7 +66,14 @@ impl Server {
             .create(true)
             .append(true)
             .open(dir.join("serve.log"))?;
-        let mut command = Command::new(bin);
+        let mut command = match std::env::var_os("SCALE_HEAP") {
+            Some(profile) => {
+                let mut heaptrack = Command::new("heaptrack");
+                heaptrack.arg("-o").arg(profile).arg(bin);
+                heaptrack
+            }
+            None => Command::new(bin),
+        };
         command
             .arg("serve")
             .arg("--addr")
@@ -90,10 +103,40 @@ impl Server {
         })
     }
 
+    /// The server's process id: the child's, or under heaptrack (which
+    /// runs it from a script) the script's child's.
+    fn pid(&self) -> u32 {
+        let id = self.child.id();
+        if std::env::var_os("SCALE_HEAP").is_none() {
+            return id;
+        }
+        std::fs::read_to_string(format!("/proc/{id}/task/{id}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse::<u32>().ok())
+            .find(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/comm"))
+                    .is_ok_and(|comm| comm.trim() == "setpoint")
+            })
+            .unwrap_or(id)
+    }
+
+    /// Stop the server as Ctrl-C does and wait until it (and heaptrack,
+    /// which writes its profile then) has exited.
+    fn interrupt(&mut self) -> anyhow::Result<()> {
+        Command::new("kill")
+            .arg("-INT")
+            .arg(self.pid().to_string())
+            .status()
+            .context("kill -INT")?;
+        self.child.wait()?;
+        Ok(())
+    }
+
     /// Resident and peak resident memory, in bytes.
     fn rss(&self) -> (u64, u64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
         let field = |name: &str| {
             status
                 .lines()
@@ -108,7 +151,7 @@ impl Server {
     /// Process CPU time (user + system) so far.
     fn cpu(&self) -> Duration {
         let stat =
-            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+            std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap_or_default();
         // Fields after the command name, which is in parentheses.
         let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
         let fields: Vec<&str> = rest.split_whitespace().collect();
@@ -123,6 +166,13 @@ impl Server {
     }
 
     fn kill9(&mut self) {
+        let server = self.pid();
+        if server != self.child.id() {
+            let _ = Command::new("kill")
+                .arg("-9")
+                .arg(server.to_string())
+                .status();
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -426,9 +476,17 @@ async fn run(n: usize, clients: usize) -> anyhow::Result<()> {
         pages[8].as_secs_f64() * 1e3
     );
 
-    server.kill9();
-    let server = restart(&bin, &dir, port, &http).await?;
-    drop(server);
+    if let Some(profile) = std::env::var_os("SCALE_HEAP") {
+        server.interrupt()?;
+        println!(
+            "heap: profile of the converged server written by heaptrack to {}.* (read it with heaptrack_print)",
+            Path::new(&profile).display()
+        );
+    } else {
+        server.kill9();
+        let server = restart(&bin, &dir, port, &http).await?;
+        drop(server);
+    }
     if std::env::var_os("SCALE_KEEP").is_some() {
         println!("kept {}", scratch.keep().display());
     }
