@@ -53,6 +53,11 @@ impl History {
         let list = map.get_mut(key).expect("inserted above");
         if list.len() == KEPT_PER_OBJECT {
             list.pop_front();
+        } else {
+            // Grown one record at a time: held for every object, a list
+            // grown by doubling would hold room for four records after
+            // the first (see docs/benchmarks/scale.md#a-million-pods-2026-11-26).
+            list.reserve_exact(1);
         }
         list.push_back(record);
     }
@@ -73,5 +78,43 @@ impl History {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(n: u64) -> ReconcileRecord {
+        ReconcileRecord {
+            started: SystemTime::UNIX_EPOCH + Duration::from_secs(n),
+            duration: Duration::from_millis(n),
+            version: "1.0.0".into(),
+            outcome: Outcome::Success,
+            next_in: None,
+        }
+    }
+
+    #[test]
+    fn an_object_keeps_its_last_records_oldest_first_in_no_more_room_than_they_take() {
+        let history = History::default();
+        let key = ObjectKey::new(Some("default"), "a");
+        for n in 0..3 {
+            history.push(&key, record(n));
+        }
+        let capacity = |h: &History| h.records.lock().unwrap()[&key].capacity();
+        assert_eq!(capacity(&history), 3, "grown one record at a time");
+        for n in 3..(KEPT_PER_OBJECT as u64 + 5) {
+            history.push(&key, record(n));
+        }
+        let kept: Vec<u64> = history
+            .of(&key)
+            .iter()
+            .map(|r| r.duration.as_millis() as u64)
+            .collect();
+        assert_eq!(kept, (5..KEPT_PER_OBJECT as u64 + 5).collect::<Vec<_>>());
+        assert_eq!(capacity(&history), KEPT_PER_OBJECT);
+        history.forget(&key);
+        assert!(history.of(&key).is_empty());
     }
 }

@@ -200,8 +200,53 @@ impl<K: Clone + Eq + Hash> State<K> {
             }
             Some(true)
         } else {
+            if self.dirty.is_empty() {
+                self.give_back_room();
+            }
             Some(false)
         }
+    }
+
+    /// With nothing pending, gives back the room a burst grew the
+    /// containers to: a queue that once held every key of a large kind
+    /// (a first list, a resync) would otherwise keep room for all of them
+    /// for good (docs/benchmarks/scale.md#a-million-pods-2026-11-26). Only a
+    /// container far larger than what it holds is shrunk, so a steady
+    /// trickle of keys does not reallocate on every `done`.
+    fn give_back_room(&mut self) {
+        const KEPT: usize = 1024;
+        let oversized = |capacity: usize, len: usize| capacity > KEPT && capacity > 4 * len;
+        // Nothing is pending, so every entry left in the low lane is stale.
+        if self.low_pending.is_empty() {
+            self.low.clear();
+        }
+        macro_rules! shrink {
+            ($($field:ident),*) => {$(
+                if oversized(self.$field.capacity(), self.$field.len()) {
+                    self.$field.shrink_to(KEPT.max(2 * self.$field.len()));
+                }
+            )*};
+        }
+        shrink!(
+            ready,
+            low,
+            low_pending,
+            by_event,
+            processing_event,
+            low_after_done,
+            dirty,
+            processing
+        );
+    }
+
+    /// Room held by the containers, in keys (for tests).
+    #[cfg(test)]
+    pub(super) fn room(&self) -> usize {
+        self.ready.capacity()
+            + self.low.capacity()
+            + self.low_pending.capacity()
+            + self.by_event.capacity()
+            + self.dirty.capacity()
     }
 
     /// Stops accepting adds and drops delayed keys. Without `drain`, also drops pending keys so
@@ -251,5 +296,46 @@ impl<K: Clone + Eq + Hash> State<K> {
             unfinished_work,
             longest_running_processor,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_drained_queue_gives_back_the_room_a_burst_grew_it_to() {
+        let metrics = Metrics::default();
+        let now = Instant::now();
+        let mut state = State::new();
+        const BURST: u32 = 100_000;
+        for key in 0..BURST {
+            // Half from events, half from a list or resync.
+            if key % 2 == 0 {
+                state.add(key, now, &metrics);
+            } else {
+                state.add_low(key, now, &metrics);
+            }
+        }
+        let grown = state.room();
+        assert!(grown >= BURST as usize, "{grown}");
+        let mut handed_out = 0;
+        let mut re_added = false;
+        while let Take::Key(key) = state.take(now, &metrics) {
+            // A key re-added while processed is handed out again afterwards.
+            if key == 7 && !re_added {
+                state.add(key, now, &metrics);
+                re_added = true;
+            }
+            state.done(&key, now, &metrics);
+            handed_out += 1;
+        }
+        assert_eq!(handed_out, BURST + 1);
+        assert!(state.is_drained());
+        let room = state.room();
+        assert!(room <= 5 * 2048, "drained, yet room for {room} keys");
+        // And it still works as a queue afterwards.
+        state.add(1, now, &metrics);
+        assert_eq!(state.take(now, &metrics), Take::Key(1));
     }
 }

@@ -32,9 +32,9 @@
 //!
 //! `SCALE_HEAP=FILE` runs the server under heaptrack (`heaptrack -o FILE`;
 //! the binary must use the system allocator, as `scripts/bench heap`
-//! builds it) and, instead of the restart, stops it with SIGINT once the
-//! LIST is measured, so that heaptrack writes its profile of the converged
-//! server.
+//! builds it) and, instead of the restart, `kill -9`s it once the LIST is
+//! measured: the allocations the profile then calls leaked are what the
+//! converged server held.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -58,6 +58,9 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 struct Server {
     child: Child,
     url: String,
+    /// The server's process name (`/proc/PID/comm`: its file name, cut
+    /// to 15 bytes), to find it under heaptrack.
+    comm: String,
 }
 
 impl Server {
@@ -97,9 +100,14 @@ impl Server {
         let child = command
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
+        let comm = bin
+            .file_name()
+            .map(|n| n.to_string_lossy().chars().take(15).collect())
+            .unwrap_or_default();
         Ok(Self {
             child,
             url: format!("http://127.0.0.1:{port}"),
+            comm,
         })
     }
 
@@ -116,19 +124,19 @@ impl Server {
             .filter_map(|p| p.parse::<u32>().ok())
             .find(|p| {
                 std::fs::read_to_string(format!("/proc/{p}/comm"))
-                    .is_ok_and(|comm| comm.trim() == "setpoint")
+                    .is_ok_and(|comm| comm.trim() == self.comm)
             })
             .unwrap_or(id)
     }
 
-    /// Stop the server as Ctrl-C does and wait until it (and heaptrack,
-    /// which writes its profile then) has exited.
-    fn interrupt(&mut self) -> anyhow::Result<()> {
+    /// `kill -9` the server alone and wait until heaptrack has written its
+    /// profile: what the server held then is what the profile calls leaked.
+    fn kill9_profiled(&mut self) -> anyhow::Result<()> {
         Command::new("kill")
-            .arg("-INT")
+            .arg("-9")
             .arg(self.pid().to_string())
             .status()
-            .context("kill -INT")?;
+            .context("kill -9")?;
         self.child.wait()?;
         Ok(())
     }
@@ -477,9 +485,9 @@ async fn run(n: usize, clients: usize) -> anyhow::Result<()> {
     );
 
     if let Some(profile) = std::env::var_os("SCALE_HEAP") {
-        server.interrupt()?;
+        server.kill9_profiled()?;
         println!(
-            "heap: profile of the converged server written by heaptrack to {}.* (read it with heaptrack_print)",
+            "heap: profile written by heaptrack to {}.*; what the converged server held when killed is what it calls leaked",
             Path::new(&profile).display()
         );
     } else {
