@@ -3,9 +3,6 @@
 //! `metadata` decoded: the cache keeps text, and decoding a whole 1 KiB
 //! object to find its labels costs ten times the text in allocations.
 
-use serde::Deserialize;
-use serde_json::Value;
-
 use crate::object::{Object, ObjectKey, meta};
 
 /// An object's key and the index entries it belongs to.
@@ -40,21 +37,9 @@ impl Terms {
     /// skipped; text this does not take (a repeated `metadata`, nesting past
     /// the parser's limit) is decoded whole, as the store reads it.
     pub(super) fn of_json(json: &[u8]) -> Option<Self> {
-        /// Only the member the terms come from; serde skips the others.
-        #[derive(Deserialize)]
-        struct Head {
-            #[serde(default)]
-            metadata: Value,
-        }
-        match serde_json::from_slice::<Head>(json) {
-            Ok(head) => Some(Self::of(&serde_json::json!({ "metadata": head.metadata }))),
-            Err(_) => {
-                let object = serde_json::from_slice(json)
-                    .ok()
-                    .or_else(|| crate::object::codec::decode_deep(json))?;
-                Some(Self::of(&object))
-            }
-        }
+        crate::object::codec::decode_metadata(json)
+            .ok()
+            .map(|head| Self::of(&head))
     }
 }
 

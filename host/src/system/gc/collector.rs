@@ -91,11 +91,16 @@ impl Collector {
     }
 
     fn listed(&mut self, kv: &KeyValue) {
-        match Api::decode(kv) {
-            Ok(object) => {
-                self.graph.upsert(&kv.key, &object);
+        // The graph reads only `metadata`: the rest is not decoded (a list
+        // of every object is the GC's start-up cost, see
+        // docs/benchmarks/scale.md#a-million-pods-2026-11-26).
+        match crate::object::codec::decode_metadata(&kv.value) {
+            Ok(head) => {
+                self.graph.upsert(&kv.key, &head);
             }
-            Err(err) => tracing::warn!(%err, "garbage collector skips an undecodable object"),
+            Err(err) => {
+                tracing::warn!(key = %kv.key, %err, "garbage collector skips an undecodable object");
+            }
         }
     }
 
