@@ -55,6 +55,17 @@ enum Step {
     },
 }
 
+/// What a turn's applied response tells the requeue throttle and the tally.
+#[derive(Debug, Default, Clone, Copy)]
+struct AppliedFacts {
+    /// A fingerprint of what the reconciler saw (`seen_fingerprint`).
+    seen: u64,
+    /// Whether it wrote anything.
+    wrote: bool,
+    /// Whether a desired child clashed with another object's.
+    clashed: bool,
+}
+
 /// A fingerprint of a set of children: their uids and resource versions.
 fn fingerprint(children: &[Arc<crate::object::Object>]) -> u64 {
     use std::hash::{Hash, Hasher};
@@ -125,10 +136,8 @@ pub(super) async fn worker(shared: Arc<Shared>, index: usize) {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&key);
-        // What the requeue throttle and the tally need of an applied
-        // response: what the reconciler saw, whether it wrote, whether a
-        // child clashed.
-        let mut applied = (0, false, false);
+        // What the requeue throttle and the tally need of an applied response.
+        let mut applied = AppliedFacts::default();
         let ended = match outcome {
             Ok(Step::Gone) => Ended::Gone,
             Ok(Step::Stopped) => Ended::Stopped,
@@ -143,7 +152,11 @@ pub(super) async fn worker(shared: Arc<Shared>, index: usize) {
                 wrote,
                 clashed,
             }) => {
-                applied = (seen, wrote, clashed);
+                applied = AppliedFacts {
+                    seen,
+                    wrote,
+                    clashed,
+                };
                 Ended::Applied {
                     requeue_after,
                     hold: shared.effects.take_hold(&key),
@@ -169,9 +182,10 @@ pub(super) async fn worker(shared: Arc<Shared>, index: usize) {
             Err(ReconcileError::Permanent(message)) => Ended::Permanent(message),
         };
         if was_called {
-            shared
-                .tally
-                .record(tallied(&ended, applied.1, applied.2), clock.elapsed());
+            shared.tally.record(
+                tallied(&ended, applied.wrote, applied.clashed),
+                clock.elapsed(),
+            );
         }
         let (outcome, next_in) = match decide(ended) {
             Decision::Forget => {
@@ -201,9 +215,9 @@ pub(super) async fn worker(shared: Arc<Shared>, index: usize) {
                         let delay = shared.requeues.delay(
                             &key,
                             requested,
-                            applied.1,
+                            applied.wrote,
                             requeue::Seen {
-                                fingerprint: applied.0,
+                                fingerprint: applied.seen,
                             },
                         );
                         if delay.started_throttling {

@@ -9,46 +9,54 @@ use std::sync::Arc;
 use super::Shared;
 use crate::egress::{GRANT_API_VERSION, GRANT_KIND};
 use crate::informer::Change;
-use crate::object::meta;
+use crate::object::{Object, meta};
 
 /// Start following grants and Secrets for the host's controllers.
 pub(super) fn follow(shared: &Arc<Shared>) {
+    on_change(shared, GRANT_API_VERSION, GRANT_KIND, |shared, object| {
+        let plugin = meta::name(object).to_owned();
+        tokio::spawn(async move {
+            if let Some(controller) = shared.controllers.lock().await.get(&plugin) {
+                tracing::info!(%plugin, "PluginGrant changed: requeueing the plugin's objects");
+                controller.requeue_all();
+            }
+        });
+    });
+    on_change(shared, "v1", "Secret", |shared, object| {
+        let namespace = meta::namespace(object).map(str::to_owned);
+        tokio::spawn(async move {
+            for controller in shared.controllers.lock().await.values() {
+                if !controller.manifest().secrets.is_empty() {
+                    controller.requeue_namespace(namespace.as_deref());
+                }
+            }
+        });
+    });
+}
+
+/// Call `act` for every change (not a listing) of the objects of a kind,
+/// if it is registered, for as long as the host lives; its informer is
+/// kept in `Shared::followed`.
+fn on_change(
+    shared: &Arc<Shared>,
+    api_version: &str,
+    kind: &str,
+    act: impl Fn(Arc<Shared>, &Object) + Send + Sync + 'static,
+) {
+    let Some(kind) = shared.api.kinds().by_kind(api_version, kind) else {
+        return;
+    };
+    let informer = shared.informers.for_kind(kind);
+    shared
+        .followed
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(informer.clone());
     let weak = Arc::downgrade(shared);
-    let mut followed = shared.followed.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(kind) = shared.api.kinds().by_kind(GRANT_API_VERSION, GRANT_KIND) {
-        let weak = weak.clone();
-        let informer = shared.informers.for_kind(kind);
-        followed.push(informer.clone());
-        informer.add_handler(move |change| {
-            let Some(shared) = weak.upgrade() else { return };
-            if matches!(change, Change::Listed(_)) {
-                return;
-            }
-            let plugin = meta::name(change.object()).to_owned();
-            tokio::spawn(async move {
-                if let Some(controller) = shared.controllers.lock().await.get(&plugin) {
-                    tracing::info!(%plugin, "PluginGrant changed: requeueing the plugin's objects");
-                    controller.requeue_all();
-                }
-            });
-        });
-    }
-    if let Some(kind) = shared.api.kinds().by_kind("v1", "Secret") {
-        let informer = shared.informers.for_kind(kind);
-        followed.push(informer.clone());
-        informer.add_handler(move |change| {
-            let Some(shared) = weak.upgrade() else { return };
-            if matches!(change, Change::Listed(_)) {
-                return;
-            }
-            let namespace = meta::namespace(change.object()).map(str::to_owned);
-            tokio::spawn(async move {
-                for controller in shared.controllers.lock().await.values() {
-                    if !controller.manifest().secrets.is_empty() {
-                        controller.requeue_namespace(namespace.as_deref());
-                    }
-                }
-            });
-        });
-    }
+    informer.add_handler(move |change| {
+        let Some(shared) = weak.upgrade() else { return };
+        if !matches!(change, Change::Listed(_)) {
+            act(shared, change.object());
+        }
+    });
 }
