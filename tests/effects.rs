@@ -4,7 +4,9 @@
 //! operator's grant, redirects are not followed, loopback and private
 //! addresses need an explicit grant, secret values never reach the plugin
 //! or anything the host records, oversized and slow answers end with clear
-//! errors, a flooding plugin is held back while its neighbour converges,
+//! errors, a flooding plugin waits its turn while its neighbour converges,
+//! a hundred objects reading one URL share one exchange (never across
+//! Secrets),
 //! `Retry-After` becomes a requeue, and a plugin of the previous contract
 //! series still runs.
 
@@ -503,7 +505,7 @@ async fn an_oversized_answer_and_a_slow_server_end_with_clear_errors() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flooding_plugin_is_held_back_while_its_neighbour_converges() {
+async fn a_flooding_plugin_waits_its_turn_while_its_neighbour_converges() {
     let host = TestHost::start(&["effector", "effector2"]).await;
     let server = Recorder::echo().await;
     grant(&host, "effector", json!({"destinations": [server.url()]})).await;
@@ -535,20 +537,40 @@ async fn a_flooding_plugin_is_held_back_while_its_neighbour_converges() {
         })
         .await;
     }
-    let flood = wait_for(&host, "Effect2", "flood", "held back", |o| {
+    // The flood waits in its plugin's queue, one request a second: never
+    // faster, and the ones that could not go before the reconcile's
+    // deadline were answered `throttled` at once, unsent.
+    let flood = wait_for(&host, "Effect2", "flood", "answered", |o| {
         o["status"]["answers"]
             .as_object()
-            .is_some_and(|a| a.values().any(|v| v["error"] == "throttled"))
+            .is_some_and(|a| a.len() >= 40)
     })
     .await;
     let answers = flood["status"]["answers"].as_object().unwrap();
-    let throttled = answers
-        .values()
-        .filter(|v| v["error"] == "throttled")
-        .count();
+    let (sent, throttled) = answers.values().fold((0, 0), |(s, t), v| {
+        if v["status"] == 200 {
+            (s + 1, t)
+        } else if v["error"] == "throttled" {
+            (s, t + 1)
+        } else {
+            panic!("{v}")
+        }
+    });
     assert!(
-        throttled >= 30,
-        "at 1 request/s most of 40 wait: {throttled}"
+        sent >= 20 && throttled >= 1,
+        "sent {sent}, held {throttled}"
+    );
+    let times: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.starts_with("/flood"))
+        .map(|r| r.at)
+        .collect();
+    let spread = times.last().unwrap().duration_since(times[0]);
+    assert!(
+        spread >= Duration::from_secs_f64((times.len() - 2) as f64 * 0.9),
+        "{} flood requests in {spread:?}: faster than 1/s",
+        times.len()
     );
     let metrics = host.host.egress().metrics().render();
     assert!(metrics.contains("plugin=\"effector2\"") && metrics.contains("reason=\"Throttled\""));
@@ -556,6 +578,107 @@ async fn a_flooding_plugin_is_held_back_while_its_neighbour_converges() {
         !metrics.contains("setpoint_effects_refused_total{plugin=\"effector\","),
         "the neighbour was never held: {metrics}"
     );
+    host.stop().await;
+}
+
+/// A second Secret beside `api` (`register_secret_kind`), with another value.
+async fn second_secret(host: &TestHost, value: &str) {
+    use base64::Engine as _;
+    let api = host.host.api();
+    let secrets = api.kinds().require("v1", "Secret").unwrap();
+    api.create(
+        &secrets,
+        json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "api2", "namespace": "default"},
+            "data": {"token": base64::engine::general_purpose::STANDARD.encode(value)}}),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_objects_reading_one_url_share_one_exchange_and_other_secrets_never_share_it() {
+    let host = TestHost::start(&["effector"]).await;
+    register_secret_kind(&host).await;
+    const OTHER: &str = "another-Secret-77";
+    second_secret(&host, OTHER).await;
+    // Slow enough that every reconcile asks while the first read is on
+    // the wire or fresh.
+    let server = Recorder::start(|request, _| {
+        let body = format!(
+            "zone for {}",
+            request.header("authorization").unwrap_or("nobody")
+        );
+        Reply::Later(Duration::from_millis(300), Box::new(Reply::text(200, body)))
+    })
+    .await;
+    grant(
+        &host,
+        "effector",
+        json!({"destinations": [server.url()], "secrets": ["default/api/token", "default/api2/token"]}),
+    )
+    .await;
+    let reader = |secret: &str| {
+        json!({"reads": [{
+            "id": "zone", "url": format!("{}/zone", server.url()),
+            "headers": [["Cache-Control", "max-age=60"]],
+            "secrets": [{"name": secret, "key": "token", "header": "Authorization", "template": "Bearer {}"}],
+        }]})
+    };
+    for i in 0..100 {
+        create(&host, "Effect", &format!("many-{i}"), reader("api")).await;
+    }
+    for i in 0..2 {
+        create(&host, "Effect", &format!("other-{i}"), reader("api2")).await;
+    }
+    for i in 0..100 {
+        let object = wait_for(&host, "Effect", &format!("many-{i}"), "answered", |o| {
+            o["status"]["answers"]["zone"]["status"] == 200
+        })
+        .await;
+        assert_eq!(
+            object["status"]["answers"]["zone"]["body"], "zone for Bearer ***",
+            "the shared answer is masked for the secret it was built with"
+        );
+    }
+    for i in 0..2 {
+        let object = wait_for(&host, "Effect", &format!("other-{i}"), "answered", |o| {
+            o["status"]["answers"]["zone"]["status"] == 200
+        })
+        .await;
+        assert_eq!(
+            object["status"]["answers"]["zone"]["body"],
+            "zone for Bearer ***"
+        );
+    }
+    let sent: Vec<String> = server
+        .requests()
+        .iter()
+        .map(|r| r.header("authorization").unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(
+        sent.iter().filter(|a| a.contains(SECRET)).count(),
+        1,
+        "one exchange for the hundred: {sent:?}"
+    );
+    assert_eq!(
+        sent.iter().filter(|a| a.contains(OTHER)).count(),
+        1,
+        "the other secret got an exchange of its own, never the first's answer: {sent:?}"
+    );
+    let metrics = host.host.egress().metrics().render();
+    let observations = |outcome: &str| -> u64 {
+        metrics
+            .lines()
+            .find(|l| {
+                l.starts_with("setpoint_effects_observations_total{plugin=\"effector\"")
+                    && l.contains(&format!("outcome=\"{outcome}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{metrics}"))
+    };
+    assert_eq!(observations("sent"), 2, "{metrics}");
+    assert!(observations("shared") >= 100, "{metrics}");
     host.stop().await;
 }
 

@@ -59,6 +59,7 @@
 pub mod api;
 pub mod client;
 pub mod cluster;
+pub mod contract;
 pub mod controller;
 pub mod egress;
 pub mod informer;

@@ -197,6 +197,52 @@ impl HttpRequest {
         self
     }
 
+    /// Accepts an answer up to `age` old (whole seconds): the host may hand
+    /// this read the answer of an identical read (same URL, headers and
+    /// secrets) another object of the plugin made that recently, instead
+    /// of sending it again. Sent as HTTP's `Cache-Control: max-age=N`
+    /// request directive; zero asks for an exchange of its own (or one not
+    /// sent yet). Without it the host's window applies (one second by
+    /// default). A write to the same destination always ends the freshness
+    /// of what was read before it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint_plugin_sdk::HttpRequest;
+    ///
+    /// let read = HttpRequest::get("https://dns.example/zones/example.org").max_age(Duration::from_secs(15));
+    /// assert_eq!(read.header_value("cache-control"), Some("max-age=15"));
+    /// ```
+    pub fn max_age(mut self, age: std::time::Duration) -> Self {
+        self.headers
+            .retain(|(n, _)| !n.eq_ignore_ascii_case("cache-control"));
+        self.headers
+            .push(("Cache-Control".into(), format!("max-age={}", age.as_secs())));
+        self
+    }
+
+    /// Lets the host send this write together with others of the plugin
+    /// that wait at the same time: same method, URL and headers, bodies
+    /// equal but for the JSON array at `pointer`, whose items are joined
+    /// into one body (PowerDNS's zone `PATCH` takes many `rrsets`). Every
+    /// write of the batch gets its answer; when the batch is refused (4xx)
+    /// each is sent again alone, so an answer is always about its own
+    /// write. A write whose secrets go into its body is never batched.
+    /// Sent as the `X-Setpoint-Batch` header, which the host removes.
+    ///
+    /// ```
+    /// use setpoint_plugin_sdk::HttpRequest;
+    /// use setpoint_plugin_sdk::serde_json::json;
+    ///
+    /// let write = HttpRequest::patch("https://dns.example/zones/example.org")
+    ///     .json(&json!({"rrsets": [{"name": "www.example.org.", "changetype": "DELETE"}]}))
+    ///     .batch("/rrsets");
+    /// assert_eq!(write.header_value("x-setpoint-batch"), Some("/rrsets"));
+    /// ```
+    pub fn batch(self, pointer: impl Into<String>) -> Self {
+        self.header("X-Setpoint-Batch", pointer)
+    }
+
     /// Sets the most this exchange may take.
     pub fn timeout_ms(mut self, ms: u32) -> Self {
         self.timeout_ms = Some(ms);

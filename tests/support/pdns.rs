@@ -203,6 +203,14 @@ impl PowerDns {
 
     /// The RRset `name`/`rtype` of `zone` as the API shows it, if any.
     pub async fn rrset(&self, zone: &str, name: &str, rtype: &str) -> Option<Value> {
+        self.rrsets(zone)
+            .await
+            .into_iter()
+            .find(|r| r["name"] == name && r["type"] == rtype)
+    }
+
+    /// Every RRset of `zone` as the API shows it (one read of the zone).
+    pub async fn rrsets(&self, zone: &str) -> Vec<Value> {
         let zone: Value = self
             .request(reqwest::Method::GET, &format!("/zones/{zone}"))
             .send()
@@ -211,11 +219,7 @@ impl PowerDns {
             .json()
             .await
             .unwrap();
-        zone["rrsets"]
-            .as_array()?
-            .iter()
-            .find(|r| r["name"] == name && r["type"] == rtype)
-            .cloned()
+        zone["rrsets"].as_array().cloned().unwrap_or_default()
     }
 
     /// Ask the server over DNS (`dig +short`): the answers' data, sorted.

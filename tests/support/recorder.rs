@@ -42,6 +42,8 @@ pub enum Reply {
     },
     /// Never answer (the connection stays open for a minute).
     Hang,
+    /// Answer this after a while.
+    Later(Duration, Box<Reply>),
 }
 
 impl Reply {
@@ -188,7 +190,13 @@ async fn serve(mut stream: TcpStream, requests: Arc<Mutex<Vec<Recorded>>>, handl
         all.push(recorded.clone());
         all.len() - 1
     };
-    match handler(&recorded, nth) {
+    let mut reply = handler(&recorded, nth);
+    while let Reply::Later(delay, then) = reply {
+        tokio::time::sleep(delay).await;
+        reply = *then;
+    }
+    match reply {
+        Reply::Later(..) => unreachable!("unwrapped above"),
         Reply::Hang => tokio::time::sleep(Duration::from_secs(60)).await,
         Reply::Respond {
             status,

@@ -1,9 +1,8 @@
-//! The controller's side of external effects: rounds (a response that
-//! wants reads gets them performed and the reconciler called again, a
-//! bounded number of times), the writes performed after a response is
-//! applied, their outcomes kept for the next reconcile of the object, and
-//! the `EffectsAllowed` condition and events that report refusals and
-//! pending grants. The requests themselves are `crate::egress`'s.
+//! The controller's side of external effects: the writes performed after
+//! a response is applied, their outcomes kept for the next reconcile of
+//! the object, and the `EffectsAllowed` condition and events that report
+//! refusals and pending grants. The requests themselves, and the rounds
+//! of reads before a response is final, are `crate::egress`'s.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -12,9 +11,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::conditions::{conditions_with, set_conditions};
-use super::{
-    Answer, EventRecord, Manifest, ReconcileError, Request, Response, Severity, Shared, events,
-};
+use super::{Answer, EventRecord, Manifest, Response, Severity, Shared, events};
 use crate::api::Api;
 use crate::egress::{Egress, Report, Scope};
 use crate::object::{Object, ObjectKey};
@@ -88,100 +85,28 @@ impl KeyState {
     }
 }
 
-/// The reconcile's scope for egress.
+/// The reconcile's scope for egress: requests of an object being
+/// finalized are urgent, and waiting on the network lets `parker` go.
 pub(super) fn scope<'a>(
     shared: &Shared,
     manifest: &'a Manifest,
     object: &'a Object,
     key: &ObjectKey,
     egress: &Egress,
+    finalizing: bool,
+    parker: crate::egress::Parker,
 ) -> Scope<'a> {
     Scope {
         plugin: manifest,
         object,
         key: recent_key(&shared.kind.kind, key),
         deadline: tokio::time::Instant::now() + egress.config().reconcile_budget,
+        urgent: finalizing,
+        parker,
     }
 }
 
-/// The key `describe` finds an object's recent requests by.
-pub fn recent_key(kind: &str, key: &ObjectKey) -> String {
-    format!("{kind}/{key}")
-}
-
-/// The reads of `response` that `request` has no answer to.
-fn unanswered<'a>(
-    request: &Request,
-    response: &'a Response,
-) -> Vec<&'a crate::controller::HttpRequest> {
-    response
-        .observe
-        .iter()
-        .filter(|r| !request.observations.iter().any(|(id, _)| *id == r.id))
-        .collect()
-}
-
-/// Call the reconciler again while its response wants reads it has no
-/// answer to: perform them, add the answers to the request and call again,
-/// at most `max_rounds` calls in all. `call` makes one call.
-pub(crate) async fn rounds<F, Fut>(
-    egress: &Egress,
-    scope: &Scope<'_>,
-    mut request: Request,
-    mut response: Response,
-    report: &mut Report,
-    call: F,
-) -> Result<(Request, Response), ReconcileError>
-where
-    F: Fn(Request) -> Fut,
-    Fut: std::future::Future<
-            Output = Result<(Request, Result<Response, ReconcileError>), ReconcileError>,
-        >,
-{
-    let config = egress.config();
-    loop {
-        check_sizes(config.max_requests, &response)?;
-        let wanted: Vec<_> = unanswered(&request, &response)
-            .into_iter()
-            .cloned()
-            .collect();
-        if wanted.is_empty() {
-            return Ok((request, response));
-        }
-        if request.round + 1 >= config.max_rounds {
-            return Err(ReconcileError::Transient(format!(
-                "the reconciler still wants reads after {} calls ({}); \
-                 ask for reads together (fetch_all) or in fewer steps",
-                config.max_rounds,
-                wanted
-                    .iter()
-                    .map(|r| r.id.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
-        }
-        let answers = egress.observe(scope, &wanted, report).await;
-        request.observations.extend(answers);
-        request.round += 1;
-        let (back, result) = call(request).await?;
-        request = back;
-        response = result?;
-    }
-}
-
-fn check_sizes(max: usize, response: &Response) -> Result<(), ReconcileError> {
-    for (list, n) in [
-        ("observe", response.observe.len()),
-        ("effects", response.effects.len()),
-    ] {
-        if n > max {
-            return Err(ReconcileError::Permanent(format!(
-                "the response asks for {n} {list} requests, over the limit of {max}"
-            )));
-        }
-    }
-    Ok(())
-}
+pub use crate::egress::recent_key;
 
 /// Perform the writes of an applied response, in order, and keep their
 /// outcomes for the object's next reconcile. Returns whether every write

@@ -6,8 +6,8 @@ use std::hash::{Hash, Hasher};
 
 use serde_json::json;
 
-use super::reconciler::EventRecord;
 use crate::api::{Api, Error};
+use crate::contract::EventRecord;
 use crate::object::{Object, meta, time};
 
 /// Record `event` about `object`, reported by `component`.

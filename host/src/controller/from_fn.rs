@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::reconciler::{CacheView, Manifest, ReconcileError, Reconciler, Request, Response};
+use crate::contract::{CacheView, Manifest, ReconcileError, Reconciler, Request, Response};
 
 /// A [`Reconciler`] that calls a closure; see [`from_fn`].
 pub struct FnReconciler<F> {

@@ -47,7 +47,6 @@ mod from_fn;
 pub mod history;
 mod native;
 pub(crate) mod pool;
-mod reconciler;
 mod requeue;
 pub(crate) mod respond;
 mod tally;
@@ -60,17 +59,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+pub use crate::contract::{
+    Answer, CacheView, EventRecord, HttpError, HttpErrorKind, HttpRequest, HttpResponse,
+    HttpResult, Manifest, ReconcileError, Reconciler, Request, Response, SecretKeyRef,
+    SecretTarget, SecretUse, Severity,
+};
 pub use breaker::HotLoopConfig;
 pub use concurrency::Concurrency;
 pub use config::{Config, Stats};
 pub use from_fn::{FnReconciler, from_fn};
 pub use history::{History, Outcome, ReconcileRecord};
 pub use native::Native;
-pub use reconciler::{
-    Answer, CacheView, EventRecord, HttpError, HttpErrorKind, HttpRequest, HttpResponse,
-    HttpResult, Manifest, ReconcileError, Reconciler, Request, Response, SecretKeyRef,
-    SecretTarget, SecretUse, Severity,
-};
 pub use requeue::RequeueConfig;
 pub use tally::{Tally, TallyOutcome, TallySnapshot};
 
@@ -158,6 +157,8 @@ struct Shared {
     egress: crate::egress::Egress,
     /// Outcomes of writes and holds between a key's reconciles.
     effects: effects::KeyState,
+    /// Turns that let their worker go to wait on the network.
+    parked: Arc<worker::Parked>,
 }
 
 impl Controller {
@@ -252,6 +253,7 @@ impl Controller {
         let shared = Arc::new(Shared {
             egress,
             effects: Default::default(),
+            parked: Default::default(),
             view,
             inline_view,
             api,
@@ -407,6 +409,7 @@ impl Controller {
         for worker in self.workers {
             let _ = worker.await;
         }
+        self.shared.parked.stop().await;
     }
 
     /// Stop taking new changes, but reconcile every key already queued (and
@@ -415,6 +418,11 @@ impl Controller {
     pub async fn shutdown_with_drain(mut self, timeout: Duration) {
         self.stop_handlers();
         let drained = self.shared.queue.shutdown_with_drain();
+        let parked = self.shared.parked.clone();
+        let drained = async move {
+            drained.await;
+            parked.idle().await;
+        };
         if tokio::time::timeout(timeout, drained).await.is_err() {
             tracing::warn!(plugin = %self.manifest().name, "drain timed out; stopping");
         }
@@ -423,6 +431,7 @@ impl Controller {
         for worker in self.workers {
             let _ = worker.await;
         }
+        self.shared.parked.stop().await;
     }
 
     fn stop_handlers(&mut self) {
@@ -436,11 +445,21 @@ impl Controller {
     }
 }
 
+/// One running controller, as a plan calls it.
+pub(crate) struct PlanTarget {
+    /// The reconciler running now.
+    pub reconciler: Arc<dyn Reconciler>,
+    /// The kind it reconciles.
+    pub kind: Arc<KindInfo>,
+    /// The kinds it owns.
+    pub owned_kinds: Vec<Arc<KindInfo>>,
+}
+
 impl Controller {
     /// What a plan calls of this controller: the reconciler running now,
     /// its kind and the kinds it owns.
-    pub(crate) fn plan_target(&self) -> crate::plan::Target {
-        crate::plan::Target {
+    pub(crate) fn plan_target(&self) -> PlanTarget {
+        PlanTarget {
             reconciler: self.shared.reconciler(),
             kind: self.shared.kind.clone(),
             owned_kinds: self.shared.owned_kinds.clone(),

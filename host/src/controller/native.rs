@@ -22,7 +22,7 @@ use std::time::Duration;
 use serde_json::Value;
 use setpoint_plugin_sdk as sdk;
 
-use super::reconciler::{
+use crate::contract::{
     CacheView, EventRecord, Manifest, ReconcileError, Reconciler, Request, Response, Severity,
 };
 use crate::object::{KindRef, ObjectKey, codec};

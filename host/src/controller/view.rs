@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use super::reconciler::CacheView;
 use crate::api::{self, Api, KindRegistry};
+use crate::contract::CacheView;
 use crate::informer::Informers;
 use crate::object::selector::LabelSelector;
 use crate::object::{KindInfo, ObjectKey, meta};

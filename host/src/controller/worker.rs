@@ -87,7 +87,57 @@ fn seen_fingerprint(object: &crate::object::Object, children: u64) -> u64 {
     hasher.finish()
 }
 
-/// Worker `index` (from 0) takes keys while the gate lets it.
+/// Turns that let their worker go while they wait on the network
+/// ([`crate::egress::Parker`]): counted, so that stopping waits for them.
+pub(super) struct Parked {
+    count: std::sync::atomic::AtomicUsize,
+    idle: tokio::sync::Notify,
+    /// Set when the controller stops: parked turns end where they wait.
+    stopping: tokio::sync::watch::Sender<bool>,
+    /// Parked turns call the reconciler again when their answers come,
+    /// thousands at once when one shared read answers them all: this many
+    /// at a time, as many as the call pool has threads.
+    calls: tokio::sync::Semaphore,
+}
+
+impl Default for Parked {
+    fn default() -> Self {
+        Self {
+            count: Default::default(),
+            idle: Default::default(),
+            stopping: tokio::sync::watch::Sender::new(false),
+            calls: tokio::sync::Semaphore::new(super::pool::default_threads()),
+        }
+    }
+}
+
+impl Parked {
+    /// End every parked turn where it waits (its requests not sent yet are
+    /// not sent; one on the wire is dropped, and the next start observes
+    /// again), then wait until none is left.
+    pub(super) async fn stop(&self) {
+        self.stopping.send_replace(true);
+        self.idle().await;
+    }
+
+    /// Until no parked turn is left.
+    pub(super) async fn idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.count.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Worker `index` (from 0) takes keys while the gate lets it. A turn that
+/// starts waiting on the network (its requests queued behind a busy
+/// destination's limits, or on the wire) goes on in a task of its own and
+/// the worker takes the next key: waiting keys hold no worker.
 pub(super) async fn worker(shared: Arc<Shared>, index: usize) {
     let mut limit = shared.gate.subscribe();
     loop {
@@ -95,6 +145,32 @@ pub(super) async fn worker(shared: Arc<Shared>, index: usize) {
         let Some(key) = shared.queue.get().await else {
             break;
         };
+        let (parker, parked) = egress::Parker::new();
+        let mut turn = Box::pin(turn(shared.clone(), key, parker));
+        tokio::select! {
+            biased;
+            () = &mut turn => {}
+            Ok(()) = parked => {
+                let tracker = shared.parked.clone();
+                tracker.count.fetch_add(1, Ordering::AcqRel);
+                let mut stopping = tracker.stopping.subscribe();
+                tokio::spawn(async move {
+                    tokio::select! {
+                        () = turn => {}
+                        _ = stopping.wait_for(|stop| *stop) => {}
+                    }
+                    if tracker.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+                        tracker.idle.notify_waiters();
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// One key's turn, from taking ownership to handing it back to the queue.
+async fn turn(shared: Arc<Shared>, key: ObjectKey, parker: egress::Parker) {
+    {
         let claim = match shared.ownership(&key) {
             Ownership::Local => None,
             Ownership::Owned(claim) => Some(claim),
@@ -102,12 +178,12 @@ pub(super) async fn worker(shared: Arc<Shared>, index: usize) {
                 // Its owner queues it; nothing of it is ours to remember.
                 shared.queue.forget(&key);
                 shared.queue.done(&key);
-                continue;
+                return;
             }
             Ownership::NotNow => {
                 shared.queue.done(&key);
                 shared.queue.add_after(key, NOT_NOW_RETRY);
-                continue;
+                return;
             }
         };
         let api = claim.as_ref().map_or(&shared.api, |c| c.api());
@@ -125,8 +201,16 @@ pub(super) async fn worker(shared: Arc<Shared>, index: usize) {
         }
         let reconciler = shared.reconciler();
         let mut called = None;
-        let outcome =
-            reconcile_key(&shared, api, claim.as_ref(), &reconciler, &key, &mut called).await;
+        let outcome = reconcile_key(
+            &shared,
+            api,
+            claim.as_ref(),
+            &reconciler,
+            &key,
+            &mut called,
+            parker,
+        )
+        .await;
         if let Some(called) = &called {
             record_reconcile(&shared, &key, called.at, &outcome);
         }
@@ -200,13 +284,13 @@ pub(super) async fn worker(shared: Arc<Shared>, index: usize) {
             Decision::Drop => {
                 shared.queue.forget(&key);
                 shared.queue.done(&key);
-                continue;
+                return;
             }
             Decision::RetrySoon(after) => {
                 drop(claim);
                 shared.queue.done(&key);
                 shared.queue.add_after(key, after);
-                continue;
+                return;
             }
             Decision::Succeeded { requeue_after } => {
                 shared.queue.forget(&key);
@@ -376,6 +460,7 @@ async fn reconcile_key(
     reconciler: &Arc<dyn Reconciler>,
     key: &ObjectKey,
     called: &mut Option<Called>,
+    parker: egress::Parker,
 ) -> Result<Step, ReconcileError> {
     let Some(object) = shared.informer.get(key) else {
         return Ok(Step::Gone);
@@ -472,19 +557,38 @@ async fn reconcile_key(
     }
     let response = response?;
     let egress = &shared.egress;
-    let scope = effects::scope(shared, manifest, &object, key, egress);
+    let scope = effects::scope(
+        shared,
+        manifest,
+        &object,
+        key,
+        egress,
+        finalizing,
+        parker.clone(),
+    );
     let mut report = egress::Report::default();
-    let rounds = effects::rounds(egress, &scope, request, response, &mut report, |r| {
-        shared.pool.reconcile(&callee, inline, &view, r)
+    let rounds = egress::rounds(egress, &scope, request, response, &mut report, |r| {
+        let (callee, view, parker) = (&callee, &view, &parker);
+        async move {
+            let _turn = match parker.is_parked() {
+                true => shared.parked.calls.acquire().await.ok(),
+                false => None,
+            };
+            shared.pool.reconcile(callee, inline, view, r).await
+        }
     })
     .await;
-    let (request, mut response) = match rounds {
+    let (mut request, mut response) = match rounds {
         Ok(done) => done,
         Err(err) => {
             effects::report(shared, api, egress, manifest, key, &report).await;
             return Err(err);
         }
     };
+    // The answers were the plugin's to read; a turn waiting for its writes'
+    // turn should not hold them (a zone read can be large, and thousands of
+    // turns may wait).
+    request.observations = Vec::new();
     if !response.effects.is_empty() {
         // The next reconcile sees the writes' outcomes: soon, not at the
         // next change (the requeue floor still applies).

@@ -21,7 +21,7 @@ use tokio_rustls::rustls;
 
 use super::policy::{self, Destination};
 use super::secrets::Wire;
-use crate::controller::{HttpError, HttpErrorKind, HttpResponse};
+use crate::contract::{HttpError, HttpErrorKind, HttpResponse};
 
 /// What one exchange may take and return.
 #[derive(Debug, Clone, Copy)]

@@ -38,6 +38,10 @@ struct State {
     requests: BTreeMap<(String, String, String), u64>,
     /// (plugin, destination, reason) → count.
     refused: BTreeMap<(String, String, String), u64>,
+    /// (plugin, destination, `sent` | `shared`) → reads answered.
+    observed: BTreeMap<(String, String, String), u64>,
+    /// (plugin, destination) → writes that went in another's batch.
+    batched: BTreeMap<(String, String), u64>,
     /// (plugin, destination) → latency.
     latency: BTreeMap<(String, String), Histogram>,
     recent: HashMap<String, VecDeque<RecentRequest>>,
@@ -121,6 +125,27 @@ impl Metrics {
             .or_default() += 1;
     }
 
+    /// Count one read answered: `sent` (its own exchange) or `shared`
+    /// (another object's identical read, in flight or fresh).
+    pub fn observed(&self, plugin: &str, destination: &str, outcome: &str) {
+        let mut state = self.state();
+        let destination = Self::series(&state, plugin, destination);
+        *state
+            .observed
+            .entry((plugin.to_owned(), destination, outcome.to_owned()))
+            .or_default() += 1;
+    }
+
+    /// Count one write that went in another write's batch.
+    pub fn batched(&self, plugin: &str, destination: &str) {
+        let mut state = self.state();
+        let destination = Self::series(&state, plugin, destination);
+        *state
+            .batched
+            .entry((plugin.to_owned(), destination))
+            .or_default() += 1;
+    }
+
     /// Remember a request of `object` for `describe`.
     pub fn remember(&self, object: &str, request: RecentRequest) {
         let mut state = self.state();
@@ -171,6 +196,12 @@ impl Metrics {
                 "reason",
                 &state.refused,
             ),
+            (
+                "setpoint_effects_observations_total",
+                "Reads of plugins answered: by an exchange of their own (sent) or another object's identical one (shared).",
+                "outcome",
+                &state.observed,
+            ),
         ] {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
             for ((plugin, destination, value), n) in counts {
@@ -182,6 +213,19 @@ impl Metrics {
                     esc(value)
                 );
             }
+        }
+        let name = "setpoint_effects_batched_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Writes of plugins sent in another write's batch (one request for many).\n# TYPE {name} counter"
+        );
+        for ((plugin, destination), n) in &state.batched {
+            let _ = writeln!(
+                out,
+                "{name}{{plugin=\"{}\",destination=\"{}\"}} {n}",
+                esc(plugin),
+                esc(destination)
+            );
         }
         out.push_str(
             "# HELP setpoint_effects_request_duration_seconds Latency of external requests sent.\n\
@@ -213,6 +257,13 @@ impl Metrics {
     }
 }
 
+/// A Prometheus label value, escaped.
+pub(super) fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 /// The time now as RFC 3339, for [`RecentRequest::time`].
 pub fn now_text() -> String {
     chrono::DateTime::<chrono::Utc>::from(SystemTime::now())
@@ -228,7 +279,11 @@ mod tests {
         let m = Metrics::default();
         m.sent("p", "http://a:1", "2xx", Duration::from_millis(7));
         m.refused("p", "http://b:2", "DestinationNotGranted");
+        m.observed("p", "http://a:1", "shared");
         let text = m.render();
+        assert!(text.contains(
+            "setpoint_effects_observations_total{plugin=\"p\",destination=\"http://a:1\",outcome=\"shared\"} 1"
+        ));
         assert!(text.contains(
             "setpoint_effects_requests_total{plugin=\"p\",destination=\"http://a:1\",class=\"2xx\"} 1"
         ));

@@ -11,40 +11,50 @@
 //!    owns (`Host`, hop-by-hop, `Content-Length`) are refused;
 //! 2. each secret it names must be declared and granted; its value is read
 //!    from the `v1 Secret` in the object's namespace (`secrets`);
-//! 3. the plugin's and the destination's rate limits, a `Retry-After` the
-//!    destination gave and its circuit breaker may hold it (`limits`);
-//! 4. the name is resolved by the host; loopback, private, link-local and
+//! 3. a read identical to one another object made within the freshness
+//!    window (or is making now) shares that exchange (`shared`);
+//! 4. the request waits its turn in the plugin's fair queue: the plugin's
+//!    and the destination's rates and concurrency, a `Retry-After` the
+//!    destination gave and its circuit breaker (`limits`); while it waits
+//!    the reconcile lets go of its worker ([`Parker`]);
+//! 5. the name is resolved by the host; loopback, private, link-local and
 //!    metadata addresses need a grant naming the destination exactly;
 //!    the connection goes to the checked address, redirects are not
 //!    followed, the body is capped, connect and total timeouts apply
 //!    (`client`);
-//! 5. what comes back has every secret value used masked out, and the
+//! 6. what comes back has every secret value used masked out, and the
 //!    request is counted and remembered with its URL as the plugin wrote
 //!    it (`metrics`).
 //!
 //! A refused request is never sent: the plugin gets a `refused` answer and
 //! the returned [`Report`] names it, for the object's condition and event.
 
+mod batch;
 pub mod client;
 pub mod limits;
 pub mod metrics;
 pub mod policy;
 mod prepare;
 mod report;
+mod rounds;
 pub mod secrets;
+mod shared;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-pub use limits::LimitsConfig;
+pub use batch::BATCH_HEADER;
+pub use limits::{Held, LimitsConfig};
 pub use metrics::{Metrics, RecentRequest};
 pub use policy::{Declared, Destination, GRANT_API_VERSION, GRANT_KIND, Grant};
 pub use report::{Refusal, Report};
+pub use rounds::recent_key;
+pub(crate) use rounds::rounds;
 
 use crate::api::Api;
-use crate::controller::{Answer, HttpError, HttpErrorKind, HttpRequest, HttpResponse, Manifest};
+use crate::contract::{Answer, HttpError, HttpErrorKind, HttpRequest, HttpResponse, Manifest};
 use crate::object::{Object, meta};
 use prepare::Prepared;
 use report::merge;
@@ -69,6 +79,10 @@ pub struct EgressConfig {
     pub max_requests: usize,
     /// Rate, concurrency and breaker defaults.
     pub limits: LimitsConfig,
+    /// How old an answer to a read may be when another object asks the
+    /// same (after secrets are put in) and says nothing itself; a request's
+    /// `Cache-Control: max-age=N` sets its own.
+    pub observe_window: Duration,
 }
 
 impl Default for EgressConfig {
@@ -81,6 +95,7 @@ impl Default for EgressConfig {
             max_rounds: 4,
             max_requests: 64,
             limits: LimitsConfig::default(),
+            observe_window: Duration::from_secs(1),
         }
     }
 }
@@ -100,6 +115,8 @@ struct Inner {
     config: EgressConfig,
     api: Api,
     limits: limits::Limits,
+    observations: Arc<shared::Observations>,
+    batches: Arc<batch::Batches>,
     metrics: Metrics,
 }
 
@@ -122,6 +139,62 @@ pub struct Scope<'a> {
     pub key: String,
     /// When the reconcile's budget for requests runs out.
     pub deadline: Instant,
+    /// Served before the destination's other waiters: the object is being
+    /// deleted, and whoever deleted it waits.
+    pub urgent: bool,
+    /// Told when the reconcile starts waiting on the network.
+    pub parker: Parker,
+}
+
+/// Lets a reconcile's worker go while its requests wait: the worker
+/// hands the rest of the turn to a task of its own and takes the next key,
+/// so keys waiting for a busy destination never hold workers that keys of
+/// other destinations need. [`Parker::default`] tells nobody.
+#[derive(Clone, Default)]
+pub struct Parker(Option<Arc<std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>>>);
+
+impl std::fmt::Debug for Parker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Parker")
+    }
+}
+
+impl Parker {
+    /// A parker, and what it tells: the receiver resolves at the first
+    /// [`Parker::park`], or when every clone is dropped.
+    ///
+    /// ```
+    /// use setpoint::egress::Parker;
+    ///
+    /// let (parker, mut parked) = Parker::new();
+    /// assert!(parked.try_recv().is_err());
+    /// parker.park();
+    /// parker.park();
+    /// assert!(parked.try_recv().is_ok());
+    /// ```
+    pub fn new() -> (Self, tokio::sync::oneshot::Receiver<()>) {
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        (
+            Self(Some(Arc::new(std::sync::Mutex::new(Some(sender))))),
+            receiver,
+        )
+    }
+
+    /// Whether [`Parker::park`] was called.
+    pub fn is_parked(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|slot| slot.lock().unwrap_or_else(|p| p.into_inner()).is_none())
+    }
+
+    /// The reconcile is about to wait on the network.
+    pub fn park(&self) {
+        if let Some(slot) = &self.0
+            && let Some(sender) = slot.lock().unwrap_or_else(|p| p.into_inner()).take()
+        {
+            let _ = sender.send(());
+        }
+    }
 }
 
 /// What a plugin may use now: its declaration and the operator's grant.
@@ -155,6 +228,8 @@ impl Egress {
         Self {
             inner: Arc::new(Inner {
                 limits: limits::Limits::new(config.limits),
+                observations: Arc::default(),
+                batches: Arc::default(),
                 config,
                 api,
                 metrics: Metrics::default(),
@@ -372,23 +447,11 @@ impl Egress {
                     reason,
                     message: message.clone(),
                 });
-                Err(refused(message))
+                Err(refused(masker.text(&message)))
             }
-            Ok(prepared) => self.send(scope, request, prepared, role, report).await,
-        };
-        let result = match result {
-            Ok(mut response) => {
-                if !masker.is_empty() {
-                    response.body = masker.bytes(response.body);
-                    for (_, v) in &mut response.headers {
-                        *v = masker.text(v);
-                    }
-                }
-                Ok(response)
-            }
-            Err(mut err) => {
-                err.message = masker.text(&err.message);
-                Err(err)
+            Ok(prepared) => {
+                self.send(scope, request, prepared, role, &masker, report)
+                    .await
             }
         };
         let outcome = match &result {
@@ -411,32 +474,248 @@ impl Egress {
         result
     }
 
-    /// Limits, address checks and the exchange itself.
+    /// A read shares an identical exchange when it can (`shared`); any
+    /// other request, or a read nobody is making, goes through the limits
+    /// and the wire. Answers come back masked.
     async fn send(
+        &self,
+        scope: &Scope<'_>,
+        request: &HttpRequest,
+        prepared: Prepared,
+        role: &str,
+        masker: &Masker,
+        report: &mut Report,
+    ) -> Result<HttpResponse, HttpError> {
+        let plugin = scope.plugin.name.as_str();
+        let label = prepared.destination.to_string();
+        let method = request.method.to_ascii_uppercase();
+        if role != "observe" || !SAFE_METHODS.contains(&method.as_str()) {
+            let result = self
+                .write_one(scope, request, prepared, role, masker, report)
+                .await;
+            let unsent = matches!(&result, Err(e) if e.kind == HttpErrorKind::Throttled);
+            if !unsent {
+                self.inner.observations.wrote(&label);
+            }
+            return result;
+        }
+        let mut prepared = prepared;
+        prepared
+            .wire
+            .headers
+            .retain(|(n, _)| !n.eq_ignore_ascii_case(BATCH_HEADER));
+        let key = shared::key(plugin, &method, &prepared.wire);
+        let max_age = shared::max_age(&request.headers).unwrap_or(self.inner.config.observe_window);
+        loop {
+            match self
+                .inner
+                .observations
+                .lookup(key, &label, max_age, scope.urgent)
+            {
+                shared::Lookup::Hit(answer) => {
+                    self.inner.metrics.observed(plugin, &label, "shared");
+                    return (*answer).clone();
+                }
+                shared::Lookup::Join(mut answer) => {
+                    scope.parker.park();
+                    let waited = tokio::time::timeout_at(scope.deadline, async {
+                        loop {
+                            if let Some(a) = answer.borrow_and_update().clone() {
+                                return Some(a);
+                            }
+                            if answer.changed().await.is_err() {
+                                return answer.borrow().clone();
+                            }
+                        }
+                    })
+                    .await;
+                    match waited {
+                        Err(_) => {
+                            return Err(HttpError {
+                                kind: HttpErrorKind::Timeout,
+                                message: format!(
+                                    "{} {}: waited for another object's identical read until the deadline",
+                                    request.method, request.url
+                                ),
+                            });
+                        }
+                        // The leader gave up before sending (its own
+                        // deadline): look again, perhaps lead.
+                        Ok(None) => continue,
+                        Ok(Some(a)) if matches!(&*a, Err(e) if e.kind == HttpErrorKind::Throttled) =>
+                        {
+                            tokio::task::yield_now().await;
+                            continue;
+                        }
+                        Ok(Some(a)) => {
+                            self.inner.metrics.observed(plugin, &label, "shared");
+                            return (*a).clone();
+                        }
+                    }
+                }
+                shared::Lookup::Lead(flight) => {
+                    let result = self
+                        .exchange(
+                            scope,
+                            request,
+                            prepared,
+                            role,
+                            masker,
+                            report,
+                            Some(&flight),
+                            None,
+                        )
+                        .await;
+                    if !matches!(&result, Err(e) if e.kind == HttpErrorKind::Throttled) {
+                        self.inner.metrics.observed(plugin, &label, "sent");
+                    }
+                    // An answer is kept for others while fresh (those HTTP
+                    // lets a cache keep without being told: not a 429 or a
+                    // 503, which speak of the server's load now); an error
+                    // only goes to those who joined this exchange.
+                    let keep =
+                        matches!(&result, Ok(r) if r.status < 400 || matches!(r.status, 404 | 410));
+                    flight.land(Arc::new(result.clone()), keep);
+                    return result;
+                }
+            }
+        }
+    }
+
+    /// A write (or an unsafe read): alone, or with others waiting at the
+    /// same time when it is batchable (`batch`).
+    async fn write_one(
         &self,
         scope: &Scope<'_>,
         request: &HttpRequest,
         mut prepared: Prepared,
         role: &str,
+        masker: &Masker,
         report: &mut Report,
     ) -> Result<HttpResponse, HttpError> {
         let plugin = scope.plugin.name.as_str();
         let label = prepared.destination.to_string();
-        if let Err(held) = self.inner.limits.admit(plugin, &label, prepared.plugin_rps) {
-            self.inner.metrics.refused(plugin, &label, "Throttled");
-            report.hold_for(held.after);
-            return Err(HttpError {
-                kind: HttpErrorKind::Throttled,
-                message: format!(
-                    "{} {}: held by the {} for {} ms",
-                    request.method,
-                    request.url,
-                    held.reason,
-                    held.after.as_millis().max(1)
-                ),
-            });
+        let body_secrets = request
+            .secrets
+            .iter()
+            .any(|s| matches!(s.target, crate::contract::SecretTarget::BodyPointer(_)));
+        let batchable = (role == "effect")
+            .then(|| batch::Batchable::of(plugin, &request.method, &prepared.wire, body_secrets))
+            .flatten();
+        // The batch header is the host's: never sent.
+        prepared
+            .wire
+            .headers
+            .retain(|(n, _)| !n.eq_ignore_ascii_case(BATCH_HEADER));
+        let Some(batchable) = batchable else {
+            return self
+                .exchange(scope, request, prepared, role, masker, report, None, None)
+                .await;
+        };
+        let own_key = idempotency_key(scope.object, &request.id);
+        match self.inner.batches.join(batchable, own_key) {
+            batch::Joined::Member(outcome) => {
+                scope.parker.park();
+                match tokio::time::timeout_at(scope.deadline, outcome).await {
+                    Ok(Ok(batch::Outcome::Answer(answer))) => {
+                        self.inner.metrics.batched(plugin, &label);
+                        (*answer).clone()
+                    }
+                    Ok(Ok(batch::Outcome::Alone) | Err(_)) => {
+                        self.exchange(scope, request, prepared, role, masker, report, None, None)
+                            .await
+                    }
+                    Err(_) => Err(HttpError {
+                        kind: HttpErrorKind::Timeout,
+                        message: format!(
+                            "{} {}: sent with other writes, no answer before the deadline",
+                            request.method, request.url
+                        ),
+                    }),
+                }
+            }
+            batch::Joined::Leader(mut leader) => {
+                let alone = prepared.clone();
+                let result = self
+                    .exchange(
+                        scope,
+                        request,
+                        prepared,
+                        role,
+                        masker,
+                        report,
+                        None,
+                        Some(&mut leader),
+                    )
+                    .await;
+                let members = leader.members();
+                // A refused batch does not say whose item was refused:
+                // everyone, this write included, is sent alone.
+                let refused =
+                    members > 1 && matches!(&result, Ok(r) if (400..500).contains(&r.status));
+                leader.answer(Arc::new(result.clone()), refused);
+                if refused {
+                    return self
+                        .exchange(scope, request, alone, role, masker, report, None, None)
+                        .await;
+                }
+                result
+            }
         }
+    }
+
+    /// Wait for a turn, check the address, and make the exchange: a read
+    /// others share (`flight`), or a batch of writes (`leader`).
+    #[allow(clippy::too_many_arguments)]
+    async fn exchange(
+        &self,
+        scope: &Scope<'_>,
+        request: &HttpRequest,
+        mut prepared: Prepared,
+        role: &str,
+        masker: &Masker,
+        report: &mut Report,
+        flight: Option<&shared::Flight>,
+        leader: Option<&mut batch::Leader>,
+    ) -> Result<HttpResponse, HttpError> {
+        let plugin = scope.plugin.name.as_str();
+        let label = prepared.destination.to_string();
         let config = &self.inner.config;
+        scope.parker.park();
+        let ask = limits::Ask {
+            plugin,
+            destination: &label,
+            granted_rps: prepared.plugin_rps,
+            granted_concurrency: prepared.plugin_concurrency,
+            urgent: scope.urgent,
+            deadline: scope.deadline,
+        };
+        let turn = match self.inner.limits.turn(ask).await {
+            Ok(turn) => turn,
+            Err(held) => {
+                self.inner.metrics.refused(plugin, &label, "Throttled");
+                report.hold_for(held.after);
+                return Err(HttpError {
+                    kind: HttpErrorKind::Throttled,
+                    message: format!(
+                        "{} {}: held by the {} for {} ms",
+                        request.method,
+                        request.url,
+                        held.reason,
+                        held.after.as_millis().max(1)
+                    ),
+                });
+            }
+        };
+        if let Some(flight) = flight {
+            flight.sent();
+        }
+        let mut batch_key = None;
+        if let Some(leader) = leader {
+            let closed = leader.close();
+            prepared.wire.body = Some(closed.body);
+            batch_key = Some(closed.idempotency_key);
+        }
         let timeout = request.timeout_ms.map_or(config.request_timeout, |ms| {
             config
                 .request_timeout
@@ -447,18 +726,6 @@ impl Egress {
             deadline: scope.deadline.min(Instant::now() + timeout),
             max_body: config.max_body_bytes,
         };
-        let permits = self
-            .inner
-            .limits
-            .concurrency(plugin, prepared.plugin_concurrency);
-        let Ok(Ok(_permit)) =
-            tokio::time::timeout_at(budget.deadline, permits.acquire_owned()).await
-        else {
-            return Err(HttpError {
-                kind: HttpErrorKind::Timeout,
-                message: "waited for the plugin's concurrency limit until the deadline".into(),
-            });
-        };
         let addrs = match client::resolve(&prepared.destination, prepared.explicit, &budget).await {
             Ok(addrs) => addrs,
             Err(err) if err.kind == HttpErrorKind::Refused => {
@@ -468,21 +735,19 @@ impl Egress {
                     reason: "PrivateAddress",
                     message: err.message.clone(),
                 });
-                return Err(err);
+                return Err(mask_error(masker, err));
             }
             Err(err) => {
                 self.inner
                     .metrics
                     .sent(plugin, &label, err.kind.as_str(), Duration::ZERO);
-                self.inner.limits.record(plugin, &label, true, None);
-                return Err(err);
+                turn.finish(true, None);
+                return Err(mask_error(masker, err));
             }
         };
         if role == "effect" {
-            prepared.wire.headers.push((
-                "Idempotency-Key".into(),
-                idempotency_key(scope.object, &request.id),
-            ));
+            let key = batch_key.unwrap_or_else(|| idempotency_key(scope.object, &request.id));
+            prepared.wire.headers.push(("Idempotency-Key".into(), key));
         }
         let started = std::time::Instant::now();
         report.sent += 1;
@@ -506,14 +771,54 @@ impl Egress {
             Err(e) => (e.kind.as_str().to_owned(), true, None),
         };
         self.inner.metrics.sent(plugin, &label, &class, latency);
-        self.inner
-            .limits
-            .record(plugin, &label, failed, retry_after);
+        turn.finish(failed, retry_after);
         if let Some(after) = retry_after {
             report.hold_for(after);
         }
-        result
+        match result {
+            Ok(mut response) => {
+                if !masker.is_empty() {
+                    response.body = masker.bytes(response.body);
+                    for (_, v) in &mut response.headers {
+                        *v = masker.text(v);
+                    }
+                }
+                Ok(response)
+            }
+            Err(err) => Err(mask_error(masker, err)),
+        }
     }
+
+    /// How many requests wait for their turn, per plugin and destination.
+    pub fn waiting(&self) -> Vec<(String, String, usize)> {
+        self.inner.limits.waiting()
+    }
+
+    /// `setpoint_effects_*` in the Prometheus text format: the counters
+    /// ([`Metrics::render`]) and the requests waiting for their turn.
+    pub fn render_metrics(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = self.inner.metrics.render();
+        let name = "setpoint_effects_waiting";
+        let _ = writeln!(
+            out,
+            "# HELP {name} External requests waiting for their turn in the plugin's queue.\n# TYPE {name} gauge"
+        );
+        for (plugin, destination, n) in self.waiting() {
+            let _ = writeln!(
+                out,
+                "{name}{{plugin=\"{}\",destination=\"{}\"}} {n}",
+                metrics::escape(&plugin),
+                metrics::escape(&destination)
+            );
+        }
+        out
+    }
+}
+
+fn mask_error(masker: &Masker, mut err: HttpError) -> HttpError {
+    err.message = masker.text(&err.message);
+    err
 }
 
 /// `Retry-After` in seconds (an HTTP date counts as one second), at most

@@ -6,12 +6,13 @@
 //! `SecretNotGranted`, `SecretNotFound`, `ForbiddenHeader`, ...).
 
 use super::{Egress, Rights, Scope, policy, secrets};
-use crate::controller::HttpRequest;
+use crate::contract::HttpRequest;
 use crate::object::meta;
 use policy::Destination;
 use secrets::Masker;
 
 /// A request that passed the checks that need no network.
+#[derive(Clone)]
 pub(super) struct Prepared {
     pub(super) destination: Destination,
     pub(super) explicit: bool,
@@ -49,7 +50,7 @@ impl Egress {
             ));
         }
         let secret_header = request.secrets.iter().find_map(|s| match &s.target {
-            crate::controller::SecretTarget::Header { name, .. }
+            crate::contract::SecretTarget::Header { name, .. }
                 if policy::forbidden_header(name) =>
             {
                 Some(name)

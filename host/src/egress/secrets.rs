@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use crate::controller::{HttpRequest, SecretTarget};
+use crate::contract::{HttpRequest, SecretTarget};
 
 /// What replaces a secret value wherever the host shows text.
 pub const MASK: &str = "***";
@@ -104,7 +104,7 @@ pub fn url_encode(value: &str) -> String {
 }
 
 /// The request as it goes on the wire: secrets in place. `values` holds
-/// each [`crate::controller::SecretUse`]'s value, in order.
+/// each [`crate::contract::SecretUse`]'s value, in order.
 pub fn substitute(request: &HttpRequest, values: &[String]) -> Result<Wire, String> {
     let mut url = request.url.clone();
     let mut headers = request.headers.clone();
@@ -158,6 +158,7 @@ pub fn substitute(request: &HttpRequest, values: &[String]) -> Result<Wire, Stri
 }
 
 /// A request with its secrets in place: never logged, never stored.
+#[derive(Clone)]
 pub struct Wire {
     /// The URL, query secrets appended.
     pub url: String,
@@ -176,7 +177,7 @@ impl std::fmt::Debug for Wire {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::SecretKeyRef;
+    use crate::contract::SecretKeyRef;
     use serde_json::json;
 
     #[test]

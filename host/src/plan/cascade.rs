@@ -16,10 +16,9 @@ use super::report::{
 use super::view::PlanView;
 use super::{Context, DeleteTarget, Document, Error, MAX_RECONCILES, MAX_RECONCILES_PER_OBJECT};
 use crate::api::{self, Api, DeleteOptions, Propagation};
-use crate::controller::effects::rounds;
 use crate::controller::respond::Applier;
 use crate::controller::{CacheView, HttpRequest, ReconcileError, Request};
-use crate::egress::{Report, Scope};
+use crate::egress::{Report, Scope, rounds};
 use crate::object::{Object, ObjectKey, codec, meta, patch};
 use crate::store::{EventKind, OverlayBackend};
 use crate::system::gc::Simulation as GcSimulation;
@@ -392,8 +391,10 @@ impl<'a> Cascade<'a> {
         let scope = Scope {
             plugin: manifest,
             object: &object,
-            key: crate::controller::effects::recent_key(&kind.kind, key),
+            key: crate::egress::recent_key(&kind.kind, key),
             deadline: tokio::time::Instant::now() + context.egress.config().reconcile_budget,
+            urgent: false,
+            parker: crate::egress::Parker::default(),
         };
         let mut report = Report::default();
         // Every read asked for, in any round, to show with its answer.

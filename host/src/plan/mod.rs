@@ -40,8 +40,6 @@ mod render;
 mod report;
 mod view;
 
-use std::sync::Arc;
-
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -51,11 +49,9 @@ pub use report::{
 };
 
 use crate::api::{Api, Propagation};
-use crate::controller::Reconciler;
 use crate::controller::pool::CallPool;
 use crate::egress::Egress;
 use crate::informer::Informers;
-use crate::object::KindInfo;
 
 /// Calls of one reconciler on one object after which a plan stops calling
 /// it and reports a cycle: a converging reconciler needs a handful (create
@@ -137,14 +133,7 @@ pub enum Error {
 }
 
 /// One running controller, as a plan calls it.
-pub(crate) struct Target {
-    /// The reconciler running now.
-    pub reconciler: Arc<dyn Reconciler>,
-    /// The kind it reconciles.
-    pub kind: Arc<KindInfo>,
-    /// The kinds it owns.
-    pub owned_kinds: Vec<Arc<KindInfo>>,
-}
+pub(crate) use crate::controller::PlanTarget as Target;
 
 /// What a plan runs with: the host's API, caches, egress, call pool and
 /// controllers.

@@ -282,18 +282,31 @@ impl Target {
     }
 
     /// Read the zone.
+    ///
+    /// Every record of the zone reads the same URL with the same key, so
+    /// the host shares one read among them: an answer up to half the
+    /// resync period old is good enough for a look that happens once per
+    /// period (drift is repaired within one and a half periods), and
+    /// PowerDNS sees about two zone reads per period however many records
+    /// the zone holds. A record's own write ends that freshness, so the
+    /// look after it sees what it did.
     pub fn read(&self) -> HttpRequest {
         HttpRequest::get(&self.zone_url)
             .id(READ_ID)
             .header("Accept", "application/json")
+            .max_age(std::time::Duration::from_secs(self.resync_seconds / 2))
             .secret_header("X-API-Key", "{}", self.key.clone())
     }
 
+    /// A `PATCH` of one RRset, batchable: the host may send the writes
+    /// of many records of the zone waiting at the same time as one `PATCH`
+    /// (PowerDNS applies it atomically, and writes one at a time).
     fn patch(&self, rrset: Value) -> HttpRequest {
         HttpRequest::patch(&self.zone_url)
             .id(WRITE_ID)
             .secret_header("X-API-Key", "{}", self.key.clone())
             .json(&json!({ "rrsets": [rrset] }))
+            .batch("/rrsets")
     }
 
     /// Make PowerDNS serve exactly the wanted RRset.

@@ -213,7 +213,7 @@ impl HostNumbers {
             calls: host.runtime().plugin_call_stats(),
             informers: host.informer_stats(),
             gc: host.gc_health(),
-            effects: host.egress().metrics().render(),
+            effects: host.egress().render_metrics(),
         }
     }
 }

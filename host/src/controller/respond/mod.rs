@@ -18,8 +18,8 @@ use serde_json::{Value, json};
 
 use super::Error;
 use super::echo::Echoes;
-use super::reconciler::{EventRecord, Manifest, Response, Severity};
 use crate::api::{self, Api, DeleteOptions};
+use crate::contract::{EventRecord, Manifest, Response, Severity};
 use crate::object::{KindInfo, Object, ObjectKey, meta, patch};
 
 /// Store revisions written, with the kind written to.

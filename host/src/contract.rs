@@ -1,6 +1,12 @@
-//! The `Reconciler` trait the controller loop drives, and the request and
-//! response types that cross it. Wasm plugins implement it through
+//! The reconcile contract: the `Reconciler` trait the controller loop
+//! drives, and the request and response types that cross it, external
+//! requests and their answers included. Wasm plugins implement it through
 //! `runtime`; embedders and tests can implement it natively.
+//!
+//! It sits below every part that speaks it: `egress` performs the
+//! requests a response asks for, `controller` drives reconcilers and
+//! `plan` runs them over an overlay; none of those imports another for
+//! these types. `setpoint::controller` re-exports them.
 
 use std::sync::Arc;
 use std::time::Duration;
