@@ -761,3 +761,152 @@ async fn a_planned_record_change_lists_the_write_the_real_change_then_sends() {
     );
     host.stop().await;
 }
+
+/// POST `object` to `path` of a running `setpoint serve`, retrying while
+/// its kinds are still being registered; panics on any other refusal.
+async fn post(http: &reqwest::Client, url: &str, path: &str, object: &Value) {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let response = http
+            .post(format!("{url}{path}"))
+            .json(object)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        if status == 201 || status == 409 {
+            return;
+        }
+        let text = response.text().await.unwrap_or_default();
+        assert!(
+            status == 404 && std::time::Instant::now() < deadline,
+            "POST {path}: {status} {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_record_converges_after_a_kill_9_of_the_host_in_the_middle_of_the_load() {
+    use crate::support::{ServeProcess, plugins_dir};
+    let pdns = PowerDns::start().await;
+    const ZONES: usize = 4;
+    const PER_ZONE: usize = 40;
+    for z in 0..ZONES {
+        pdns.create_zone(&format!("k{z}.test.")).await;
+    }
+    let plugins = plugins_dir(&["dns"]);
+    let data = tempfile::tempdir().unwrap();
+    let args = [
+        std::ffi::OsStr::new("--data"),
+        data.path().as_os_str(),
+        "--plugins".as_ref(),
+        plugins.path().as_os_str(),
+    ];
+    let serve = ServeProcess::start(args);
+    let http = reqwest::Client::new();
+    post(
+        &http,
+        &serve.url,
+        "/api/v1/namespaces/default/secrets",
+        &json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "pdns-api", "namespace": "default"},
+            "stringData": {"api-key": pdns.api_key()}}),
+    )
+    .await;
+    // Slow enough that the load is still in flight when the host dies.
+    post(
+        &http,
+        &serve.url,
+        "/apis/setpoint.dev/v1/plugingrants",
+        &json!({"apiVersion": "setpoint.dev/v1", "kind": "PluginGrant", "metadata": {"name": "dns"},
+               "spec": {"destinations": [pdns.api_url()], "secrets": ["default/pdns-api/api-key"],
+                        "limits": {"rps": 3}}}),
+    )
+    .await;
+    let record = |z: usize, i: usize| {
+        json!({"apiVersion": "dns.setpoint.dev/v1", "kind": "DnsRecord",
+            "metadata": {"name": format!("k{z}-r{i}"), "namespace": "default"},
+            "spec": {"zone": format!("k{z}.test"), "name": format!("r{i}"), "type": "A",
+                     "records": [format!("203.0.113.{}", i + 1)],
+                     "server": {"url": pdns.api_url(),
+                                "apiKeySecretRef": {"name": "pdns-api", "key": "api-key"}}}})
+    };
+    let records = "/apis/dns.setpoint.dev/v1/namespaces/default/dnsrecords";
+    for z in 0..ZONES {
+        for i in 0..PER_ZONE {
+            post(&http, &serve.url, records, &record(z, i)).await;
+        }
+    }
+    // Some records were served already (zone k0 first), some are waiting
+    // for their turn, some are being written: the worst moment is any.
+    tokio::time::sleep(Duration::from_millis(fastrand::u64(200..1500))).await;
+    let served_before = pdns.rrsets("k3.test.").await.len();
+    let mut at_kill = 0;
+    for z in 0..ZONES {
+        at_kill += pdns.rrsets(&format!("k{z}.test.")).await.len() - 1;
+    }
+    serve.kill9();
+    eprintln!(
+        "{at_kill} of {} records served when the host was killed",
+        ZONES * PER_ZONE
+    );
+
+    let serve = ServeProcess::start(args);
+    let want = |z: usize| -> Vec<(String, String)> {
+        (0..PER_ZONE)
+            .map(|i| (format!("r{i}.k{z}.test."), format!("203.0.113.{}", i + 1)))
+            .collect()
+    };
+    eventually(
+        "every record served after the restart",
+        Duration::from_secs(90),
+        || async {
+            let mut missing = 0;
+            for z in 0..ZONES {
+                let rrsets = pdns.rrsets(&format!("k{z}.test.")).await;
+                missing += want(z)
+                    .iter()
+                    .filter(|(name, address)| {
+                        !rrsets.iter().any(|r| {
+                            r["name"] == name.as_str()
+                                && r["records"][0]["content"] == address.as_str()
+                        })
+                    })
+                    .count();
+            }
+            if missing == 0 {
+                Ok(())
+            } else {
+                Err(format!("{missing} missing"))
+            }
+        },
+    )
+    .await;
+    // And the objects say so.
+    eventually("every object Ready", WAIT, || async {
+        let list: Value = http
+            .get(format!("{}{records}", serve.url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let items = list["items"].as_array().cloned().unwrap_or_default();
+        let not_ready = items
+            .iter()
+            .filter(|o| ready(o)["reason"] != "InSync")
+            .count();
+        if items.len() == ZONES * PER_ZONE && not_ready == 0 {
+            Ok(())
+        } else {
+            Err(format!("{} objects, {not_ready} not in sync", items.len()))
+        }
+    })
+    .await;
+    assert!(
+        served_before <= pdns.rrsets("k3.test.").await.len(),
+        "nothing served was lost"
+    );
+}
