@@ -197,6 +197,27 @@ impl Parker {
     }
 }
 
+/// One request on its way: whose, what, as a read or a write, and the
+/// secrets to mask out of what comes back.
+#[derive(Clone, Copy)]
+struct Call<'c, 's> {
+    scope: &'c Scope<'s>,
+    request: &'c HttpRequest,
+    /// `observe` or `effect`.
+    role: &'c str,
+    masker: &'c Masker,
+}
+
+/// What an exchange carries besides its own request's answer.
+enum Carrying<'a> {
+    /// Only its own.
+    Own,
+    /// A read others joined: told when it goes on the wire.
+    Read(&'a shared::Flight),
+    /// A batch of writes it leads: its body is the batch's.
+    Batch(&'a mut batch::Leader),
+}
+
 /// What a plugin may use now: its declaration and the operator's grant.
 struct Rights {
     declared: Declared,
@@ -450,8 +471,13 @@ impl Egress {
                 Err(refused(masker.text(&message)))
             }
             Ok(prepared) => {
-                self.send(scope, request, prepared, role, &masker, report)
-                    .await
+                let call = Call {
+                    scope,
+                    request,
+                    role,
+                    masker: &masker,
+                };
+                self.send(&call, prepared, report).await
             }
         };
         let outcome = match &result {
@@ -479,20 +505,21 @@ impl Egress {
     /// and the wire. Answers come back masked.
     async fn send(
         &self,
-        scope: &Scope<'_>,
-        request: &HttpRequest,
+        call: &Call<'_, '_>,
         prepared: Prepared,
-        role: &str,
-        masker: &Masker,
         report: &mut Report,
     ) -> Result<HttpResponse, HttpError> {
+        let Call {
+            scope,
+            request,
+            role,
+            ..
+        } = *call;
         let plugin = scope.plugin.name.as_str();
         let label = prepared.destination.to_string();
         let method = request.method.to_ascii_uppercase();
         if role != "observe" || !SAFE_METHODS.contains(&method.as_str()) {
-            let result = self
-                .write_one(scope, request, prepared, role, masker, report)
-                .await;
+            let result = self.write_one(call, prepared, report).await;
             let unsent = matches!(&result, Err(e) if e.kind == HttpErrorKind::Throttled);
             if !unsent {
                 self.inner.observations.wrote(&label);
@@ -555,16 +582,7 @@ impl Egress {
                 }
                 shared::Lookup::Lead(flight) => {
                     let result = self
-                        .exchange(
-                            scope,
-                            request,
-                            prepared,
-                            role,
-                            masker,
-                            report,
-                            Some(&flight),
-                            None,
-                        )
+                        .exchange(call, prepared, report, Carrying::Read(&flight))
                         .await;
                     if !matches!(&result, Err(e) if e.kind == HttpErrorKind::Throttled) {
                         self.inner.metrics.observed(plugin, &label, "sent");
@@ -586,13 +604,16 @@ impl Egress {
     /// same time when it is batchable (`batch`).
     async fn write_one(
         &self,
-        scope: &Scope<'_>,
-        request: &HttpRequest,
+        call: &Call<'_, '_>,
         mut prepared: Prepared,
-        role: &str,
-        masker: &Masker,
         report: &mut Report,
     ) -> Result<HttpResponse, HttpError> {
+        let Call {
+            scope,
+            request,
+            role,
+            ..
+        } = *call;
         let plugin = scope.plugin.name.as_str();
         let label = prepared.destination.to_string();
         let body_secrets = request
@@ -608,9 +629,7 @@ impl Egress {
             .headers
             .retain(|(n, _)| !n.eq_ignore_ascii_case(BATCH_HEADER));
         let Some(batchable) = batchable else {
-            return self
-                .exchange(scope, request, prepared, role, masker, report, None, None)
-                .await;
+            return self.exchange(call, prepared, report, Carrying::Own).await;
         };
         let own_key = idempotency_key(scope.object, &request.id);
         match self.inner.batches.join(batchable, own_key) {
@@ -622,8 +641,7 @@ impl Egress {
                         (*answer).clone()
                     }
                     Ok(Ok(batch::Outcome::Alone) | Err(_)) => {
-                        self.exchange(scope, request, prepared, role, masker, report, None, None)
-                            .await
+                        self.exchange(call, prepared, report, Carrying::Own).await
                     }
                     Err(_) => Err(HttpError {
                         kind: HttpErrorKind::Timeout,
@@ -637,16 +655,7 @@ impl Egress {
             batch::Joined::Leader(mut leader) => {
                 let alone = prepared.clone();
                 let result = self
-                    .exchange(
-                        scope,
-                        request,
-                        prepared,
-                        role,
-                        masker,
-                        report,
-                        None,
-                        Some(&mut leader),
-                    )
+                    .exchange(call, prepared, report, Carrying::Batch(&mut leader))
                     .await;
                 let members = leader.members();
                 // A refused batch does not say whose item was refused:
@@ -655,29 +664,28 @@ impl Egress {
                     members > 1 && matches!(&result, Ok(r) if (400..500).contains(&r.status));
                 leader.answer(Arc::new(result.clone()), refused);
                 if refused {
-                    return self
-                        .exchange(scope, request, alone, role, masker, report, None, None)
-                        .await;
+                    return self.exchange(call, alone, report, Carrying::Own).await;
                 }
                 result
             }
         }
     }
 
-    /// Wait for a turn, check the address, and make the exchange: a read
-    /// others share (`flight`), or a batch of writes (`leader`).
-    #[allow(clippy::too_many_arguments)]
+    /// Wait for a turn, check the address, and make the exchange: the
+    /// request's own, a read others share, or a batch of writes.
     async fn exchange(
         &self,
-        scope: &Scope<'_>,
-        request: &HttpRequest,
+        call: &Call<'_, '_>,
         mut prepared: Prepared,
-        role: &str,
-        masker: &Masker,
         report: &mut Report,
-        flight: Option<&shared::Flight>,
-        leader: Option<&mut batch::Leader>,
+        carrying: Carrying<'_>,
     ) -> Result<HttpResponse, HttpError> {
+        let Call {
+            scope,
+            request,
+            role,
+            masker,
+        } = *call;
         let plugin = scope.plugin.name.as_str();
         let label = prepared.destination.to_string();
         let config = &self.inner.config;
@@ -707,14 +715,15 @@ impl Egress {
                 });
             }
         };
-        if let Some(flight) = flight {
-            flight.sent();
-        }
         let mut batch_key = None;
-        if let Some(leader) = leader {
-            let closed = leader.close();
-            prepared.wire.body = Some(closed.body);
-            batch_key = Some(closed.idempotency_key);
+        match carrying {
+            Carrying::Own => {}
+            Carrying::Read(flight) => flight.sent(),
+            Carrying::Batch(leader) => {
+                let closed = leader.close();
+                prepared.wire.body = Some(closed.body);
+                batch_key = Some(closed.idempotency_key);
+            }
         }
         let timeout = request.timeout_ms.map_or(config.request_timeout, |ms| {
             config
