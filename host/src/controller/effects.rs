@@ -29,6 +29,9 @@ pub const EFFECTS_CONDITION: &str = "EffectsAllowed";
 pub(super) struct KeyState {
     outcomes: Mutex<HashMap<ObjectKey, Vec<Answer>>>,
     holds: Mutex<HashMap<ObjectKey, Duration>>,
+    /// Keys whose last requests failed at a destination, by destination:
+    /// queued again when it recovers.
+    failed_at: Mutex<HashMap<String, std::collections::HashSet<ObjectKey>>>,
 }
 
 impl KeyState {
@@ -82,6 +85,48 @@ impl KeyState {
     pub fn forget(&self, key: &ObjectKey) {
         self.seen_outcomes(key);
         self.take_hold(key);
+        self.failed_at(key, &[]);
+    }
+
+    /// The destinations `key`'s last requests failed at (none: it waits
+    /// for none any more).
+    fn failed_at(&self, key: &ObjectKey, destinations: &[String]) {
+        let mut failed = self.failed_at.lock().unwrap_or_else(|p| p.into_inner());
+        if failed.is_empty() && destinations.is_empty() {
+            return;
+        }
+        failed.retain(|destination, keys| {
+            if !destinations.contains(destination) {
+                keys.remove(key);
+            }
+            !keys.is_empty()
+        });
+        for destination in destinations {
+            failed
+                .entry(destination.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+    }
+
+    /// Destinations some key waits for.
+    pub fn waiting_destinations(&self) -> Vec<String> {
+        self.failed_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// The keys waiting for `destination` to recover; forgotten here.
+    pub fn recovered(&self, destination: &str) -> Vec<ObjectKey> {
+        self.failed_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(destination)
+            .map(|keys| keys.into_iter().collect())
+            .unwrap_or_default()
     }
 }
 
@@ -144,6 +189,7 @@ pub(super) async fn report(
     if let Some(after) = report.hold {
         shared.effects.hold(key, after);
     }
+    shared.effects.failed_at(key, &report.failed_at);
     let declares = !manifest.destinations.is_empty() || !manifest.secrets.is_empty();
     if !declares && report.refused.is_empty() {
         return;
@@ -209,11 +255,18 @@ async fn write_condition(
     if conditions_with(cached, EFFECTS_CONDITION, Some(condition.clone())).is_none() {
         return;
     }
+    // The host's own condition: its echo shows the reconciler nothing
+    // new, so it does not queue the object again.
+    let writing = shared.echoes.writing(key);
     let written = set_conditions(api, &shared.kind, key, |latest| {
         conditions_with(latest, EFFECTS_CONDITION, Some(condition.clone()))
     })
     .await;
-    if let Err(err) = written {
-        tracing::debug!(%err, "could not write the {EFFECTS_CONDITION} condition");
+    match written {
+        Ok(Some(object)) => writing.wrote(cached, &object),
+        Ok(None) => writing.wrote(cached, cached),
+        Err(err) => {
+            tracing::debug!(%err, "could not write the {EFFECTS_CONDITION} condition");
+        }
     }
 }

@@ -106,6 +106,8 @@ pub struct Controller {
     acquisitions: Option<tokio::task::JoinHandle<()>>,
     /// Drops per-key bookkeeping of converged keys (see `Shared::sweep`).
     sweeper: tokio::task::JoinHandle<()>,
+    /// Queues the keys that wait for a destination when it recovers.
+    recoveries: tokio::task::JoinHandle<()>,
     /// Handlers this controller registered, removed when it stops.
     handlers: Vec<(Informer, HandlerId)>,
 }
@@ -289,6 +291,7 @@ impl Controller {
                 }
             })
         });
+        let egress_recovered = shared.egress.recovered();
         let sweeper = {
             let shared = Arc::downgrade(&shared);
             let period = config.hot_loop.window.max(Duration::from_secs(1));
@@ -307,12 +310,31 @@ impl Controller {
                 }
             })
         };
+        let recoveries = {
+            let shared = Arc::downgrade(&shared);
+            let mut recovered = egress_recovered;
+            tokio::spawn(async move {
+                loop {
+                    let destinations = match recovered.recv().await {
+                        Ok((plugin, destination)) => vec![(plugin, destination)],
+                        // Missed some: wake every key that waits.
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => Vec::new(),
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    };
+                    let Some(shared) = shared.upgrade() else {
+                        return;
+                    };
+                    shared.wake_recovered(&destinations);
+                }
+            })
+        };
         tracing::info!(plugin = %manifest.name, kind = %manifest.reconciles, "controller started");
         Ok(Self {
             shared,
             workers,
             acquisitions,
             sweeper,
+            recoveries,
             handlers,
         })
     }
@@ -442,6 +464,7 @@ impl Controller {
             task.abort();
         }
         self.sweeper.abort();
+        self.recoveries.abort();
     }
 }
 
@@ -468,6 +491,34 @@ impl Controller {
 }
 
 impl Shared {
+    /// Destinations answer again (`(plugin, destination)`; none: any may
+    /// have): queue now, backoff forgotten, the keys whose requests failed
+    /// there, so their held changes follow at once.
+    fn wake_recovered(&self, destinations: &[(String, String)]) {
+        let plugin = self.reconciler().manifest().name.clone();
+        let keys: Vec<ObjectKey> = if destinations.is_empty() {
+            let all: Vec<String> = self.effects.waiting_destinations();
+            all.iter().flat_map(|d| self.effects.recovered(d)).collect()
+        } else {
+            destinations
+                .iter()
+                .filter(|(p, _)| *p == plugin)
+                .flat_map(|(_, d)| self.effects.recovered(d))
+                .collect()
+        };
+        if !keys.is_empty() {
+            tracing::info!(
+                plugin,
+                keys = keys.len(),
+                "a destination answers again; its waiting objects are queued"
+            );
+        }
+        for key in keys {
+            self.queue.forget(&key);
+            self.queue.add(key);
+        }
+    }
+
     fn reconciler(&self) -> Arc<dyn Reconciler> {
         self.reconciler
             .read()

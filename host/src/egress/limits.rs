@@ -270,9 +270,11 @@ struct LaneState {
 
 /// One plugin's queues and limits.
 struct Lane {
+    plugin: String,
     state: Mutex<LaneState>,
     wake: Notify,
     config: LimitsConfig,
+    recovered: tokio::sync::broadcast::Sender<(String, String)>,
 }
 
 /// A turn to send one request: holds its place in the concurrency limits
@@ -316,7 +318,12 @@ impl Turn {
                 }
             } else {
                 d.failures = 0;
-                d.breaker = Breaker::Closed;
+                if d.breaker != Breaker::Closed {
+                    d.breaker = Breaker::Closed;
+                    let _ = lane
+                        .recovered
+                        .send((lane.plugin.clone(), self.destination.clone()));
+                }
             }
         }
         drop(state);
@@ -478,6 +485,7 @@ impl Lane {
 pub struct Limits {
     config: LimitsConfig,
     lanes: Mutex<HashMap<String, Arc<Lane>>>,
+    recovered: tokio::sync::broadcast::Sender<(String, String)>,
 }
 
 impl Limits {
@@ -486,7 +494,13 @@ impl Limits {
         Self {
             config,
             lanes: Mutex::default(),
+            recovered: tokio::sync::broadcast::Sender::new(256),
         }
+    }
+
+    /// `(plugin, destination)` each time a destination's breaker closes.
+    pub fn recovered(&self) -> tokio::sync::broadcast::Receiver<(String, String)> {
+        self.recovered.subscribe()
     }
 
     fn lane(&self, plugin: &str) -> Arc<Lane> {
@@ -495,6 +509,8 @@ impl Limits {
             .entry(plugin.to_owned())
             .or_insert_with(|| {
                 Arc::new(Lane {
+                    plugin: plugin.to_owned(),
+                    recovered: self.recovered.clone(),
                     state: Mutex::new(LaneState {
                         bucket: Bucket::new(Instant::now()),
                         rate: self.config.plugin_rps,
@@ -799,8 +815,14 @@ mod tests {
             others.iter().all(|t| !t.is_finished()),
             "held while the probe is out"
         );
+        let mut recovered = limits.recovered();
         let answered = Instant::now();
         probe.finish(false, None);
+        assert_eq!(
+            recovered.try_recv().unwrap(),
+            ("p".to_owned(), "d".to_owned()),
+            "the breaker's closing is told"
+        );
         for t in others {
             t.await.unwrap().expect("released");
         }

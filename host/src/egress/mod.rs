@@ -480,6 +480,13 @@ impl Egress {
                 self.send(&call, prepared, report).await
             }
         };
+        let failed = match &result {
+            Ok(r) => r.status >= 500,
+            Err(e) => e.kind != HttpErrorKind::Refused,
+        };
+        if failed {
+            report.failed_at(&label);
+        }
         let outcome = match &result {
             Ok(r) => r.status.to_string(),
             Err(e) => e.kind.as_str().to_owned(),
@@ -796,6 +803,14 @@ impl Egress {
             }
             Err(err) => Err(mask_error(masker, err)),
         }
+    }
+
+    /// Tells `(plugin, destination)` each time a destination's circuit
+    /// breaker closes: it answers again, and the objects whose requests
+    /// failed there (their reports' [`Report::failed_at`]) should be
+    /// looked at now rather than at the end of their backoff.
+    pub fn recovered(&self) -> tokio::sync::broadcast::Receiver<(String, String)> {
+        self.inner.limits.recovered()
     }
 
     /// How many requests wait for their turn, per plugin and destination.

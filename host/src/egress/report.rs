@@ -27,11 +27,21 @@ pub struct Report {
     pub hold: Option<Duration>,
     /// Requests sent.
     pub sent: usize,
+    /// Destinations a request got no answer from (or a 5xx, or was held
+    /// back by): the object waits for them to recover
+    /// ([`super::Egress::recovered`]).
+    pub failed_at: Vec<String>,
 }
 
 impl Report {
     pub(super) fn hold_for(&mut self, after: Duration) {
         self.hold = Some(self.hold.map_or(after, |h| h.max(after)));
+    }
+
+    pub(super) fn failed_at(&mut self, destination: &str) {
+        if !self.failed_at.iter().any(|d| d == destination) {
+            self.failed_at.push(destination.to_owned());
+        }
     }
 }
 
@@ -39,6 +49,9 @@ impl Report {
 pub(super) fn merge(into: &mut Report, from: Report) {
     into.refused.extend(from.refused);
     into.sent += from.sent;
+    for destination in &from.failed_at {
+        into.failed_at(destination);
+    }
     if let Some(h) = from.hold {
         into.hold_for(h);
     }

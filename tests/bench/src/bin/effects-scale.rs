@@ -6,12 +6,16 @@
 //! `effects-scale [N] [ZONES]` (default 300 records in 1 zone) starts a
 //! throw-away PowerDNS (Debian's `pdns-server` with `pdns-backend-sqlite3`,
 //! on free loopback ports, SQLite in WAL mode, no caches) holding the zones
-//! `z0.bench.` .. `z{ZONES-1}.bench.`, then `setpoint serve` on a fresh data
-//! directory with only `dns.wasm` in its plugins directory; it creates the
-//! Secret `default/pdns-api` (the API key) and the `PluginGrant` `dns`
-//! through the HTTP API, writes N `DnsRecord`s (`r{i}` in zone
-//! `z{i % ZONES}.bench.`, one A record each, `resyncSeconds: 30`) to one
-//! YAML file, runs `setpoint apply -f FILE --server URL`, and prints:
+//! `z0.bench.` .. `z{ZONES-1}.bench.`, and, unless the fairness phase is
+//! off, a second one holding `other.bench.`; then `setpoint serve` on a
+//! fresh data directory with only `dns.wasm` in its plugins directory; it
+//! creates the Secret `default/pdns-api` (the first server's API key), the
+//! Secret `default/other-api` (the second's) and the `PluginGrant` `dns`
+//! listing both servers' URLs and both Secrets from the start (and
+//! `spec.limits`, if given), through the HTTP API, writes N `DnsRecord`s
+//! (`r{i}` in zone `z{i % ZONES}.bench.`, one A record `192.0.2.X` each,
+//! `resyncSeconds: 30`) to one YAML file, runs `setpoint apply -f FILE
+//! --server URL`, and prints:
 //!
 //! - the time from the start of the apply until PowerDNS serves all N
 //!   records (its API's zones polled every 250 ms, counting the A RRsets
@@ -36,24 +40,54 @@
 //!   `shared`; if the host has no such family, the requests of
 //!   `setpoint_effects_requests_total` instead, which the output says),
 //!   the reconciles per record per 30 s, and the server's CPU seconds;
+//! - then (unless `EFFECTS_OUTAGE=0`) an outage: PowerDNS is killed (its
+//!   config, data and ports kept), every record is changed (the file
+//!   re-applied with `192.0.3.X`, `records-outage.yaml`), and after the
+//!   apply the driver waits `EFFECTS_OUTAGE_S` seconds while the changes
+//!   wait: the server's CPU over that wait as a share of one core, and the
+//!   plugin calls per record and requests sent from the kill until
+//!   PowerDNS is started again on the same config; then the time from its
+//!   API answering again until it serves all N changed records (polled as
+//!   above);
+//! - then (unless `EFFECTS_FAIRNESS=0`) fairness under load: every record
+//!   is changed again (`192.0.4.X`, `records-busy.yaml`); once the apply
+//!   has ended, if fewer than half of the changes are served (else the
+//!   output says it converged too fast and only the last figure is
+//!   taken), at once (a) `other0` is created in `other.bench.` on the
+//!   second PowerDNS through the HTTP API, timed until that server serves
+//!   it, and (b) `r0` is deleted through the HTTP API, timed until the
+//!   host no longer has the object and PowerDNS no longer has its A RRset
+//!   (both looked at every 50 ms), each with how many of the busy changes
+//!   were served by then; and the time from the start of the re-apply
+//!   until all changes (but `r0`'s, when deleted) are served;
 //! - a last line `effects-scale n=... zones=... served_s=... ...` with
-//!   the same numbers, for scripts.
+//!   the same numbers, for scripts; the outage adds `outage_wait_s`,
+//!   `outage_cpu_share` (0.07: 7 % of one core), `outage_calls_per_record`
+//!   and `recovery_s`; fairness adds `busy_served_at_apply_end`,
+//!   `other_server_s`, `deletion_s` and `busy_done_s` (`-`: not measured
+//!   or not in time). A phase that does not finish within
+//!   `EFFECTS_TIMEOUT_S` prints this line so far and fails, naming what
+//!   was missing.
 //!
 //! Environment: `SETPOINT_BIN` (default `target/release/setpoint`, used
 //! for both `serve` and `apply`), `EFFECTS_PLUGINS` (the directory holding
 //! `dns.wasm`, default `target/wasm/wasm32-unknown-unknown/plugin`),
 //! `EFFECTS_RPS` and `EFFECTS_CONCURRENCY` (the grant's `spec.limits`;
-//! the host's defaults when unset), `EFFECTS_TIMEOUT_S` (default 600),
-//! `EFFECTS_STEADY_S` (default 60), `EFFECTS_LOG` (the server's log
-//! filter, default `warn`; the log goes to `serve.log` in the scratch
-//! directory), `EFFECTS_SERVE_ARGS` (more `serve` flags), `EFFECTS_DIR`
-//! (where the scratch directory goes, default the system temp dir),
-//! `EFFECTS_KEEP=1` (keep the scratch directory, with the data, the
-//! manifest, `apply.log`, `serve.log` and PowerDNS's files, and print its
+//! the host's defaults when unset), `EFFECTS_TIMEOUT_S` (default 600; the
+//! bound of each phase), `EFFECTS_STEADY_S` (default 60),
+//! `EFFECTS_OUTAGE=0` (skip the outage), `EFFECTS_OUTAGE_S` (default 30),
+//! `EFFECTS_FAIRNESS=0` (skip fairness, and the second PowerDNS),
+//! `EFFECTS_LOG` (the server's log filter, default `warn`; the log goes
+//! to `serve.log` in the scratch directory), `EFFECTS_SERVE_ARGS` (more
+//! `serve` flags), `EFFECTS_DIR` (where the scratch directory goes,
+//! default the system temp dir), `EFFECTS_KEEP=1` (keep the scratch
+//! directory, with the data, the manifests, `apply*.log`, `serve.log` and
+//! both PowerDNS's files in `pdns/` and `pdns-other/`, and print its
 //! path), `SETPOINT_PDNS_SERVER` (the `pdns_server` binary, default
 //! `/usr/sbin/pdns_server`). `scripts/bench effects-scale [N] [ZONES]`
 //! installs PowerDNS and builds everything first.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -80,6 +114,21 @@ const PDNS_SCHEMA: &str = "/usr/share/pdns-backend-sqlite3/schema/schema.sqlite3
 /// The resync period the records ask for, and the period reads are
 /// reported per.
 const RESYNC_SECONDS: u64 = 30;
+/// The third octet of the records' addresses (`192.0.X.0/24`) in the load
+/// phase, the outage phase's re-apply and the fairness phase's re-apply:
+/// each re-apply changes every record.
+const LOAD_NET: u8 = 2;
+const OUTAGE_NET: u8 = 3;
+const BUSY_NET: u8 = 4;
+/// The fairness phase's second PowerDNS: its zone, the Secret with its
+/// API key (under [`SECRET_KEY`]), and the one record created there.
+const OTHER_ZONE: &str = "other.bench.";
+const OTHER_SECRET_NAME: &str = "other-api";
+const OTHER_RECORD: &str = "other0";
+const OTHER_ADDRESS: &str = "198.51.100.1";
+/// How often the fairness phase's two timings look (a small zone, and one
+/// object of the host; the deleted record's zone once the object is gone).
+const PROBE_POLL: Duration = Duration::from_millis(50);
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -109,9 +158,11 @@ fn tail(path: &Path, lines: usize) -> String {
 
 /// A throw-away PowerDNS authoritative server (as `tests/support/pdns.rs`
 /// runs it): its own config directory, fresh SQLite database, loopback
-/// ports; killed on drop.
+/// ports. It can be stopped and started again on the same config, data
+/// and ports ([`PowerDns::stop`], [`PowerDns::resume`]); killed on drop.
 struct PowerDns {
-    child: std::process::Child,
+    /// The running server (`None` while stopped).
+    child: Option<std::process::Child>,
     dir: PathBuf,
     api_url: String,
     api_key: String,
@@ -173,7 +224,36 @@ impl PowerDns {
             socket_dir = dir.display(),
         );
         std::fs::write(dir.join("pdns.conf"), config)?;
-        let log = std::fs::File::create(dir.join("pdns.log"))?;
+        let mut pdns = Self {
+            child: None,
+            dir: dir.to_owned(),
+            api_url: format!("http://127.0.0.1:{web_port}"),
+            api_key,
+        };
+        pdns.resume()?;
+        Ok(pdns)
+    }
+
+    /// Stop the server (SIGKILL, as a crash would); the config, data and
+    /// ports stay for [`PowerDns::resume`].
+    fn stop(&mut self) -> anyhow::Result<()> {
+        if let Some(mut child) = self.child.take() {
+            child.kill().context("killing pdns_server")?;
+            child.wait().context("waiting for pdns_server to exit")?;
+        }
+        Ok(())
+    }
+
+    /// Start the server (again) on its config, data and ports, its output
+    /// appended to `pdns.log`; [`PowerDns::wait_ready`] waits for its API.
+    fn resume(&mut self) -> anyhow::Result<()> {
+        if self.child.is_some() {
+            bail!("PowerDNS is running already");
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("pdns.log"))?;
         let bin = std::env::var_os("SETPOINT_PDNS_SERVER")
             .map(PathBuf::from)
             .unwrap_or_else(|| {
@@ -185,7 +265,7 @@ impl PowerDns {
                 }
             });
         let child = std::process::Command::new(&bin)
-            .arg(format!("--config-dir={}", dir.display()))
+            .arg(format!("--config-dir={}", self.dir.display()))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -196,19 +276,18 @@ impl PowerDns {
                     bin.display()
                 )
             })?;
-        Ok(Self {
-            child,
-            dir: dir.to_owned(),
-            api_url: format!("http://127.0.0.1:{web_port}"),
-            api_key,
-        })
+        self.child = Some(child);
+        Ok(())
     }
 
     /// Wait until the API answers (20 s at most).
     async fn wait_ready(&mut self, http: &reqwest::Client) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Some(status) = self.child.try_wait()? {
+            let Some(child) = self.child.as_mut() else {
+                bail!("PowerDNS is stopped");
+            };
+            if let Some(status) = child.try_wait()? {
                 bail!("pdns_server exited ({status}):\n{}", self.log_tail());
             }
             let answer = self.request(http, reqwest::Method::GET, "").send().await;
@@ -259,6 +338,30 @@ impl PowerDns {
         Ok(())
     }
 
+    /// The RRsets of `zone` as the API shows them (one GET of the zone).
+    async fn rrsets(&self, http: &reqwest::Client, zone: &str) -> anyhow::Result<Vec<Value>> {
+        let response = self
+            .request(http, reqwest::Method::GET, &format!("/zones/{zone}"))
+            .send()
+            .await
+            .with_context(|| format!("reading zone {zone} from PowerDNS"))?;
+        if !response.status().is_success() {
+            bail!(
+                "reading zone {zone} from PowerDNS: {}: {}",
+                response.status(),
+                response.text().await.unwrap_or_default()
+            );
+        }
+        let mut body: Value = response
+            .json()
+            .await
+            .with_context(|| format!("zone {zone} from PowerDNS is not JSON"))?;
+        Ok(match body["rrsets"].take() {
+            Value::Array(rrsets) => rrsets,
+            _ => Vec::new(),
+        })
+    }
+
     /// How many of the `wanted` records (absolute name → the one A
     /// record's content) the `zones` serve: A RRsets of that name whose
     /// enabled records are exactly the wanted content.
@@ -270,23 +373,7 @@ impl PowerDns {
     ) -> anyhow::Result<usize> {
         let mut served = 0;
         for zone in zones {
-            let response = self
-                .request(http, reqwest::Method::GET, &format!("/zones/{zone}"))
-                .send()
-                .await
-                .with_context(|| format!("reading zone {zone} from PowerDNS"))?;
-            if !response.status().is_success() {
-                bail!(
-                    "reading zone {zone} from PowerDNS: {}: {}",
-                    response.status(),
-                    response.text().await.unwrap_or_default()
-                );
-            }
-            let body: Value = response
-                .json()
-                .await
-                .with_context(|| format!("zone {zone} from PowerDNS is not JSON"))?;
-            for rrset in body["rrsets"].as_array().into_iter().flatten() {
+            for rrset in self.rrsets(http, zone).await? {
                 if rrset["type"] != "A" {
                     continue;
                 }
@@ -307,12 +394,25 @@ impl PowerDns {
         }
         Ok(served)
     }
+
+    /// Whether `zone` has an A RRset named `name` (absolute).
+    async fn has_a_rrset(
+        &self,
+        http: &reqwest::Client,
+        zone: &str,
+        name: &str,
+    ) -> anyhow::Result<bool> {
+        Ok(self
+            .rrsets(http, zone)
+            .await?
+            .iter()
+            .any(|rrset| rrset["type"] == "A" && rrset["name"] == name))
+    }
 }
 
 impl Drop for PowerDns {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = self.stop();
     }
 }
 
@@ -572,13 +672,28 @@ fn zone_of(i: usize, zones: usize) -> String {
     format!("z{}.bench.", i % zones)
 }
 
-/// The A record's content of record `i`.
-fn address_of(i: usize) -> String {
-    format!("192.0.2.{}", i % 254 + 1)
+/// The A record's content of record `i` in the /24 `net` (the third
+/// octet of `192.0.X.0`: [`LOAD_NET`], [`OUTAGE_NET`], [`BUSY_NET`]).
+fn address_of(i: usize, net: u8) -> String {
+    format!("192.0.{net}.{}", i % 254 + 1)
 }
 
-/// N `DnsRecord`s as one multi-document YAML manifest.
-fn manifest(n: usize, zones: usize, pdns_url: &str) -> String {
+/// What PowerDNS should serve once the manifest of `net` is applied:
+/// each record's absolute name → its address.
+fn wanted_of(n: usize, zones: usize, net: u8) -> HashMap<String, String> {
+    (0..n)
+        .map(|i| (fqdn_of(i, zones), address_of(i, net)))
+        .collect()
+}
+
+/// The absolute name of record `i`.
+fn fqdn_of(i: usize, zones: usize) -> String {
+    format!("r{i}.{}", zone_of(i, zones))
+}
+
+/// N `DnsRecord`s (addresses in the /24 `net`) as one multi-document YAML
+/// manifest.
+fn manifest(n: usize, zones: usize, pdns_url: &str, net: u8) -> String {
     let mut out = String::with_capacity(n * 400);
     for i in 0..n {
         out.push_str(&format!(
@@ -591,10 +706,44 @@ fn manifest(n: usize, zones: usize, pdns_url: &str) -> String {
              \x20 server:\n    url: \"{pdns_url}\"\n\
              \x20   apiKeySecretRef: {{name: {SECRET_NAME}, key: {SECRET_KEY}}}\n",
             zone = zone_of(i, zones),
-            address = address_of(i),
+            address = address_of(i, net),
         ));
     }
     out
+}
+
+/// DELETE `path` of the server; fails unless the server accepted it.
+async fn delete(http: &reqwest::Client, server: &Server, path: &str) -> anyhow::Result<()> {
+    let response = http
+        .delete(format!("{}{path}", server.url))
+        .send()
+        .await
+        .with_context(|| format!("DELETE {path}"))?;
+    if !response.status().is_success() {
+        bail!(
+            "DELETE {path}: {}: {}",
+            response.status(),
+            response.text().await.unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+/// Whether GET `path` of the server answers 404 (200: still there).
+async fn is_gone(http: &reqwest::Client, server: &Server, path: &str) -> anyhow::Result<bool> {
+    let response = http
+        .get(format!("{}{path}", server.url))
+        .send()
+        .await
+        .with_context(|| format!("GET {path}"))?;
+    match response.status() {
+        reqwest::StatusCode::NOT_FOUND => Ok(true),
+        status if status.is_success() => Ok(false),
+        status => bail!(
+            "GET {path}: {status}: {}",
+            response.text().await.unwrap_or_default()
+        ),
+    }
 }
 
 /// POST `object` to `path` of the server; fails unless it was created.
@@ -637,29 +786,43 @@ async fn until_present(http: &reqwest::Client, server: &Server, path: &str) -> a
     }
 }
 
-/// The Secret with PowerDNS's API key and the `PluginGrant` for `dns`
-/// (the grant's limits from `EFFECTS_RPS`/`EFFECTS_CONCURRENCY`), through
-/// the HTTP API; returns once the server shows both and the DnsRecord kind.
+/// A PowerDNS the plugin is granted, and the Secret (in `default`, under
+/// [`SECRET_KEY`]) holding its API key.
+struct Backend<'a> {
+    pdns: &'a PowerDns,
+    secret: &'a str,
+}
+
+/// For each backend the Secret with its API key, and one `PluginGrant`
+/// for `dns` listing every backend's URL and Secret (its limits from
+/// `EFFECTS_RPS`/`EFFECTS_CONCURRENCY`), through the HTTP API; returns
+/// once the server shows them all and the DnsRecord kind.
 async fn grant(
     http: &reqwest::Client,
     server: &Server,
-    pdns: &PowerDns,
+    backends: &[Backend<'_>],
     limits: &Value,
 ) -> anyhow::Result<()> {
     until_present(http, server, RECORDS).await.context(
         "the dns plugin did not define DnsRecord (is dns.wasm in the plugins directory?)",
     )?;
-    create(
-        http,
-        server,
-        SECRETS,
-        json!({"apiVersion": "v1", "kind": "Secret",
-               "metadata": {"name": SECRET_NAME, "namespace": "default"},
-               "stringData": {SECRET_KEY: pdns.api_key}}),
-    )
-    .await?;
-    let mut spec = json!({"destinations": [pdns.api_url],
-                          "secrets": [format!("default/{SECRET_NAME}/{SECRET_KEY}")]});
+    for backend in backends {
+        create(
+            http,
+            server,
+            SECRETS,
+            json!({"apiVersion": "v1", "kind": "Secret",
+                   "metadata": {"name": backend.secret, "namespace": "default"},
+                   "stringData": {SECRET_KEY: backend.pdns.api_key}}),
+        )
+        .await?;
+    }
+    let destinations: Vec<&str> = backends.iter().map(|b| b.pdns.api_url.as_str()).collect();
+    let secrets: Vec<String> = backends
+        .iter()
+        .map(|b| format!("default/{}/{SECRET_KEY}", b.secret))
+        .collect();
+    let mut spec = json!({"destinations": destinations, "secrets": secrets});
     if limits.as_object().is_some_and(|l| !l.is_empty()) {
         spec["limits"] = limits.clone();
     }
@@ -671,7 +834,9 @@ async fn grant(
                "metadata": {"name": PLUGIN}, "spec": spec}),
     )
     .await?;
-    until_present(http, server, &format!("{SECRETS}/{SECRET_NAME}")).await?;
+    for backend in backends {
+        until_present(http, server, &format!("{SECRETS}/{}", backend.secret)).await?;
+    }
     until_present(http, server, &format!("{GRANTS}/{PLUGIN}")).await?;
     // The host follows grants through an informer: give it a moment, so
     // that the first reconciles do not meet a grant it has not seen yet.
@@ -755,24 +920,11 @@ async fn load(
     let n = wanted.len();
     let before = server.metrics(http).await?;
     let cpu_before = server.cpu_seconds()?;
-    let apply_log = std::fs::File::create(dir.join("apply.log"))?;
-    let started = Instant::now();
-    let mut child = tokio::process::Command::new(bin)
-        .arg("apply")
-        .arg("-f")
-        .arg(dir.join("records.yaml"))
-        .arg("--server")
-        .arg(&server.url)
-        .stdin(Stdio::null())
-        .stdout(apply_log.try_clone()?)
-        .stderr(apply_log)
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {} apply", bin.display()))?;
-    let mut applying = tokio::spawn(async move {
-        let status = child.wait().await;
-        (status, Instant::now())
-    });
+    let apply_log = dir.join("apply.log");
+    let Apply {
+        task: mut applying,
+        started,
+    } = Apply::start(bin, &dir.join("records.yaml"), &apply_log, &server.url)?;
     // When the apply exited (successfully: a failure ends the run).
     let mut applied: Option<Instant> = None;
     let deadline = started + timeout;
@@ -780,7 +932,7 @@ async fn load(
     let (served, served_at) = loop {
         if applied.is_none() && applying.is_finished() {
             let (status, at) = (&mut applying).await.context("waiting for the apply")?;
-            applied = Some(applied_at(status, at, started, n, dir)?);
+            applied = Some(applied_at(status, at, started, n, &apply_log, "apply")?);
         }
         let served = pdns.count_served(http, zones, wanted).await?;
         let now = Instant::now();
@@ -811,7 +963,7 @@ async fn load(
             // Everything was served before the CLI exited: wait for it, so
             // that its time is known and the steady phase starts without it.
             let (status, at) = applying.await.context("waiting for the apply")?;
-            applied = Some(applied_at(status, at, started, n, dir)?);
+            applied = Some(applied_at(status, at, started, n, &apply_log, "apply")?);
         } else {
             // Timed out: the child is killed with its task.
             applying.abort();
@@ -829,27 +981,84 @@ async fn load(
     })
 }
 
-/// Check how the apply ended (its log's tail if it failed), print how
-/// long it took, and return when it ended.
+/// Check how an apply ended (its log's tail if it failed), print how
+/// long it took (`{label}: N DnsRecords applied in ...`), and return when
+/// it ended.
 fn applied_at(
     status: std::io::Result<ExitStatus>,
     at: Instant,
     started: Instant,
     n: usize,
-    dir: &Path,
+    log: &Path,
+    label: &str,
 ) -> anyhow::Result<Instant> {
     let status = status.context("waiting for the apply")?;
     if !status.success() {
-        bail!(
-            "setpoint apply failed ({status}):\n{}",
-            tail(&dir.join("apply.log"), 20)
-        );
+        bail!("setpoint apply failed ({status}):\n{}", tail(log, 20));
     }
     println!(
-        "apply: {n} DnsRecords applied in {:.1} s",
+        "{label}: {n} DnsRecords applied in {:.1} s",
         (at - started).as_secs_f64()
     );
     Ok(at)
+}
+
+/// A running `setpoint apply -f`: its task ends with the CLI's exit
+/// status and when it exited (the CLI is killed if the task is dropped
+/// or aborted).
+struct Apply {
+    task: tokio::task::JoinHandle<(std::io::Result<ExitStatus>, Instant)>,
+    /// When the CLI was started.
+    started: Instant,
+}
+
+impl Apply {
+    /// Run `bin apply -f manifest --server server_url`, its output to `log`.
+    fn start(bin: &Path, manifest: &Path, log: &Path, server_url: &str) -> anyhow::Result<Self> {
+        let log = std::fs::File::create(log)?;
+        let started = Instant::now();
+        let mut child = tokio::process::Command::new(bin)
+            .arg("apply")
+            .arg("-f")
+            .arg(manifest)
+            .arg("--server")
+            .arg(server_url)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {} apply", bin.display()))?;
+        let task = tokio::spawn(async move {
+            let status = child.wait().await;
+            (status, Instant::now())
+        });
+        Ok(Self { task, started })
+    }
+
+    /// Wait for the CLI to exit successfully, by `deadline` at the latest
+    /// (else it is killed and this fails), and print how long it took;
+    /// returns when it exited.
+    async fn finish(
+        self,
+        deadline: Instant,
+        n: usize,
+        log: &Path,
+        label: &str,
+    ) -> anyhow::Result<Instant> {
+        let Self { mut task, started } = self;
+        let waited = tokio::time::timeout_at(deadline.into(), &mut task).await;
+        let Ok(joined) = waited else {
+            task.abort();
+            bail!(
+                "{label}: setpoint apply of {n} DnsRecords did not finish within {:.0} s (EFFECTS_TIMEOUT_S):\n{}",
+                (deadline - started).as_secs_f64(),
+                tail(log, 20)
+            );
+        };
+        let (status, at) = joined.context("waiting for the apply")?;
+        applied_at(status, at, started, n, log, label)
+    }
 }
 
 /// What the steady phase measured.
@@ -921,39 +1130,380 @@ async fn steady(
     })
 }
 
-/// Seconds with one decimal, or `-` when unknown.
-fn seconds_or_dash(d: Option<Duration>) -> String {
-    d.map_or_else(|| "-".to_owned(), |d| format!("{:.1}", d.as_secs_f64()))
+/// What the outage phase measured.
+struct Outage {
+    /// The wait after the re-apply, PowerDNS still stopped.
+    wait: Duration,
+    /// The server's CPU seconds over that wait.
+    wait_cpu_seconds: f64,
+    /// Plugin calls from stopping PowerDNS until starting it again.
+    calls: f64,
+    /// Of those, the calls during the wait.
+    wait_calls: f64,
+    /// Requests sent to PowerDNS (all failing) from the stop to the start.
+    sent: f64,
+    /// From starting PowerDNS again until its API answered.
+    restart: Duration,
+    /// Changed records PowerDNS served at the end.
+    served: usize,
+    /// From its API answering again until it served every changed record
+    /// (`None`: not within `EFFECTS_TIMEOUT_S`).
+    recovered_after: Option<Duration>,
+}
+
+/// Stop PowerDNS, re-apply every record with an address in
+/// [`OUTAGE_NET`], wait `length` while the changes wait, start PowerDNS
+/// again and poll until it serves every changed record or `timeout`
+/// passes.
+#[allow(clippy::too_many_arguments)]
+async fn outage(
+    http: &reqwest::Client,
+    bin: &Path,
+    dir: &Path,
+    server: &Server,
+    pdns: &mut PowerDns,
+    zones: &[String],
+    n: usize,
+    timeout: Duration,
+    length: Duration,
+) -> anyhow::Result<Outage> {
+    let before = server.metrics(http).await?;
+    pdns.stop()?;
+    println!(
+        "outage: PowerDNS stopped; re-applying the {n} DnsRecords with addresses 192.0.{OUTAGE_NET}.X"
+    );
+    let manifest_path = dir.join("records-outage.yaml");
+    std::fs::write(
+        &manifest_path,
+        manifest(n, zones.len(), &pdns.api_url, OUTAGE_NET),
+    )?;
+    let log = dir.join("apply-outage.log");
+    let apply = Apply::start(bin, &manifest_path, &log, &server.url)?;
+    let deadline = apply.started + timeout;
+    apply.finish(deadline, n, &log, "outage").await?;
+
+    println!(
+        "outage: waiting {} s with the changes waiting for PowerDNS",
+        length.as_secs()
+    );
+    let wait_before = server.metrics(http).await?;
+    let cpu_before = server.cpu_seconds()?;
+    let waiting = Instant::now();
+    tokio::time::sleep(length).await;
+    let wait_cpu_seconds = server.cpu_seconds()? - cpu_before;
+    let wait = waiting.elapsed();
+    let after = server.metrics(http).await?;
+
+    let restarting = Instant::now();
+    pdns.resume()?;
+    pdns.wait_ready(http).await?;
+    let answering = Instant::now();
+    let wanted = wanted_of(n, zones.len(), OUTAGE_NET);
+    let deadline = answering + timeout;
+    let mut progress = Instant::now();
+    let mut served = 0;
+    let recovered_at = loop {
+        let failure = match pdns.count_served(http, zones, &wanted).await {
+            Ok(count) => {
+                served = count;
+                None
+            }
+            // A connection pooled before the restart may fail once: look
+            // again, unless it keeps failing until the deadline.
+            Err(error) => Some(error),
+        };
+        let now = Instant::now();
+        if served == n {
+            break Some(now);
+        }
+        if now > deadline {
+            if let Some(error) = failure {
+                return Err(error.context("recovery: reading PowerDNS after its restart"));
+            }
+            break None;
+        }
+        if progress.elapsed() >= Duration::from_secs(10) {
+            eprintln!(
+                "  ... {served} of {n} changed records served {:.0} s after PowerDNS answered again",
+                answering.elapsed().as_secs_f64()
+            );
+            progress = Instant::now();
+        }
+        tokio::time::sleep(POLL).await;
+    };
+    Ok(Outage {
+        wait,
+        wait_cpu_seconds,
+        calls: after.calls() - before.calls(),
+        wait_calls: after.calls() - wait_before.calls(),
+        sent: after.requests_sent() - before.requests_sent(),
+        restart: answering - restarting,
+        served,
+        recovered_after: recovered_at.map(|at| at - answering),
+    })
+}
+
+/// What the fairness phase measured.
+struct Fairness {
+    /// Changes PowerDNS served when the re-apply ended.
+    served_when_applied: usize,
+    /// The timings taken while the queue was busy (`None`: half or more
+    /// of the changes were served before they could start).
+    probes: Option<Probes>,
+    /// The changes waited for to the end (all but `r0` if it was deleted).
+    busy: usize,
+    /// Of those, served at the end.
+    busy_served: usize,
+    /// From the start of the re-apply until all were served (`None`: not
+    /// within `EFFECTS_TIMEOUT_S`).
+    busy_done_after: Option<Duration>,
+}
+
+/// The fairness phase's two timings.
+struct Probes {
+    /// Creating a record on the second PowerDNS until it serves it.
+    other_server: Probe,
+    /// Deleting `r0` until neither PowerDNS nor the host has it.
+    deletion: Probe,
+}
+
+/// One timing taken while the queue was busy.
+struct Probe {
+    /// From the request until it took effect (`None`: not within
+    /// `EFFECTS_TIMEOUT_S` of the re-apply's start).
+    after: Option<Duration>,
+    /// Busy changes served at that moment (at the last look).
+    busy_served: usize,
+}
+
+/// Re-apply every record with an address in [`BUSY_NET`]; once the apply
+/// has ended, if fewer than half of the changes are served, create a
+/// record on the second PowerDNS (`other`) and delete `r0`, timing both
+/// while polling the rest of the changes until all are served or
+/// `timeout` (from the re-apply's start) passes.
+#[allow(clippy::too_many_arguments)]
+async fn fairness(
+    http: &reqwest::Client,
+    bin: &Path,
+    dir: &Path,
+    server: &Server,
+    pdns: &PowerDns,
+    other: &PowerDns,
+    zones: &[String],
+    n: usize,
+    timeout: Duration,
+) -> anyhow::Result<Fairness> {
+    println!(
+        "fairness: re-applying the {n} DnsRecords with addresses 192.0.{BUSY_NET}.X to make the queue busy"
+    );
+    let manifest_path = dir.join("records-busy.yaml");
+    std::fs::write(
+        &manifest_path,
+        manifest(n, zones.len(), &pdns.api_url, BUSY_NET),
+    )?;
+    let log = dir.join("apply-busy.log");
+    let apply = Apply::start(bin, &manifest_path, &log, &server.url)?;
+    let started = apply.started;
+    let deadline = started + timeout;
+    apply.finish(deadline, n, &log, "fairness").await?;
+
+    let mut wanted = wanted_of(n, zones.len(), BUSY_NET);
+    let served_when_applied = pdns.count_served(http, zones, &wanted).await?;
+    println!("fairness: {served_when_applied} of {n} changes served when the apply ended");
+    let busy_served = Cell::new(served_when_applied);
+    let (probes, busy_done_at) = if served_when_applied * 2 < n {
+        wanted.remove(&fqdn_of(0, zones.len()));
+        let (busy_done_at, other_server, deletion) = tokio::try_join!(
+            until_served(http, pdns, zones, &wanted, started, deadline, &busy_served),
+            time_other_server(http, server, other, deadline, &busy_served),
+            time_deletion(http, server, pdns, zones.len(), deadline, &busy_served),
+        )?;
+        let probes = Probes {
+            other_server,
+            deletion,
+        };
+        (Some(probes), busy_done_at)
+    } else {
+        println!(
+            "fairness: half or more of the changes were served before the apply ended: converged too fast to measure; skipping the timings (more records or a lower EFFECTS_RPS keep the queue busy longer)"
+        );
+        let done = until_served(http, pdns, zones, &wanted, started, deadline, &busy_served);
+        (None, done.await?)
+    };
+    Ok(Fairness {
+        served_when_applied,
+        probes,
+        busy: wanted.len(),
+        busy_served: busy_served.get(),
+        busy_done_after: busy_done_at.map(|at| at - started),
+    })
+}
+
+/// Poll PowerDNS until it serves every `wanted` record (returns when the
+/// poll that saw the last one answered) or `deadline` passes (`None`),
+/// keeping the count in `progress`.
+async fn until_served(
+    http: &reqwest::Client,
+    pdns: &PowerDns,
+    zones: &[String],
+    wanted: &HashMap<String, String>,
+    started: Instant,
+    deadline: Instant,
+    progress: &Cell<usize>,
+) -> anyhow::Result<Option<Instant>> {
+    let mut reported = Instant::now();
+    loop {
+        let served = pdns.count_served(http, zones, wanted).await?;
+        progress.set(served);
+        let now = Instant::now();
+        if served == wanted.len() {
+            return Ok(Some(now));
+        }
+        if now > deadline {
+            return Ok(None);
+        }
+        if reported.elapsed() >= Duration::from_secs(10) {
+            eprintln!(
+                "  ... {served} of {} changes served after {:.0} s",
+                wanted.len(),
+                started.elapsed().as_secs_f64()
+            );
+            reported = Instant::now();
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Create [`OTHER_RECORD`] on the second PowerDNS through the HTTP API
+/// and time until that PowerDNS serves it.
+async fn time_other_server(
+    http: &reqwest::Client,
+    server: &Server,
+    other: &PowerDns,
+    deadline: Instant,
+    busy_served: &Cell<usize>,
+) -> anyhow::Result<Probe> {
+    let zones = [OTHER_ZONE.to_owned()];
+    let wanted = HashMap::from([(
+        format!("{OTHER_RECORD}.{OTHER_ZONE}"),
+        OTHER_ADDRESS.to_owned(),
+    )]);
+    let record = json!({
+        "apiVersion": "dns.setpoint.dev/v1", "kind": "DnsRecord",
+        "metadata": {"name": OTHER_RECORD, "namespace": "default"},
+        "spec": {
+            "zone": OTHER_ZONE, "name": OTHER_RECORD, "type": "A", "ttl": 300,
+            "records": [OTHER_ADDRESS], "resyncSeconds": RESYNC_SECONDS,
+            "server": {"url": other.api_url,
+                       "apiKeySecretRef": {"name": OTHER_SECRET_NAME, "key": SECRET_KEY}},
+        },
+    });
+    let created = Instant::now();
+    create(http, server, RECORDS, record).await?;
+    loop {
+        let served = other.count_served(http, &zones, &wanted).await? == 1;
+        let now = Instant::now();
+        if served || now > deadline {
+            return Ok(Probe {
+                after: served.then(|| now - created),
+                busy_served: busy_served.get(),
+            });
+        }
+        tokio::time::sleep(PROBE_POLL).await;
+    }
+}
+
+/// Delete `r0` through the HTTP API and time until the host no longer has
+/// the object and PowerDNS no longer has its A RRset.
+async fn time_deletion(
+    http: &reqwest::Client,
+    server: &Server,
+    pdns: &PowerDns,
+    zone_count: usize,
+    deadline: Instant,
+    busy_served: &Cell<usize>,
+) -> anyhow::Result<Probe> {
+    let path = format!("{RECORDS}/r0");
+    let (zone, fqdn) = (zone_of(0, zone_count), fqdn_of(0, zone_count));
+    let deleted = Instant::now();
+    delete(http, server, &path).await?;
+    loop {
+        // The finalizer keeps the object until the record is gone, so the
+        // zone is read only once the object is.
+        let gone =
+            is_gone(http, server, &path).await? && !pdns.has_a_rrset(http, &zone, &fqdn).await?;
+        let now = Instant::now();
+        if gone || now > deadline {
+            return Ok(Probe {
+                after: gone.then(|| now - deleted),
+                busy_served: busy_served.get(),
+            });
+        }
+        tokio::time::sleep(PROBE_POLL).await;
+    }
+}
+
+/// Seconds with `decimals` decimals, or `-` when unknown.
+fn seconds_or_dash(d: Option<Duration>, decimals: usize) -> String {
+    d.map_or_else(
+        || "-".to_owned(),
+        |d| format!("{:.*}", decimals, d.as_secs_f64()),
+    )
+}
+
+/// What to run, from the environment.
+struct Settings {
+    /// Each phase's bound (`EFFECTS_TIMEOUT_S`).
+    timeout: Duration,
+    /// The steady phase's length.
+    steady: Duration,
+    /// The outage phase's wait (`None`: `EFFECTS_OUTAGE=0`).
+    outage: Option<Duration>,
+    /// Whether the fairness phase runs (`EFFECTS_FAIRNESS=0`: not).
+    fairness: bool,
+    /// The grant's `spec.limits`.
+    limits: Value,
+}
+
+impl Settings {
+    fn from_env() -> anyhow::Result<Self> {
+        Ok(Self {
+            timeout: Duration::from_secs(env_or("EFFECTS_TIMEOUT_S", 600u64)),
+            steady: Duration::from_secs(env_or("EFFECTS_STEADY_S", 60u64)),
+            outage: enabled("EFFECTS_OUTAGE")
+                .then(|| Duration::from_secs(env_or("EFFECTS_OUTAGE_S", 30u64))),
+            fairness: enabled("EFFECTS_FAIRNESS"),
+            limits: limits_from_env()?,
+        })
+    }
+}
+
+/// Whether the phase switched by the variable `name` runs: unless it is `0`.
+fn enabled(name: &str) -> bool {
+    !matches!(std::env::var(name).as_deref().map(str::trim), Ok("0"))
 }
 
 async fn run(n: usize, zones: usize) -> anyhow::Result<()> {
     if n == 0 || zones == 0 {
         bail!("usage: effects-scale [N >= 1] [ZONES >= 1]");
     }
-    let timeout = Duration::from_secs(env_or("EFFECTS_TIMEOUT_S", 600u64));
-    let steady_length = Duration::from_secs(env_or("EFFECTS_STEADY_S", 60u64));
-    let limits = limits_from_env()?;
+    let settings = Settings::from_env()?;
     let scratch = tempfile::Builder::new()
         .prefix("setpoint-effects-scale")
         .tempdir_in(
             std::env::var_os("EFFECTS_DIR").map_or_else(std::env::temp_dir, PathBuf::from),
         )?;
     let dir = scratch.path().to_owned();
-    let outcome = measure(n, zones, &dir, timeout, steady_length, &limits).await;
+    let outcome = measure(n, zones, &dir, &settings).await;
     if std::env::var_os("EFFECTS_KEEP").is_some() {
         println!("kept {}", scratch.keep().display());
     }
     outcome
 }
 
-async fn measure(
-    n: usize,
-    zones: usize,
-    dir: &Path,
-    timeout: Duration,
-    steady_length: Duration,
-    limits: &Value,
-) -> anyhow::Result<()> {
+async fn measure(n: usize, zones: usize, dir: &Path, settings: &Settings) -> anyhow::Result<()> {
+    let timeout = settings.timeout;
+    let limits = &settings.limits;
     let bin = prepare(dir)?;
     let http = reqwest::Client::new();
 
@@ -963,14 +1513,36 @@ async fn measure(
     for zone in &zone_names {
         pdns.create_zone(&http, zone).await?;
     }
-    let wanted: HashMap<String, String> = (0..n)
-        .map(|i| (format!("r{i}.{}", zone_of(i, zones)), address_of(i)))
-        .collect();
-    std::fs::write(dir.join("records.yaml"), manifest(n, zones, &pdns.api_url))?;
+    let wanted = wanted_of(n, zones, LOAD_NET);
+    std::fs::write(
+        dir.join("records.yaml"),
+        manifest(n, zones, &pdns.api_url, LOAD_NET),
+    )?;
+    // The fairness phase's second PowerDNS, granted from the start.
+    let other = if settings.fairness {
+        let mut other = PowerDns::start(&dir.join("pdns-other"))?;
+        other.wait_ready(&http).await?;
+        other.create_zone(&http, OTHER_ZONE).await?;
+        Some(other)
+    } else {
+        None
+    };
 
     let mut server = Server::start(&bin, dir, free_port()?)?;
     server.wait_ready(&http, dir).await?;
-    grant(&http, &server, &pdns, limits).await?;
+    {
+        let mut backends = vec![Backend {
+            pdns: &pdns,
+            secret: SECRET_NAME,
+        }];
+        if let Some(other) = &other {
+            backends.push(Backend {
+                pdns: other,
+                secret: OTHER_SECRET_NAME,
+            });
+        }
+        grant(&http, &server, &backends, limits).await?;
+    }
     let limits_text = if limits.as_object().is_some_and(|l| !l.is_empty()) {
         limits.to_string()
     } else {
@@ -983,6 +1555,12 @@ async fn measure(
         server.url,
         std::thread::available_parallelism().map_or(0, |p| p.get()),
     );
+    if let Some(other) = &other {
+        println!(
+            "effects-scale: a second PowerDNS at {} (zone {OTHER_ZONE}, Secret {OTHER_SECRET_NAME}) for the fairness phase, in the grant from the start",
+            other.api_url
+        );
+    }
 
     let load = load(
         &http,
@@ -1022,8 +1600,8 @@ async fn measure(
     let mut summary = format!(
         "effects-scale n={n} zones={zones} served={} served_s={} apply_s={} calls_per_record={:.2} reconciles_per_record={:.2} sent_per_record={:.2} refused_per_record={:.2} cpu_s={:.1}",
         load.served,
-        seconds_or_dash(load.served_after),
-        seconds_or_dash(load.apply),
+        seconds_or_dash(load.served_after, 1),
+        seconds_or_dash(load.apply, 1),
         per_record(load.calls),
         per_record(load.reconciles),
         per_record(load.sent),
@@ -1035,7 +1613,7 @@ async fn measure(
         bail!("PowerDNS served {} of {n} records in time", load.served);
     }
 
-    let steady = steady(&http, &server, n, zones, steady_length).await?;
+    let steady = steady(&http, &server, n, zones, settings.steady).await?;
     println!(
         "steady: {:.2} zone reads per zone per 30 s (counted from {}){}; {:.2} reconciles per record per 30 s; server CPU {:.1} s in {:.0} s",
         steady.reads_per_zone,
@@ -1052,8 +1630,148 @@ async fn measure(
         " steady_reads_per_zone_per_30s={:.2} steady_reads_from={} steady_cpu_s={:.1}",
         steady.reads_per_zone, steady.source, steady.cpu_seconds
     ));
+
+    if let Some(length) = settings.outage {
+        let outage = outage(
+            &http,
+            &bin,
+            dir,
+            &server,
+            &mut pdns,
+            &zone_names,
+            n,
+            timeout,
+            length,
+        )
+        .await;
+        let outage = match outage {
+            Ok(outage) => outage,
+            Err(error) => {
+                println!("{summary}");
+                return Err(error);
+            }
+        };
+        let wait_seconds = outage.wait.as_secs_f64();
+        let cpu_share = outage.wait_cpu_seconds / wait_seconds;
+        println!(
+            "outage: server CPU {:.2} s in {:.0} s of waiting ({:.1} % of one core); {:.0} dns plugin calls ({:.2} per record, {:.0} of them in the wait) and {:.0} requests sent to PowerDNS from the stop until the restart",
+            outage.wait_cpu_seconds,
+            wait_seconds,
+            cpu_share * 100.0,
+            outage.calls,
+            per_record(outage.calls),
+            outage.wait_calls,
+            outage.sent,
+        );
+        match outage.recovered_after {
+            Some(recovered) => println!(
+                "recovery: PowerDNS answered {:.1} s after it was started again; all {n} changed records served {:.1} s after that",
+                outage.restart.as_secs_f64(),
+                recovered.as_secs_f64()
+            ),
+            None => println!(
+                "recovery: only {} of {n} changed records served by PowerDNS {} s after it answered again (EFFECTS_TIMEOUT_S)",
+                outage.served,
+                timeout.as_secs()
+            ),
+        }
+        summary.push_str(&format!(
+            " outage_wait_s={wait_seconds:.0} outage_cpu_share={cpu_share:.3} outage_calls_per_record={:.2} recovery_s={}",
+            per_record(outage.calls),
+            seconds_or_dash(outage.recovered_after, 1),
+        ));
+        if outage.recovered_after.is_none() {
+            println!("{summary}");
+            bail!(
+                "recovery: PowerDNS served {} of {n} changed records within {} s of answering again",
+                outage.served,
+                timeout.as_secs()
+            );
+        }
+    }
+
+    if let Some(other) = &other {
+        let fairness = fairness(
+            &http,
+            &bin,
+            dir,
+            &server,
+            &pdns,
+            other,
+            &zone_names,
+            n,
+            timeout,
+        )
+        .await;
+        let fairness = match fairness {
+            Ok(fairness) => fairness,
+            Err(error) => {
+                println!("{summary}");
+                return Err(error);
+            }
+        };
+        let mut missing = Vec::new();
+        if let Some(probes) = &fairness.probes {
+            let of_busy = |probe: &Probe| {
+                format!(
+                    "{} of {} busy changes served by then",
+                    probe.busy_served, fairness.busy
+                )
+            };
+            match probes.other_server.after {
+                Some(after) => println!(
+                    "fairness: the record on the second PowerDNS served {:.2} s after it was created ({})",
+                    after.as_secs_f64(),
+                    of_busy(&probes.other_server)
+                ),
+                None => missing.push(format!(
+                    "the second PowerDNS did not serve {OTHER_RECORD}.{OTHER_ZONE}"
+                )),
+            }
+            match probes.deletion.after {
+                Some(after) => println!(
+                    "fairness: r0 gone from PowerDNS and the host {:.2} s after its DELETE ({})",
+                    after.as_secs_f64(),
+                    of_busy(&probes.deletion)
+                ),
+                None => missing.push("r0 was not gone from both PowerDNS and the host".to_owned()),
+            }
+        }
+        match fairness.busy_done_after {
+            Some(done) => println!(
+                "fairness: all {} changes served {:.1} s after the re-apply started",
+                fairness.busy,
+                done.as_secs_f64()
+            ),
+            None => missing.push(format!(
+                "PowerDNS served only {} of {} changes",
+                fairness.busy_served, fairness.busy
+            )),
+        }
+        let (other_server_s, deletion_s) = match &fairness.probes {
+            Some(probes) => (
+                seconds_or_dash(probes.other_server.after, 2),
+                seconds_or_dash(probes.deletion.after, 2),
+            ),
+            None => ("-".to_owned(), "-".to_owned()),
+        };
+        summary.push_str(&format!(
+            " busy_served_at_apply_end={} other_server_s={other_server_s} deletion_s={deletion_s} busy_done_s={}",
+            fairness.served_when_applied,
+            seconds_or_dash(fairness.busy_done_after, 1),
+        ));
+        if !missing.is_empty() {
+            println!("{summary}");
+            bail!(
+                "fairness: within {} s of the re-apply's start (EFFECTS_TIMEOUT_S): {}",
+                timeout.as_secs(),
+                missing.join("; ")
+            );
+        }
+    }
     println!("{summary}");
     drop(server);
+    drop(other);
     drop(pdns);
     Ok(())
 }
