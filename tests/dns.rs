@@ -581,14 +581,49 @@ async fn a_record_on_another_server_and_a_deletion_go_through_while_a_busy_serve
     })
     .await;
     let deletion_took = started.elapsed();
+
+    // And a record whose own reconcile is waiting in the busy queue: its
+    // deletion ends that wait (the request was decided before it) and
+    // goes first.
+    let last = BUSY - 1;
+    let name = format!("r{last}");
+    assert!(
+        pdns.rrset(
+            &format!("busy{last}.test."),
+            &format!("r{last}.busy{last}.test."),
+            "A"
+        )
+        .await
+        .is_none(),
+        "the last busy record still waits for its turn"
+    );
+    let started = std::time::Instant::now();
+    api.delete(&kind, Some("default"), &name, &Default::default())
+        .await
+        .unwrap();
+    eventually(
+        "the waiting record's object gone",
+        Duration::from_secs(10),
+        || async {
+            match get_record(&host, &name).await {
+                None => Ok(()),
+                Some(o) => Err(o["status"].to_string()),
+            }
+        },
+    )
+    .await;
+    let waiting_deletion_took = started.elapsed();
     let waiting = BUSY - busy_served().await;
     assert!(
         waiting > 0,
         "measured while the busy queue still waits (other server {elsewhere_took:?}, deletion {deletion_took:?})"
     );
     assert!(
-        elsewhere_took < Duration::from_secs(5) && deletion_took < Duration::from_secs(5),
-        "other server {elsewhere_took:?}, deletion {deletion_took:?}, {waiting} still waiting"
+        elsewhere_took < Duration::from_secs(5)
+            && deletion_took < Duration::from_secs(5)
+            && waiting_deletion_took < Duration::from_secs(5),
+        "other server {elsewhere_took:?}, deletion {deletion_took:?}, \
+         deletion of a waiting record {waiting_deletion_took:?}, {waiting} still waiting"
     );
     host.stop().await;
 }

@@ -14,7 +14,7 @@ use super::conditions::{conditions_with, set_conditions};
 use super::{Answer, EventRecord, Manifest, Response, Severity, Shared, events};
 use crate::api::Api;
 use crate::egress::{Egress, Report, Scope};
-use crate::object::{Object, ObjectKey};
+use crate::object::{Object, ObjectKey, meta};
 
 /// The condition that says whether the plugin's external requests are
 /// allowed: `False` with the refusal's reason (`DestinationNotGranted`, ...)
@@ -146,6 +146,7 @@ pub(super) fn scope<'a>(
         object,
         key: recent_key(&shared.kind.kind, key),
         deadline: tokio::time::Instant::now() + egress.config().reconcile_budget,
+        wait_deadline: tokio::time::Instant::now() + egress.config().max_wait,
         urgent: finalizing,
         parker,
     }
@@ -263,7 +264,21 @@ async fn write_condition(
     })
     .await;
     match written {
-        Ok(Some(object)) => writing.wrote(cached, &object),
+        Ok(Some(object)) => {
+            writing.wrote(cached, &object);
+            // Read your own writes: the key's next reconcile waits until
+            // the cache shows this version, so its status patch is not made
+            // on the version before (a conflict, and a turn more).
+            if let Some(revision) = meta::resource_version(&object).and_then(|v| v.parse().ok()) {
+                shared
+                    .pending_writes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entry(key.clone())
+                    .or_default()
+                    .push((shared.kind.clone(), revision));
+            }
+        }
         Ok(None) => writing.wrote(cached, cached),
         Err(err) => {
             tracing::debug!(%err, "could not write the {EFFECTS_CONDITION} condition");

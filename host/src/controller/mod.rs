@@ -161,6 +161,8 @@ struct Shared {
     effects: effects::KeyState,
     /// Turns that let their worker go to wait on the network.
     parked: Arc<worker::Parked>,
+    /// The turns in progress, which a change of their object supersedes.
+    turns: Arc<worker::Turns>,
 }
 
 impl Controller {
@@ -223,6 +225,7 @@ impl Controller {
         // Subscribed before the handlers list the cache, so a shard taken
         // while they do is queued afterwards rather than missed.
         let taken = cluster.as_ref().map(Cluster::acquisitions);
+        let turns = Arc::new(worker::Turns::default());
         let triggers::Triggers {
             handlers,
             echoes,
@@ -234,6 +237,7 @@ impl Controller {
             &kind,
             &cluster,
             config.resync,
+            turns.clone(),
         );
         informer.wait_synced().await;
         for i in &owned_informers {
@@ -256,6 +260,7 @@ impl Controller {
             egress,
             effects: Default::default(),
             parked: Default::default(),
+            turns,
             view,
             inline_view,
             api,

@@ -36,6 +36,7 @@ pub(super) fn register(
     kind: &Arc<KindInfo>,
     cluster: &Option<Cluster>,
     resync: Option<Duration>,
+    turns: Arc<super::worker::Turns>,
 ) -> Triggers {
     let echoes = Arc::new(echo::Echoes::new(queue.clone()));
     let clash_watch = Arc::new(ClashWatch::default());
@@ -52,6 +53,11 @@ pub(super) fn register(
             && !own.admit(&key, object)
         {
             return;
+        }
+        if !matches!(change, Change::Listed(_)) {
+            // Someone else changed it (or deleted it): a turn waiting on
+            // requests decided on the version before stops waiting.
+            turns.changed(&key);
         }
         enqueue(&q, change, key);
     };

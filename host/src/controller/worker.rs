@@ -134,6 +134,27 @@ impl Parked {
     }
 }
 
+/// The parkers of the turns in progress, by key: a change of the object
+/// supersedes its turn's waits ([`egress::Parker::supersede`]).
+#[derive(Default)]
+pub(super) struct Turns(std::sync::Mutex<std::collections::HashMap<ObjectKey, egress::Parker>>);
+
+impl Turns {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<ObjectKey, egress::Parker>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `key` changed (not by the turn's own write): a turn in progress
+    /// stops waiting for requests decided on the version before.
+    pub(super) fn changed(&self, key: &ObjectKey) {
+        if let Some(parker) = self.lock().get(key) {
+            parker.supersede();
+        }
+    }
+}
+
 /// Worker `index` (from 0) takes keys while the gate lets it. A turn that
 /// starts waiting on the network (its requests queued behind a busy
 /// destination's limits, or on the wire) goes on in a task of its own and
@@ -146,6 +167,7 @@ pub(super) async fn worker(shared: Arc<Shared>, index: usize) {
             break;
         };
         let (parker, parked) = egress::Parker::new();
+        shared.turns.lock().insert(key.clone(), parker.clone());
         let mut turn = Box::pin(turn(shared.clone(), key, parker));
         tokio::select! {
             biased;
@@ -177,11 +199,11 @@ async fn turn(shared: Arc<Shared>, key: ObjectKey, parker: egress::Parker) {
             Ownership::NotMine => {
                 // Its owner queues it; nothing of it is ours to remember.
                 shared.queue.forget(&key);
-                shared.queue.done(&key);
+                end_turn(&shared, &key);
                 return;
             }
             Ownership::NotNow => {
-                shared.queue.done(&key);
+                end_turn(&shared, &key);
                 shared.queue.add_after(key, NOT_NOW_RETRY);
                 return;
             }
@@ -283,12 +305,12 @@ async fn turn(shared: Arc<Shared>, key: ObjectKey, parker: egress::Parker) {
             }
             Decision::Drop => {
                 shared.queue.forget(&key);
-                shared.queue.done(&key);
+                end_turn(&shared, &key);
                 return;
             }
             Decision::RetrySoon(after) => {
                 drop(claim);
-                shared.queue.done(&key);
+                end_turn(&shared, &key);
                 shared.queue.add_after(key, after);
                 return;
             }
@@ -398,13 +420,19 @@ async fn turn(shared: Arc<Shared>, key: ObjectKey, parker: egress::Parker) {
             shared.history.forget(&key);
         }
         drop(claim);
-        shared.queue.done(&key);
+        end_turn(&shared, &key);
         if was_called {
             shared
                 .gate
                 .record(!shared.queue.is_empty(), shared.pool.overflowed());
         }
     }
+}
+
+/// The turn of `key` is over: the queue may hand it out again.
+fn end_turn(shared: &Shared, key: &ObjectKey) {
+    shared.turns.lock().remove(key);
+    shared.queue.done(key);
 }
 
 /// One debug event per reconciler call on target `setpoint::reconcile`,

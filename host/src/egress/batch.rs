@@ -100,6 +100,9 @@ pub(super) struct Leader {
     /// Taken when the batch closes.
     members: Vec<Member>,
     closed: bool,
+    /// Sent as a circuit breaker's probe: if it fails, the members wait
+    /// for turns of their own instead of all failing with it.
+    probe: bool,
 }
 
 /// The batch as it goes: its body and its `Idempotency-Key`.
@@ -199,6 +202,7 @@ impl Batches {
             pointer: write.pointer,
             members: Vec::new(),
             closed: false,
+            probe: false,
         })
     }
 }
@@ -217,8 +221,10 @@ impl Leader {
         }
     }
 
-    /// The turn came: nobody joins any more; the body to send.
-    pub(super) fn close(&mut self) -> Closed {
+    /// The turn came (as a breaker's `probe`, or not): nobody joins any
+    /// more; the body to send.
+    pub(super) fn close(&mut self, probe: bool) -> Closed {
+        self.probe = probe;
         self.take();
         let mut rest = self.rest.clone();
         let mut keys = Vec::with_capacity(self.members.len());
@@ -258,6 +264,11 @@ impl Leader {
     /// Hand the answer to every member; `alone` tells them to send their
     /// writes alone instead (a refused batch, or a leader that gave up).
     pub(super) fn answer(mut self, answer: Arc<Result<HttpResponse, HttpError>>, alone: bool) {
+        let failed = match answer.as_ref() {
+            Ok(response) => response.status >= 500,
+            Err(_) => true,
+        };
+        let alone = alone || (self.probe && failed);
         self.take();
         for member in &mut self.members {
             if let Some(sender) = member.outcome.take() {
@@ -315,7 +326,7 @@ mod tests {
             batches.join(other_zone, "k3".into()),
             Joined::Leader(_)
         ));
-        let closed = leader.close();
+        let closed = leader.close(false);
         assert_eq!(leader.members(), 2);
         let body: Value = serde_json::from_slice(&closed.body).unwrap();
         assert_eq!(body, json!({"rrsets": [{"name": "a."}, {"name": "b."}]}));
@@ -351,7 +362,7 @@ mod tests {
         ) else {
             panic!()
         };
-        leader.close();
+        leader.close(false);
         let refused = Arc::new(Ok(HttpResponse {
             status: 422,
             headers: vec![],

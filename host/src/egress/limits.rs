@@ -284,6 +284,8 @@ pub struct Turn {
     destination: String,
     /// Still to be given back if never handed to its waiter.
     unused: bool,
+    /// The one request an open breaker lets through.
+    probe: bool,
 }
 
 impl std::fmt::Debug for Turn {
@@ -295,6 +297,12 @@ impl std::fmt::Debug for Turn {
 }
 
 impl Turn {
+    /// Whether this is the one request an open breaker lets through to try
+    /// the destination.
+    pub fn is_probe(&self) -> bool {
+        self.probe
+    }
+
     /// How the request went: `failed` (no answer, or 5xx) counts towards
     /// the breaker and halves the destination's concurrency, anything else
     /// closes the breaker; a `retry_after` holds the destination's
@@ -424,7 +432,8 @@ impl Lane {
                 d.normal.pop_front()
             }
             .expect("chosen for its waiter");
-            if let Breaker::Open(_) = d.breaker {
+            let probe = matches!(d.breaker, Breaker::Open(_));
+            if probe {
                 d.breaker = Breaker::Probing;
             }
             let rate = d.rate;
@@ -437,6 +446,7 @@ impl Lane {
                 lane: Arc::downgrade(self),
                 destination: name,
                 unused: true,
+                probe,
             };
             if let Err(mut turn) = waiter.turn.send(turn) {
                 // Gave up a moment ago: its tokens and place go back

@@ -75,6 +75,12 @@ pub struct EgressConfig {
     pub max_body_bytes: usize,
     /// Calls of a reconcile at most: the first and the rounds with answers.
     pub max_rounds: u32,
+    /// How long a request may wait for its turn in the plugin's queue
+    /// (and a read or write for the exchange it joined). Long, because a
+    /// waiting reconcile costs no worker and no CPU, and each end of a wait
+    /// calls the plugin again; a change of the object ends its waits at
+    /// once ([`Parker::supersede`]).
+    pub max_wait: Duration,
     /// Requests one response may ask for (reads and writes each).
     pub max_requests: usize,
     /// Rate, concurrency and breaker defaults.
@@ -93,6 +99,7 @@ impl Default for EgressConfig {
             reconcile_budget: Duration::from_secs(30),
             max_body_bytes: 1 << 20,
             max_rounds: 4,
+            max_wait: Duration::from_secs(300),
             max_requests: 64,
             limits: LimitsConfig::default(),
             observe_window: Duration::from_secs(1),
@@ -137,8 +144,12 @@ pub struct Scope<'a> {
     /// The object's key as the controller writes it (for logs and
     /// `describe`): `kind/namespace/name`.
     pub key: String,
-    /// When the reconcile's budget for requests runs out.
+    /// When the reconcile's budget for requests runs out. Time a request
+    /// spends waiting for its turn is not charged to it.
     pub deadline: Instant,
+    /// How long the reconcile's requests may wait for their turns (or for
+    /// reads and batches they joined).
+    pub wait_deadline: Instant,
     /// Served before the destination's other waiters: the object is being
     /// deleted, and whoever deleted it waits.
     pub urgent: bool,
@@ -151,7 +162,12 @@ pub struct Scope<'a> {
 /// so keys waiting for a busy destination never hold workers that keys of
 /// other destinations need. [`Parker::default`] tells nobody.
 #[derive(Clone, Default)]
-pub struct Parker(Option<Arc<std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>>>);
+pub struct Parker(Option<Arc<ParkerState>>);
+
+struct ParkerState {
+    parked: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    superseded: tokio::sync::watch::Sender<bool>,
+}
 
 impl std::fmt::Debug for Parker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -175,24 +191,89 @@ impl Parker {
     pub fn new() -> (Self, tokio::sync::oneshot::Receiver<()>) {
         let (sender, receiver) = tokio::sync::oneshot::channel();
         (
-            Self(Some(Arc::new(std::sync::Mutex::new(Some(sender))))),
+            Self(Some(Arc::new(ParkerState {
+                parked: std::sync::Mutex::new(Some(sender)),
+                superseded: tokio::sync::watch::Sender::new(false),
+            }))),
             receiver,
         )
     }
 
     /// Whether [`Parker::park`] was called.
     pub fn is_parked(&self) -> bool {
-        self.0
-            .as_ref()
-            .is_some_and(|slot| slot.lock().unwrap_or_else(|p| p.into_inner()).is_none())
+        self.0.as_ref().is_some_and(|state| {
+            state
+                .parked
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_none()
+        })
     }
 
     /// The reconcile is about to wait on the network.
     pub fn park(&self) {
-        if let Some(slot) = &self.0
-            && let Some(sender) = slot.lock().unwrap_or_else(|p| p.into_inner()).take()
+        if let Some(state) = &self.0
+            && let Some(sender) = state
+                .parked
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
         {
             let _ = sender.send(());
+        }
+    }
+
+    /// The object changed while its reconcile waits: what it waits for was
+    /// decided on an older version, so its waits end now, unsent (and the
+    /// object is reconciled again at once).
+    ///
+    /// ```
+    /// use setpoint::egress::Parker;
+    ///
+    /// let (parker, _parked) = Parker::new();
+    /// assert!(!parker.is_superseded());
+    /// parker.supersede();
+    /// assert!(parker.is_superseded());
+    /// ```
+    pub fn supersede(&self) {
+        if let Some(state) = &self.0 {
+            state.superseded.send_replace(true);
+        }
+    }
+
+    /// Whether [`Parker::supersede`] was called.
+    pub fn is_superseded(&self) -> bool {
+        self.0.as_ref().is_some_and(|s| *s.superseded.borrow())
+    }
+
+    /// Until [`Parker::supersede`] is called (never, for a default parker).
+    async fn superseded(&self) {
+        match &self.0 {
+            Some(state) => {
+                let mut watch = state.superseded.subscribe();
+                let _ = watch.wait_for(|s| *s).await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    /// `wait`, unless the object changes first: then a `throttled` answer
+    /// saying so.
+    async fn unless_superseded<T>(
+        &self,
+        what: &HttpRequest,
+        wait: impl std::future::Future<Output = T>,
+    ) -> Result<T, HttpError> {
+        tokio::select! {
+            biased;
+            () = self.superseded() => Err(HttpError {
+                kind: HttpErrorKind::Throttled,
+                message: format!(
+                    "{} {}: not sent: the object changed while the request waited",
+                    what.method, what.url
+                ),
+            }),
+            done = wait => Ok(done),
         }
     }
 }
@@ -552,17 +633,29 @@ impl Egress {
                 }
                 shared::Lookup::Join(mut answer) => {
                     scope.parker.park();
-                    let waited = tokio::time::timeout_at(scope.deadline, async {
-                        loop {
-                            if let Some(a) = answer.borrow_and_update().clone() {
-                                return Some(a);
-                            }
-                            if answer.changed().await.is_err() {
-                                return answer.borrow().clone();
-                            }
+                    let waited = scope
+                        .parker
+                        .unless_superseded(
+                            request,
+                            tokio::time::timeout_at(scope.wait_deadline, async {
+                                loop {
+                                    if let Some(a) = answer.borrow_and_update().clone() {
+                                        return Some(a);
+                                    }
+                                    if answer.changed().await.is_err() {
+                                        return answer.borrow().clone();
+                                    }
+                                }
+                            }),
+                        )
+                        .await;
+                    let waited = match waited {
+                        Ok(waited) => waited,
+                        Err(superseded) => {
+                            report.hold_for(Duration::ZERO);
+                            return Err(superseded);
                         }
-                    })
-                    .await;
+                    };
                     match waited {
                         Err(_) => {
                             return Err(HttpError {
@@ -642,7 +735,21 @@ impl Egress {
         match self.inner.batches.join(batchable, own_key) {
             batch::Joined::Member(outcome) => {
                 scope.parker.park();
-                match tokio::time::timeout_at(scope.deadline, outcome).await {
+                let waited = scope
+                    .parker
+                    .unless_superseded(
+                        request,
+                        tokio::time::timeout_at(scope.wait_deadline, outcome),
+                    )
+                    .await;
+                let waited = match waited {
+                    Ok(waited) => waited,
+                    Err(superseded) => {
+                        report.hold_for(Duration::ZERO);
+                        return Err(superseded);
+                    }
+                };
+                match waited {
                     Ok(Ok(batch::Outcome::Answer(answer))) => {
                         self.inner.metrics.batched(plugin, &label);
                         (*answer).clone()
@@ -703,11 +810,20 @@ impl Egress {
             granted_rps: prepared.plugin_rps,
             granted_concurrency: prepared.plugin_concurrency,
             urgent: scope.urgent,
-            deadline: scope.deadline,
+            deadline: scope.wait_deadline,
         };
-        let turn = match self.inner.limits.turn(ask).await {
-            Ok(turn) => turn,
-            Err(held) => {
+        let asked = Instant::now();
+        let turn = match scope
+            .parker
+            .unless_superseded(request, self.inner.limits.turn(ask))
+            .await
+        {
+            Err(superseded) => {
+                report.hold_for(Duration::ZERO);
+                return Err(superseded);
+            }
+            Ok(Ok(turn)) => turn,
+            Ok(Err(held)) => {
                 self.inner.metrics.refused(plugin, &label, "Throttled");
                 report.hold_for(held.after);
                 return Err(HttpError {
@@ -725,9 +841,9 @@ impl Egress {
         let mut batch_key = None;
         match carrying {
             Carrying::Own => {}
-            Carrying::Read(flight) => flight.sent(),
+            Carrying::Read(flight) => flight.sent(turn.is_probe()),
             Carrying::Batch(leader) => {
-                let closed = leader.close();
+                let closed = leader.close(turn.is_probe());
                 prepared.wire.body = Some(closed.body);
                 batch_key = Some(closed.idempotency_key);
             }
@@ -737,9 +853,11 @@ impl Egress {
                 .request_timeout
                 .min(Duration::from_millis(u64::from(ms)))
         });
+        // Waiting for the turn is not charged to the reconcile's budget.
+        let waited = asked.elapsed();
         let budget = client::Budget {
             connect: config.connect_timeout,
-            deadline: scope.deadline.min(Instant::now() + timeout),
+            deadline: (scope.deadline + waited).min(Instant::now() + timeout),
             max_body: config.max_body_bytes,
         };
         let addrs = match client::resolve(&prepared.destination, prepared.explicit, &budget).await {

@@ -141,13 +141,20 @@ pub(super) struct Flight {
     id: u64,
     destination: String,
     sender: watch::Sender<Option<Shared>>,
+    /// Sent as a circuit breaker's probe.
+    probe: std::sync::atomic::AtomicBool,
 }
 
 impl Flight {
     /// The exchange goes on the wire now: from here on it reflects the
     /// destination as of now, and a write finishing after this makes it
-    /// stale.
-    pub(super) fn sent(&self) {
+    /// stale. A `probe` (the one request a failing destination's breaker
+    /// lets through) that fails is not handed to those who joined: they go
+    /// on waiting for the next, rather than every one of them failing (and
+    /// calling its plugin) at every probe.
+    pub(super) fn sent(&self, probe: bool) {
+        self.probe
+            .store(probe, std::sync::atomic::Ordering::Relaxed);
         let mut state = self.table.state();
         let epoch = state.epochs.get(&self.destination).copied().unwrap_or(0);
         if let Some(Entry::Flying { id, sent_at, .. }) = state.entries.get_mut(&self.key)
@@ -161,6 +168,14 @@ impl Flight {
     /// fresh when `keep` (an answer, not an error; not after a write
     /// started meanwhile).
     pub(super) fn land(self, answer: Shared, keep: bool) {
+        let failed = match answer.as_ref() {
+            Ok(response) => response.status >= 500,
+            Err(_) => true,
+        };
+        if failed && self.probe.load(std::sync::atomic::Ordering::Relaxed) {
+            // Dropped unlanded: the joiners look again.
+            return;
+        }
         let mut state = self.table.state();
         let epoch_now = state.epochs.get(&self.destination).copied().unwrap_or(0);
         let ours = matches!(state.entries.get(&self.key), Some(Entry::Flying { id, .. }) if *id == self.id);
@@ -270,6 +285,7 @@ impl Observations {
             id,
             destination: destination.to_owned(),
             sender,
+            probe: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -357,7 +373,7 @@ mod tests {
         let Lookup::Join(mut joined) = table.lookup(k, "http://a:80", window, false) else {
             panic!("second joins")
         };
-        flight.sent();
+        flight.sent(false);
         flight.land(ok("one"), true);
         joined.changed().await.unwrap();
         assert!(joined.borrow().is_some());
@@ -378,7 +394,7 @@ mod tests {
         let Lookup::Lead(flight) = table.lookup(k, "http://a:80", window, false) else {
             panic!()
         };
-        flight.sent();
+        flight.sent(false);
         flight.land(ok("two"), true);
         table.wrote("http://a:80");
         assert!(matches!(
@@ -400,7 +416,7 @@ mod tests {
             matches!(table.lookup(k, "d", window, false), Lookup::Join(_)),
             "not sent yet: it will start after the write"
         );
-        queued.sent();
+        queued.sent(false);
         table.wrote("d");
         let Lookup::Lead(fresh) = table.lookup(k, "d", window, false) else {
             panic!("sent before the write: a new exchange")
@@ -428,7 +444,7 @@ mod tests {
             matches!(table.lookup(k, "d", window, false), Lookup::Join(_)),
             "others may join the urgent one"
         );
-        urgent.sent();
+        urgent.sent(false);
         assert!(matches!(
             table.lookup(k, "d", window, true),
             Lookup::Join(_)

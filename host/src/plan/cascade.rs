@@ -393,6 +393,8 @@ impl<'a> Cascade<'a> {
             object: &object,
             key: crate::egress::recent_key(&kind.kind, key),
             deadline: tokio::time::Instant::now() + context.egress.config().reconcile_budget,
+            // A plan answers a person: it waits no longer than its budget.
+            wait_deadline: tokio::time::Instant::now() + context.egress.config().reconcile_budget,
             urgent: false,
             parker: crate::egress::Parker::default(),
         };
