@@ -63,9 +63,17 @@ const ZONE: &str = "example.test.";
 /// the API key in Secret `default/pdns-api` (key `api-key`, or `key` when
 /// given) and a grant for both.
 async fn setup(key: Option<&str>) -> (TestHost, PowerDns) {
+    setup_with(key, Default::default()).await
+}
+
+/// [`setup`] with these egress settings.
+async fn setup_with(
+    key: Option<&str>,
+    egress: setpoint::egress::EgressConfig,
+) -> (TestHost, PowerDns) {
     let pdns = PowerDns::start().await;
     pdns.create_zone(ZONE).await;
-    let host = TestHost::start(&["dns"]).await;
+    let host = TestHost::start_with_egress(&["dns"], egress).await;
     set_secret(&host, key.unwrap_or(pdns.api_key())).await;
     let api = host.host.api();
     let grants = api
@@ -340,7 +348,18 @@ async fn a_wrong_api_key_is_reported_as_unauthorized_with_backoff_and_a_fixed_se
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn powerdns_stopped_is_reported_unreachable_and_every_record_arrives_when_it_returns() {
-    let (host, mut pdns) = setup(None).await;
+    // A reconcile budget shorter than the outage: the time the requests
+    // wait is not charged to it, or every probe after the outage would
+    // end before it starts, and nothing would recover.
+    let budget = Duration::from_secs(3);
+    let (host, mut pdns) = setup_with(
+        None,
+        setpoint::egress::EgressConfig {
+            reconcile_budget: budget,
+            ..Default::default()
+        },
+    )
+    .await;
     let api = host.host.api();
     let kind = records_kind(&host);
     api.create(&kind, dns_record(&pdns, "a0", &["192.0.2.100"], 300))
@@ -375,6 +394,8 @@ async fn powerdns_stopped_is_reported_unreachable_and_every_record_arrives_when_
         "{object}"
     );
     ready_is(&host, "a0", "False", "Unreachable").await;
+    // Longer than the budget, with the changes waiting.
+    tokio::time::sleep(budget * 2).await;
 
     pdns.resume().await;
     let back = std::time::Instant::now();

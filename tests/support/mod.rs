@@ -177,6 +177,30 @@ impl TestHost {
         runtime: setpoint::runtime::RuntimeConfig,
         config: setpoint_server::Config,
     ) -> Self {
+        Self::start_in_with_egress(dir, runtime, config, Default::default()).await
+    }
+
+    /// [`TestHost::start`] with these egress settings.
+    pub async fn start_with_egress(
+        plugins: &[&str],
+        egress: setpoint::egress::EgressConfig,
+    ) -> Self {
+        Self::start_in_with_egress(
+            plugins_dir(plugins),
+            setpoint::runtime::RuntimeConfig::default(),
+            setpoint_server::Config::default(),
+            egress,
+        )
+        .await
+    }
+
+    /// [`TestHost::start_in_with`] with these egress settings.
+    pub async fn start_in_with_egress(
+        dir: tempfile::TempDir,
+        runtime: setpoint::runtime::RuntimeConfig,
+        config: setpoint_server::Config,
+        egress: setpoint::egress::EgressConfig,
+    ) -> Self {
         let controller = setpoint::controller::Config {
             workers: 2,
             ..Default::default()
@@ -186,6 +210,7 @@ impl TestHost {
                 .plugins_dir(dir.path())
                 .controller(controller)
                 .runtime(runtime)
+                .egress(egress)
                 .build()
                 .await
                 .expect("host starts"),

@@ -149,6 +149,7 @@ pub(super) fn scope<'a>(
         wait_deadline: tokio::time::Instant::now() + egress.config().max_wait,
         urgent: finalizing,
         parker,
+        waited: Default::default(),
     }
 }
 

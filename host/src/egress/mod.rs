@@ -144,8 +144,9 @@ pub struct Scope<'a> {
     /// The object's key as the controller writes it (for logs and
     /// `describe`): `kind/namespace/name`.
     pub key: String,
-    /// When the reconcile's budget for requests runs out. Time a request
-    /// spends waiting for its turn is not charged to it.
+    /// When the reconcile's budget for requests runs out, not counting the
+    /// time its requests spend waiting (for their turns, or for reads and
+    /// batches they joined): that is added back ([`Scope::waited`]).
     pub deadline: Instant,
     /// How long the reconcile's requests may wait for their turns (or for
     /// reads and batches they joined).
@@ -155,6 +156,24 @@ pub struct Scope<'a> {
     pub urgent: bool,
     /// Told when the reconcile starts waiting on the network.
     pub parker: Parker,
+    /// Time the reconcile's requests spent waiting so far, in
+    /// microseconds: not charged to its budget.
+    pub waited: std::sync::atomic::AtomicU64,
+}
+
+impl Scope<'_> {
+    /// The budget's end, the time spent waiting added back.
+    fn budget_end(&self) -> Instant {
+        self.deadline
+            + Duration::from_micros(self.waited.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// `since` until now was spent waiting.
+    fn waited_since(&self, since: Instant) {
+        let micros = since.elapsed().as_micros().min(u128::from(u64::MAX)) as u64;
+        self.waited
+            .fetch_add(micros, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// Lets a reconcile's worker go while its requests wait: the worker
@@ -633,6 +652,7 @@ impl Egress {
                 }
                 shared::Lookup::Join(mut answer) => {
                     scope.parker.park();
+                    let since = Instant::now();
                     let waited = scope
                         .parker
                         .unless_superseded(
@@ -649,6 +669,7 @@ impl Egress {
                             }),
                         )
                         .await;
+                    scope.waited_since(since);
                     let waited = match waited {
                         Ok(waited) => waited,
                         Err(superseded) => {
@@ -735,6 +756,7 @@ impl Egress {
         match self.inner.batches.join(batchable, own_key) {
             batch::Joined::Member(outcome) => {
                 scope.parker.park();
+                let since = Instant::now();
                 let waited = scope
                     .parker
                     .unless_superseded(
@@ -742,6 +764,7 @@ impl Egress {
                         tokio::time::timeout_at(scope.wait_deadline, outcome),
                     )
                     .await;
+                scope.waited_since(since);
                 let waited = match waited {
                     Ok(waited) => waited,
                     Err(superseded) => {
@@ -853,11 +876,11 @@ impl Egress {
                 .request_timeout
                 .min(Duration::from_millis(u64::from(ms)))
         });
-        // Waiting for the turn is not charged to the reconcile's budget.
-        let waited = asked.elapsed();
+        // Waiting is not charged to the reconcile's budget.
+        scope.waited_since(asked);
         let budget = client::Budget {
             connect: config.connect_timeout,
-            deadline: (scope.deadline + waited).min(Instant::now() + timeout),
+            deadline: scope.budget_end().min(Instant::now() + timeout),
             max_body: config.max_body_bytes,
         };
         let addrs = match client::resolve(&prepared.destination, prepared.explicit, &budget).await {

@@ -397,6 +397,7 @@ impl<'a> Cascade<'a> {
             wait_deadline: tokio::time::Instant::now() + context.egress.config().reconcile_budget,
             urgent: false,
             parker: crate::egress::Parker::default(),
+            waited: Default::default(),
         };
         let mut report = Report::default();
         // Every read asked for, in any round, to show with its answer.
