@@ -401,7 +401,7 @@ async fn powerdns_stopped_is_reported_unreachable_and_every_record_arrives_when_
     let back = std::time::Instant::now();
     // The failures opened the host's circuit breaker for PowerDNS: the
     // requests made since wait in the plugin's queue, and a probe goes
-    // every 2 s; the first one answered lets them all go, so the held
+    // every second; the first one answered lets them all go, so the held
     // changes follow PowerDNS's return within seconds, not after a fixed
     // breaker period or the records' backoff.
     let recovery = Duration::from_secs(10);

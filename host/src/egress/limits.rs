@@ -65,7 +65,7 @@ impl Default for LimitsConfig {
             plugin_concurrency: 8,
             destination_rps: 20.0,
             breaker_failures: 5,
-            breaker_probe_every: Duration::from_secs(2),
+            breaker_probe_every: Duration::from_secs(1),
         }
     }
 }

@@ -51,7 +51,8 @@
 //!   above);
 //! - then (unless `EFFECTS_FAIRNESS=0`) fairness under load: every record
 //!   is changed again (`192.0.4.X`, `records-busy.yaml`); once the apply
-//!   has ended, if fewer than half of the changes are served (else the
+//!   has run `EFFECTS_FAIRNESS_AFTER_S` seconds (default 10; it goes on
+//!   meanwhile) or has ended, if fewer than half of the changes are served (else the
 //!   output says it converged too fast and only the last figure is
 //!   taken), at once (a) `other0` is created in `other.bench.` on the
 //!   second PowerDNS through the HTTP API, timed until that server serves
@@ -1305,18 +1306,41 @@ async fn fairness(
     let apply = Apply::start(bin, &manifest_path, &log, &server.url)?;
     let started = apply.started;
     let deadline = started + timeout;
-    apply.finish(deadline, n, &log, "fairness").await?;
+    // The timings start while the apply still feeds the queue
+    // (EFFECTS_FAIRNESS_AFTER_S into it), or when it ends if sooner.
+    let probe_at = started + Duration::from_secs(env_or("EFFECTS_FAIRNESS_AFTER_S", 10));
+    let finishing = apply.finish(deadline, n, &log, "fairness");
+    tokio::pin!(finishing);
+    let applied = tokio::select! {
+        done = &mut finishing => { done?; true }
+        () = tokio::time::sleep_until(probe_at.into()) => false,
+    };
 
     let mut wanted = wanted_of(n, zones.len(), BUSY_NET);
     let served_when_applied = pdns.count_served(http, zones, &wanted).await?;
-    println!("fairness: {served_when_applied} of {n} changes served when the apply ended");
+    println!(
+        "fairness: {served_when_applied} of {n} changes served {:.1} s into the re-apply{}",
+        started.elapsed().as_secs_f64(),
+        if applied {
+            " (the apply ended)"
+        } else {
+            " (the apply goes on)"
+        }
+    );
     let busy_served = Cell::new(served_when_applied);
     let (probes, busy_done_at) = if served_when_applied * 2 < n {
         wanted.remove(&fqdn_of(0, zones.len()));
-        let (busy_done_at, other_server, deletion) = tokio::try_join!(
+        let rest_of_apply = async {
+            if !applied {
+                (&mut finishing).await?;
+            }
+            anyhow::Ok(())
+        };
+        let (busy_done_at, other_server, deletion, ()) = tokio::try_join!(
             until_served(http, pdns, zones, &wanted, started, deadline, &busy_served),
             time_other_server(http, server, other, deadline, &busy_served),
             time_deletion(http, server, pdns, zones.len(), deadline, &busy_served),
+            rest_of_apply,
         )?;
         let probes = Probes {
             other_server,
@@ -1327,6 +1351,9 @@ async fn fairness(
         println!(
             "fairness: half or more of the changes were served before the apply ended: converged too fast to measure; skipping the timings (more records or a lower EFFECTS_RPS keep the queue busy longer)"
         );
+        if !applied {
+            finishing.await?;
+        }
         let done = until_served(http, pdns, zones, &wanted, started, deadline, &busy_served);
         (None, done.await?)
     };
