@@ -38,8 +38,11 @@ use crate::queue::WorkQueue;
 /// Where a key's own write stands.
 #[derive(Debug)]
 enum Own {
-    /// A write is in flight; the versions of the events seen meanwhile.
-    Writing(Vec<Option<i64>>),
+    /// A write is in flight; the versions of the events seen meanwhile,
+    /// and the version an earlier own write made whose echo had not come
+    /// when this one started (two writes in a row: a status patch, then
+    /// the host's own condition).
+    Writing(Vec<Option<i64>>, Option<i64>),
     /// The write made this version; its event has not come yet.
     Wrote(i64),
 }
@@ -85,7 +88,7 @@ impl Echoes {
         };
         let version = revision(object);
         match own {
-            Own::Writing(held) => {
+            Own::Writing(held, _) => {
                 held.push(version);
                 false
             }
@@ -100,7 +103,13 @@ impl Echoes {
     /// A write of `key` is about to be made: hold its events until the
     /// returned guard says what the write made.
     pub fn writing<'a>(&'a self, key: &'a ObjectKey) -> Writing<'a> {
-        self.keys().insert(key.clone(), Own::Writing(Vec::new()));
+        let mut keys = self.keys();
+        let earlier = match keys.get(key) {
+            Some(Own::Wrote(version)) => Some(*version),
+            _ => None,
+        };
+        keys.insert(key.clone(), Own::Writing(Vec::new(), earlier));
+        drop(keys);
         Writing {
             echoes: self,
             key,
@@ -112,17 +121,19 @@ impl Echoes {
     /// nothing). Held events of any other version queue the key.
     fn settle(&self, key: &ObjectKey, version: Option<i64>) {
         let mut keys = self.keys();
-        let held = match keys.remove(key) {
-            Some(Own::Writing(held)) => held,
+        let (held, earlier) = match keys.remove(key) {
+            Some(Own::Writing(held, earlier)) => (held, earlier),
             // Not ours to settle (a later write took over): leave it.
             Some(other) => {
                 keys.insert(key.clone(), other);
                 return;
             }
-            None => Vec::new(),
+            None => (Vec::new(), None),
         };
         let echo_seen = version.is_some() && held.contains(&version);
-        let other_change = held.iter().any(|v| version.is_none() || *v != version);
+        let other_change = held
+            .iter()
+            .any(|v| (version.is_none() || *v != version) && (earlier.is_none() || *v != earlier));
         if let Some(version) = version
             && !echo_seen
         {
@@ -207,6 +218,18 @@ mod tests {
         write.wrote(&at(10), &at(11));
         assert_eq!(queue.len(), 0, "it was the echo");
         assert_eq!(echoes.pending(), 0, "nothing left to expect");
+    }
+
+    #[test]
+    fn two_own_writes_in_a_row_queue_nothing_when_the_first_echo_comes_during_the_second() {
+        let (echoes, queue, key) = setup();
+        echoes.writing(&key).wrote(&at(10), &at(11));
+        let second = echoes.writing(&key);
+        assert!(!echoes.admit(&key, &at(11)), "the first write's echo, late");
+        assert!(!echoes.admit(&key, &at(12)), "the second's");
+        second.wrote(&at(11), &at(12));
+        assert_eq!(queue.len(), 0, "both were ours");
+        assert_eq!(echoes.pending(), 0);
     }
 
     #[test]

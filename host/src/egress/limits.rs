@@ -149,7 +149,11 @@ struct Adaptive {
     needed: u32,
 }
 
-const FIRST_STREAK: u32 = 8;
+/// Successes in a row before a destination is first given one more
+/// request at once. Trying more costs a failed request when the server
+/// cannot take it (PowerDNS on SQLite), so the run is long, and it doubles
+/// after every cut.
+const FIRST_STREAK: u32 = 64;
 
 /// Destinations a plugin's lane remembers before it forgets idle ones.
 const MAX_IDLE_DESTINATIONS: usize = 1024;
