@@ -43,8 +43,10 @@ enum Own {
     /// when this one started (two writes in a row: a status patch, then
     /// the host's own condition).
     Writing(Vec<Option<i64>>, Option<i64>),
-    /// The write made this version; its event has not come yet.
-    Wrote(i64),
+    /// The write made this version (and, when it followed an earlier own
+    /// write whose echo had not come, that one's too); their events have
+    /// not come yet.
+    Wrote(i64, Option<i64>),
 }
 
 /// The controller's own writes whose echoes are to be dropped, per key.
@@ -92,7 +94,12 @@ impl Echoes {
                 held.push(version);
                 false
             }
-            Own::Wrote(ours) => {
+            Own::Wrote(ours, earlier) => {
+                if version.is_some() && version == *earlier {
+                    // The earlier write's echo, late: the latest's is still to come.
+                    *earlier = None;
+                    return false;
+                }
                 let echo = version == Some(*ours);
                 keys.remove(key);
                 !echo
@@ -105,7 +112,7 @@ impl Echoes {
     pub fn writing<'a>(&'a self, key: &'a ObjectKey) -> Writing<'a> {
         let mut keys = self.keys();
         let earlier = match keys.get(key) {
-            Some(Own::Wrote(version)) => Some(*version),
+            Some(Own::Wrote(version, _)) => Some(*version),
             _ => None,
         };
         keys.insert(key.clone(), Own::Writing(Vec::new(), earlier));
@@ -134,10 +141,16 @@ impl Echoes {
         let other_change = held
             .iter()
             .any(|v| (version.is_none() || *v != version) && (earlier.is_none() || *v != earlier));
-        if let Some(version) = version
-            && !echo_seen
-        {
-            keys.insert(key.clone(), Own::Wrote(version));
+        let earlier = earlier.filter(|e| !held.contains(&Some(*e)));
+        match (version, echo_seen, earlier) {
+            (Some(version), false, earlier) => {
+                keys.insert(key.clone(), Own::Wrote(version, earlier));
+            }
+            // Only the earlier write's echo is still to come.
+            (_, _, Some(earlier)) => {
+                keys.insert(key.clone(), Own::Wrote(earlier, None));
+            }
+            _ => {}
         }
         drop(keys);
         if other_change {
@@ -229,6 +242,18 @@ mod tests {
         assert!(!echoes.admit(&key, &at(12)), "the second's");
         second.wrote(&at(11), &at(12));
         assert_eq!(queue.len(), 0, "both were ours");
+        assert_eq!(echoes.pending(), 0);
+    }
+
+    #[test]
+    fn the_first_of_two_own_writes_echoing_after_the_second_answered_queues_nothing() {
+        let (echoes, queue, key) = setup();
+        echoes.writing(&key).wrote(&at(10), &at(11));
+        echoes.writing(&key).wrote(&at(11), &at(12));
+        assert!(!echoes.admit(&key, &at(11)), "the first write's echo, late");
+        assert!(!echoes.admit(&key, &at(12)), "the second's");
+        assert!(echoes.admit(&key, &at(13)), "then someone else's change");
+        assert_eq!(queue.len(), 0);
         assert_eq!(echoes.pending(), 0);
     }
 
