@@ -54,10 +54,12 @@ pub(super) fn register(
         {
             return;
         }
-        if !matches!(change, Change::Listed(_)) {
-            // Someone else changed it (or deleted it): a turn waiting on
-            // requests decided on the version before stops waiting.
-            turns.changed(&key);
+        match change {
+            // Someone else changed its spec or deleted it: a turn waiting
+            // on requests decided on the version before stops waiting.
+            Change::Applied(object) => turns.changed(&key, object),
+            Change::Deleted(_) => turns.deleted(&key),
+            Change::Listed(_) => {}
         }
         enqueue(&q, change, key);
     };

@@ -134,22 +134,55 @@ impl Parked {
     }
 }
 
-/// The parkers of the turns in progress, by key: a change of the object
-/// supersedes its turn's waits ([`egress::Parker::supersede`]).
+/// A turn in progress: its parker, and what it decided on (the object's
+/// generation and whether it was being deleted), once it read it.
+type InProgress = (egress::Parker, Option<(i64, bool)>);
+
+/// The parkers of the turns in progress, by key: a change of what the
+/// reconciler decided on (the spec, or a deletion) supersedes its turn's
+/// waits ([`egress::Parker::supersede`]). Status and metadata changes by
+/// others do not: a noisy co-writer must not keep an object's requests
+/// from ever going.
 #[derive(Default)]
-pub(super) struct Turns(std::sync::Mutex<std::collections::HashMap<ObjectKey, egress::Parker>>);
+pub(super) struct Turns(std::sync::Mutex<std::collections::HashMap<ObjectKey, InProgress>>);
 
 impl Turns {
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<ObjectKey, egress::Parker>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<ObjectKey, InProgress>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// `key` changed (not by the turn's own write): a turn in progress
-    /// stops waiting for requests decided on the version before.
-    pub(super) fn changed(&self, key: &ObjectKey) {
-        if let Some(parker) = self.lock().get(key) {
+    fn start(&self, key: &ObjectKey, parker: egress::Parker) {
+        self.lock().insert(key.clone(), (parker, None));
+    }
+
+    /// The turn of `key` decides on `object`.
+    fn decides_on(&self, key: &ObjectKey, object: &crate::object::Object) {
+        if let Some(turn) = self.lock().get_mut(key) {
+            turn.1 = Some((
+                meta::generation(object),
+                meta::deletion_timestamp(object).is_some(),
+            ));
+        }
+    }
+
+    /// `key` changed to `object` (not by the turn's own write): a turn in
+    /// progress that decided on another generation, or before a deletion,
+    /// stops waiting for requests decided on it.
+    pub(super) fn changed(&self, key: &ObjectKey, object: &crate::object::Object) {
+        if let Some((parker, decided)) = self.lock().get(key) {
+            let now = (
+                meta::generation(object),
+                meta::deletion_timestamp(object).is_some(),
+            );
+            if decided.is_none_or(|d| d != now) {
+                parker.supersede();
+            }
+        }
+    }
+
+    /// `key` is gone: a turn in progress stops waiting.
+    pub(super) fn deleted(&self, key: &ObjectKey) {
+        if let Some((parker, _)) = self.lock().get(key) {
             parker.supersede();
         }
     }
@@ -167,7 +200,7 @@ pub(super) async fn worker(shared: Arc<Shared>, index: usize) {
             break;
         };
         let (parker, parked) = egress::Parker::new();
-        shared.turns.lock().insert(key.clone(), parker.clone());
+        shared.turns.start(&key, parker.clone());
         let mut turn = Box::pin(turn(shared.clone(), key, parker));
         tokio::select! {
             biased;
@@ -494,6 +527,7 @@ async fn reconcile_key(
         return Ok(Step::Gone);
     };
     let generation = meta::generation(&object);
+    shared.turns.decides_on(key, &object);
     if meta::deletion_timestamp(&object).is_none() && shared.breaker.is_open(key, generation) {
         return Ok(Step::Stopped);
     }
