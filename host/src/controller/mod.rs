@@ -46,6 +46,7 @@ mod failures;
 mod from_fn;
 pub mod history;
 mod native;
+mod parked;
 pub(crate) mod pool;
 mod requeue;
 pub(crate) mod respond;
@@ -160,9 +161,9 @@ struct Shared {
     /// Outcomes of writes and holds between a key's reconciles.
     effects: effects::KeyState,
     /// Turns that let their worker go to wait on the network.
-    parked: Arc<worker::Parked>,
+    parked: Arc<parked::Parked>,
     /// The turns in progress, which a change of their object supersedes.
-    turns: Arc<worker::Turns>,
+    turns: Arc<parked::Turns>,
 }
 
 impl Controller {
@@ -225,7 +226,7 @@ impl Controller {
         // Subscribed before the handlers list the cache, so a shard taken
         // while they do is queued afterwards rather than missed.
         let taken = cluster.as_ref().map(Cluster::acquisitions);
-        let turns = Arc::new(worker::Turns::default());
+        let turns = Arc::new(parked::Turns::default());
         let triggers::Triggers {
             handlers,
             echoes,

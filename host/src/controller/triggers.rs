@@ -36,7 +36,7 @@ pub(super) fn register(
     kind: &Arc<KindInfo>,
     cluster: &Option<Cluster>,
     resync: Option<Duration>,
-    turns: Arc<super::worker::Turns>,
+    turns: Arc<super::parked::Turns>,
 ) -> Triggers {
     let echoes = Arc::new(echo::Echoes::new(queue.clone()));
     let clash_watch = Arc::new(ClashWatch::default());

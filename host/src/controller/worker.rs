@@ -87,107 +87,6 @@ fn seen_fingerprint(object: &crate::object::Object, children: u64) -> u64 {
     hasher.finish()
 }
 
-/// Turns that let their worker go while they wait on the network
-/// ([`crate::egress::Parker`]): counted, so that stopping waits for them.
-pub(super) struct Parked {
-    count: std::sync::atomic::AtomicUsize,
-    idle: tokio::sync::Notify,
-    /// Set when the controller stops: parked turns end where they wait.
-    stopping: tokio::sync::watch::Sender<bool>,
-    /// Parked turns call the reconciler again when their answers come,
-    /// thousands at once when one shared read answers them all: this many
-    /// at a time, as many as the call pool has threads.
-    calls: tokio::sync::Semaphore,
-}
-
-impl Default for Parked {
-    fn default() -> Self {
-        Self {
-            count: Default::default(),
-            idle: Default::default(),
-            stopping: tokio::sync::watch::Sender::new(false),
-            calls: tokio::sync::Semaphore::new(super::pool::default_threads()),
-        }
-    }
-}
-
-impl Parked {
-    /// End every parked turn where it waits (its requests not sent yet are
-    /// not sent; one on the wire is dropped, and the next start observes
-    /// again), then wait until none is left.
-    pub(super) async fn stop(&self) {
-        self.stopping.send_replace(true);
-        self.idle().await;
-    }
-
-    /// Until no parked turn is left.
-    pub(super) async fn idle(&self) {
-        loop {
-            let notified = self.idle.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.count.load(Ordering::Acquire) == 0 {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
-
-/// A turn in progress: its parker, and what it decided on (the object's
-/// generation and whether it was being deleted), once it read it.
-type InProgress = (egress::Parker, Option<(i64, bool)>);
-
-/// The parkers of the turns in progress, by key: a change of what the
-/// reconciler decided on (the spec, or a deletion) supersedes its turn's
-/// waits ([`egress::Parker::supersede`]). Status and metadata changes by
-/// others do not: a noisy co-writer must not keep an object's requests
-/// from ever going.
-#[derive(Default)]
-pub(super) struct Turns(std::sync::Mutex<std::collections::HashMap<ObjectKey, InProgress>>);
-
-impl Turns {
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<ObjectKey, InProgress>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn start(&self, key: &ObjectKey, parker: egress::Parker) {
-        self.lock().insert(key.clone(), (parker, None));
-    }
-
-    /// The turn of `key` decides on `object`.
-    fn decides_on(&self, key: &ObjectKey, object: &crate::object::Object) {
-        if let Some(turn) = self.lock().get_mut(key) {
-            turn.1 = Some((
-                meta::generation(object),
-                meta::deletion_timestamp(object).is_some(),
-            ));
-        }
-    }
-
-    /// `key` changed to `object` (not by the turn's own write): a turn in
-    /// progress that decided on another generation, or before a deletion,
-    /// stops waiting for requests decided on it.
-    pub(super) fn changed(&self, key: &ObjectKey, object: &crate::object::Object) {
-        if let Some((parker, decided)) = self.lock().get(key) {
-            let now = (
-                meta::generation(object),
-                meta::deletion_timestamp(object).is_some(),
-            );
-            if decided.is_none_or(|d| d != now) {
-                parker.supersede();
-            }
-        }
-    }
-
-    /// `key` is gone: a turn in progress stops waiting.
-    pub(super) fn deleted(&self, key: &ObjectKey) {
-        if let Some((parker, _)) = self.lock().get(key) {
-            parker.supersede();
-        }
-    }
-}
-
 /// Worker `index` (from 0) takes keys while the gate lets it. A turn that
 /// starts waiting on the network (its requests queued behind a busy
 /// destination's limits, or on the wire) goes on in a task of its own and
@@ -205,20 +104,7 @@ pub(super) async fn worker(shared: Arc<Shared>, index: usize) {
         tokio::select! {
             biased;
             () = &mut turn => {}
-            Ok(()) = parked => {
-                let tracker = shared.parked.clone();
-                tracker.count.fetch_add(1, Ordering::AcqRel);
-                let mut stopping = tracker.stopping.subscribe();
-                tokio::spawn(async move {
-                    tokio::select! {
-                        () = turn => {}
-                        _ = stopping.wait_for(|stop| *stop) => {}
-                    }
-                    if tracker.count.fetch_sub(1, Ordering::AcqRel) == 1 {
-                        tracker.idle.notify_waiters();
-                    }
-                });
-            }
+            Ok(()) = parked => shared.parked.carry_on(turn),
         }
     }
 }
@@ -464,7 +350,7 @@ async fn turn(shared: Arc<Shared>, key: ObjectKey, parker: egress::Parker) {
 
 /// The turn of `key` is over: the queue may hand it out again.
 fn end_turn(shared: &Shared, key: &ObjectKey) {
-    shared.turns.lock().remove(key);
+    shared.turns.end(key);
     shared.queue.done(key);
 }
 
@@ -633,7 +519,7 @@ async fn reconcile_key(
         let (callee, view, parker) = (&callee, &view, &parker);
         async move {
             let _turn = match parker.is_parked() {
-                true => shared.parked.calls.acquire().await.ok(),
+                true => shared.parked.call_permit().await,
                 false => None,
             };
             shared.pool.reconcile(callee, inline, view, r).await

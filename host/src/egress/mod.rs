@@ -33,6 +33,7 @@ mod batch;
 pub mod client;
 pub mod limits;
 pub mod metrics;
+mod parker;
 pub mod policy;
 mod prepare;
 mod report;
@@ -48,6 +49,7 @@ use tokio::time::Instant;
 pub use batch::BATCH_HEADER;
 pub use limits::{Held, LimitsConfig};
 pub use metrics::{Metrics, RecentRequest};
+pub use parker::Parker;
 pub use policy::{Declared, Destination, GRANT_API_VERSION, GRANT_KIND, Grant};
 pub use report::{Refusal, Report};
 pub use rounds::recent_key;
@@ -168,132 +170,26 @@ impl Scope<'_> {
             + Duration::from_micros(self.waited.load(std::sync::atomic::Ordering::Relaxed))
     }
 
-    /// `since` until now was spent waiting.
-    fn waited_since(&self, since: Instant) {
+    /// `wait` on the network: the worker is let go ([`Parker::park`]),
+    /// the time is not charged to the budget, and a change of the object
+    /// ends it with a `throttled` answer, the object to be looked at again
+    /// at once.
+    async fn wait<T>(
+        &self,
+        request: &HttpRequest,
+        report: &mut Report,
+        wait: impl std::future::Future<Output = T>,
+    ) -> Result<T, HttpError> {
+        self.parker.park();
+        let since = Instant::now();
+        let done = self.parker.unless_superseded(request, wait).await;
         let micros = since.elapsed().as_micros().min(u128::from(u64::MAX)) as u64;
         self.waited
             .fetch_add(micros, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-/// Lets a reconcile's worker go while its requests wait: the worker
-/// hands the rest of the turn to a task of its own and takes the next key,
-/// so keys waiting for a busy destination never hold workers that keys of
-/// other destinations need. [`Parker::default`] tells nobody.
-#[derive(Clone, Default)]
-pub struct Parker(Option<Arc<ParkerState>>);
-
-struct ParkerState {
-    parked: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
-    superseded: tokio::sync::watch::Sender<bool>,
-}
-
-impl std::fmt::Debug for Parker {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Parker")
-    }
-}
-
-impl Parker {
-    /// A parker, and what it tells: the receiver resolves at the first
-    /// [`Parker::park`], or when every clone is dropped.
-    ///
-    /// ```
-    /// use setpoint::egress::Parker;
-    ///
-    /// let (parker, mut parked) = Parker::new();
-    /// assert!(parked.try_recv().is_err());
-    /// parker.park();
-    /// parker.park();
-    /// assert!(parked.try_recv().is_ok());
-    /// ```
-    pub fn new() -> (Self, tokio::sync::oneshot::Receiver<()>) {
-        let (sender, receiver) = tokio::sync::oneshot::channel();
-        (
-            Self(Some(Arc::new(ParkerState {
-                parked: std::sync::Mutex::new(Some(sender)),
-                superseded: tokio::sync::watch::Sender::new(false),
-            }))),
-            receiver,
-        )
-    }
-
-    /// Whether [`Parker::park`] was called.
-    pub fn is_parked(&self) -> bool {
-        self.0.as_ref().is_some_and(|state| {
-            state
-                .parked
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .is_none()
-        })
-    }
-
-    /// The reconcile is about to wait on the network.
-    pub fn park(&self) {
-        if let Some(state) = &self.0
-            && let Some(sender) = state
-                .parked
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take()
-        {
-            let _ = sender.send(());
+        if done.is_err() {
+            report.hold_for(Duration::ZERO);
         }
-    }
-
-    /// The object changed while its reconcile waits: what it waits for was
-    /// decided on an older version, so its waits end now, unsent (and the
-    /// object is reconciled again at once).
-    ///
-    /// ```
-    /// use setpoint::egress::Parker;
-    ///
-    /// let (parker, _parked) = Parker::new();
-    /// assert!(!parker.is_superseded());
-    /// parker.supersede();
-    /// assert!(parker.is_superseded());
-    /// ```
-    pub fn supersede(&self) {
-        if let Some(state) = &self.0 {
-            state.superseded.send_replace(true);
-        }
-    }
-
-    /// Whether [`Parker::supersede`] was called.
-    pub fn is_superseded(&self) -> bool {
-        self.0.as_ref().is_some_and(|s| *s.superseded.borrow())
-    }
-
-    /// Until [`Parker::supersede`] is called (never, for a default parker).
-    async fn superseded(&self) {
-        match &self.0 {
-            Some(state) => {
-                let mut watch = state.superseded.subscribe();
-                let _ = watch.wait_for(|s| *s).await;
-            }
-            None => std::future::pending().await,
-        }
-    }
-
-    /// `wait`, unless the object changes first: then a `throttled` answer
-    /// saying so.
-    async fn unless_superseded<T>(
-        &self,
-        what: &HttpRequest,
-        wait: impl std::future::Future<Output = T>,
-    ) -> Result<T, HttpError> {
-        tokio::select! {
-            biased;
-            () = self.superseded() => Err(HttpError {
-                kind: HttpErrorKind::Throttled,
-                message: format!(
-                    "{} {}: not sent: the object changed while the request waited",
-                    what.method, what.url
-                ),
-            }),
-            done = wait => Ok(done),
-        }
+        done
     }
 }
 
@@ -651,12 +547,10 @@ impl Egress {
                     return (*answer).clone();
                 }
                 shared::Lookup::Join(mut answer) => {
-                    scope.parker.park();
-                    let since = Instant::now();
                     let waited = scope
-                        .parker
-                        .unless_superseded(
+                        .wait(
                             request,
+                            report,
                             tokio::time::timeout_at(scope.wait_deadline, async {
                                 loop {
                                     if let Some(a) = answer.borrow_and_update().clone() {
@@ -668,15 +562,7 @@ impl Egress {
                                 }
                             }),
                         )
-                        .await;
-                    scope.waited_since(since);
-                    let waited = match waited {
-                        Ok(waited) => waited,
-                        Err(superseded) => {
-                            report.hold_for(Duration::ZERO);
-                            return Err(superseded);
-                        }
-                    };
+                        .await?;
                     match waited {
                         Err(_) => {
                             return Err(HttpError {
@@ -755,23 +641,13 @@ impl Egress {
         let own_key = idempotency_key(scope.object, &request.id);
         match self.inner.batches.join(batchable, own_key) {
             batch::Joined::Member(outcome) => {
-                scope.parker.park();
-                let since = Instant::now();
                 let waited = scope
-                    .parker
-                    .unless_superseded(
+                    .wait(
                         request,
+                        report,
                         tokio::time::timeout_at(scope.wait_deadline, outcome),
                     )
-                    .await;
-                scope.waited_since(since);
-                let waited = match waited {
-                    Ok(waited) => waited,
-                    Err(superseded) => {
-                        report.hold_for(Duration::ZERO);
-                        return Err(superseded);
-                    }
-                };
+                    .await?;
                 match waited {
                     Ok(Ok(batch::Outcome::Answer(answer))) => {
                         self.inner.metrics.batched(plugin, &label);
@@ -835,18 +711,12 @@ impl Egress {
             urgent: scope.urgent,
             deadline: scope.wait_deadline,
         };
-        let asked = Instant::now();
         let turn = match scope
-            .parker
-            .unless_superseded(request, self.inner.limits.turn(ask))
-            .await
+            .wait(request, report, self.inner.limits.turn(ask))
+            .await?
         {
-            Err(superseded) => {
-                report.hold_for(Duration::ZERO);
-                return Err(superseded);
-            }
-            Ok(Ok(turn)) => turn,
-            Ok(Err(held)) => {
+            Ok(turn) => turn,
+            Err(held) => {
                 self.inner.metrics.refused(plugin, &label, "Throttled");
                 report.hold_for(held.after);
                 return Err(HttpError {
@@ -876,8 +746,6 @@ impl Egress {
                 .request_timeout
                 .min(Duration::from_millis(u64::from(ms)))
         });
-        // Waiting is not charged to the reconcile's budget.
-        scope.waited_since(asked);
         let budget = client::Budget {
             connect: config.connect_timeout,
             deadline: scope.budget_end().min(Instant::now() + timeout),
