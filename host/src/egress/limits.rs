@@ -198,6 +198,9 @@ struct Destination {
     failures: u32,
     in_flight: usize,
     adaptive: Adaptive,
+    /// Turns given while another request to it was in flight: a turn
+    /// that sees this move ran alongside another.
+    overlaps: u64,
 }
 
 impl Destination {
@@ -212,6 +215,7 @@ impl Destination {
             failures: 0,
             in_flight: 0,
             adaptive: Adaptive::new(),
+            overlaps: 0,
         }
     }
 
@@ -290,6 +294,10 @@ pub struct Turn {
     unused: bool,
     /// The one request an open breaker lets through.
     probe: bool,
+    /// The destination's `overlaps` when given, and whether another
+    /// request to it was in flight then.
+    overlaps: u64,
+    crowded: bool,
 }
 
 impl std::fmt::Debug for Turn {
@@ -311,14 +319,22 @@ impl Turn {
     /// the breaker and halves the destination's concurrency, anything else
     /// closes the breaker; a `retry_after` holds the destination's
     /// requests until it passes.
-    pub fn finish(self, failed: bool, retry_after: Option<Duration>) {
+    ///
+    /// Returns whether another request to the destination ran at the same
+    /// time as this one: a failure then may be the server refusing
+    /// parallel work (PowerDNS on SQLite answers 500 "database is
+    /// locked"), which the halved concurrency now avoids, so the request
+    /// is worth sending once more.
+    pub fn finish(self, failed: bool, retry_after: Option<Duration>) -> bool {
         let Some(lane) = self.lane.upgrade() else {
-            return;
+            return false;
         };
         let mut state = lane.state();
         let now = Instant::now();
         let cap = state.cap;
+        let mut crowded = self.crowded;
         if let Some(d) = state.destinations.get_mut(&self.destination) {
+            crowded |= d.overlaps != self.overlaps;
             if let Some(after) = retry_after {
                 d.retry_after = Some(now + after);
             }
@@ -340,6 +356,7 @@ impl Turn {
         }
         drop(state);
         // Drop (below) releases the concurrency and wakes the dispatcher.
+        crowded
     }
 }
 
@@ -442,6 +459,11 @@ impl Lane {
             }
             let rate = d.rate;
             d.bucket.take(rate, now);
+            let crowded = d.in_flight > 0;
+            if crowded {
+                d.overlaps += 1;
+            }
+            let overlaps = d.overlaps;
             d.in_flight += 1;
             d.adaptive.limit = d.adaptive.limit.min(cap.max(1));
             state.bucket.take(plugin_rate, now);
@@ -451,6 +473,8 @@ impl Lane {
                 destination: name,
                 unused: true,
                 probe,
+                overlaps,
+                crowded,
             };
             if let Err(mut turn) = waiter.turn.send(turn) {
                 // Gave up a moment ago: its tokens and place go back
@@ -880,14 +904,20 @@ mod tests {
                 .turn(ask("p", "d", 1000.0, Duration::from_secs(1)))
                 .await
                 .unwrap();
-            turn.finish(false, None);
+            assert!(!turn.finish(false, None), "alone: not crowded");
         }
         let two = at_once(4).await;
         assert_eq!(two.len(), 2, "a run of successes raises it");
+        // Both ran alongside the other, the first given as much as the
+        // second: a 5xx of either may be the crowding's.
         for turn in two {
-            turn.finish(true, None);
+            assert!(turn.finish(true, None), "ran alongside another");
         }
-        assert_eq!(at_once(4).await.len(), 1, "failures halve it");
+        let one = at_once(4).await;
+        assert_eq!(one.len(), 1, "failures halve it");
+        for turn in one {
+            assert!(!turn.finish(true, None), "alone again");
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -42,6 +42,7 @@ struct State {
     observed: BTreeMap<(String, String, String), u64>,
     /// (plugin, destination) → writes that went in another's batch.
     batched: BTreeMap<(String, String), u64>,
+    resent: BTreeMap<(String, String), u64>,
     /// (plugin, destination) → latency.
     latency: BTreeMap<(String, String), Histogram>,
     recent: HashMap<String, VecDeque<RecentRequest>>,
@@ -146,6 +147,17 @@ impl Metrics {
             .or_default() += 1;
     }
 
+    /// Count a request sent once more after a 5xx that came while another
+    /// request to the destination ran.
+    pub fn resent(&self, plugin: &str, destination: &str) {
+        let mut state = self.state();
+        let destination = Self::series(&state, plugin, destination);
+        *state
+            .resent
+            .entry((plugin.to_owned(), destination))
+            .or_default() += 1;
+    }
+
     /// Remember a request of `object` for `describe`.
     pub fn remember(&self, object: &str, request: RecentRequest) {
         let mut state = self.state();
@@ -220,6 +232,19 @@ impl Metrics {
             "# HELP {name} Writes of plugins sent in another write's batch (one request for many).\n# TYPE {name} counter"
         );
         for ((plugin, destination), n) in &state.batched {
+            let _ = writeln!(
+                out,
+                "{name}{{plugin=\"{}\",destination=\"{}\"}} {n}",
+                esc(plugin),
+                esc(destination)
+            );
+        }
+        let name = "setpoint_effects_resent_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Requests sent once more after a 5xx that came while another request to the destination ran.\n# TYPE {name} counter"
+        );
+        for ((plugin, destination), n) in &state.resent {
             let _ = writeln!(
                 out,
                 "{name}{{plugin=\"{}\",destination=\"{}\"}} {n}",

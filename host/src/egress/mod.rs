@@ -711,106 +711,160 @@ impl Egress {
             urgent: scope.urgent,
             deadline: scope.wait_deadline,
         };
-        let turn = match scope
-            .wait(request, report, self.inner.limits.turn(ask))
-            .await?
-        {
-            Ok(turn) => turn,
-            Err(held) => {
-                self.inner.metrics.refused(plugin, &label, "Throttled");
-                report.hold_for(held.after);
-                return Err(HttpError {
-                    kind: HttpErrorKind::Throttled,
-                    message: format!(
-                        "{} {}: held by the {} for {} ms",
-                        request.method,
-                        request.url,
-                        held.reason,
-                        held.after.as_millis().max(1)
-                    ),
-                });
-            }
-        };
-        let mut batch_key = None;
-        match carrying {
-            Carrying::Own => {}
-            Carrying::Read(flight) => flight.sent(turn.is_probe()),
-            Carrying::Batch(leader) => {
-                let closed = leader.close(turn.is_probe());
-                prepared.wire.body = Some(closed.body);
-                batch_key = Some(closed.idempotency_key);
-            }
-        }
-        let timeout = request.timeout_ms.map_or(config.request_timeout, |ms| {
-            config
-                .request_timeout
-                .min(Duration::from_millis(u64::from(ms)))
-        });
-        let budget = client::Budget {
-            connect: config.connect_timeout,
-            deadline: scope.budget_end().min(Instant::now() + timeout),
-            max_body: config.max_body_bytes,
-        };
-        let addrs = match client::resolve(&prepared.destination, prepared.explicit, &budget).await {
-            Ok(addrs) => addrs,
-            Err(err) if err.kind == HttpErrorKind::Refused => {
-                self.inner.metrics.refused(plugin, &label, "PrivateAddress");
-                report.refused.push(Refusal {
-                    destination: label.clone(),
-                    reason: "PrivateAddress",
-                    message: err.message.clone(),
-                });
-                return Err(mask_error(masker, err));
-            }
-            Err(err) => {
-                self.inner
-                    .metrics
-                    .sent(plugin, &label, err.kind.as_str(), Duration::ZERO);
-                turn.finish(true, None);
-                return Err(mask_error(masker, err));
-            }
-        };
-        if role == "effect" {
-            let key = batch_key.unwrap_or_else(|| idempotency_key(scope.object, &request.id));
-            prepared.wire.headers.push(("Idempotency-Key".into(), key));
-        }
-        let started = std::time::Instant::now();
-        report.sent += 1;
-        let result = client::send(
-            &request.method,
-            &prepared.destination,
-            &addrs,
-            prepared.wire,
-            &budget,
-        )
-        .await;
-        let latency = started.elapsed();
-        let (class, failed, retry_after) = match &result {
-            Ok(r) => (
-                format!("{}xx", r.status / 100),
-                r.status >= 500,
-                matches!(r.status, 429 | 503)
-                    .then(|| retry_after(r))
-                    .flatten(),
-            ),
-            Err(e) => (e.kind.as_str().to_owned(), true, None),
-        };
-        self.inner.metrics.sent(plugin, &label, &class, latency);
-        turn.finish(failed, retry_after);
-        if let Some(after) = retry_after {
-            report.hold_for(after);
-        }
-        match result {
-            Ok(mut response) => {
-                if !masker.is_empty() {
-                    response.body = masker.bytes(response.body);
-                    for (_, v) in &mut response.headers {
-                        *v = masker.text(v);
+        // A write carries an `Idempotency-Key` and a GET changes nothing:
+        // either may go again after a failure that crowding caused.
+        let resendable = role == "effect" || matches!(request.method.as_str(), "GET" | "HEAD");
+        let mut carrying = Some(carrying);
+        let mut addrs = None;
+        let mut resent = false;
+        let mut members = 1;
+        loop {
+            let turn = match scope
+                .wait(request, report, self.inner.limits.turn(ask))
+                .await?
+            {
+                Ok(turn) => turn,
+                Err(held) => {
+                    self.inner.metrics.refused(plugin, &label, "Throttled");
+                    report.hold_for(held.after);
+                    return Err(HttpError {
+                        kind: HttpErrorKind::Throttled,
+                        message: format!(
+                            "{} {}: held by the {} for {} ms",
+                            request.method,
+                            request.url,
+                            held.reason,
+                            held.after.as_millis().max(1)
+                        ),
+                    });
+                }
+            };
+            match carrying.take() {
+                None | Some(Carrying::Own) => {}
+                Some(Carrying::Read(flight)) => {
+                    flight.sent(turn.is_probe());
+                    carrying = Some(Carrying::Read(flight));
+                }
+                Some(Carrying::Batch(leader)) => {
+                    let closed = leader.close(turn.is_probe());
+                    members = leader.members();
+                    prepared.wire.body = Some(closed.body);
+                    if role == "effect" {
+                        prepared
+                            .wire
+                            .headers
+                            .push(("Idempotency-Key".into(), closed.idempotency_key));
                     }
                 }
-                Ok(response)
             }
-            Err(err) => Err(mask_error(masker, err)),
+            if role == "effect"
+                && !prepared
+                    .wire
+                    .headers
+                    .iter()
+                    .any(|(n, _)| n == "Idempotency-Key")
+            {
+                let key = idempotency_key(scope.object, &request.id);
+                prepared.wire.headers.push(("Idempotency-Key".into(), key));
+            }
+            let timeout = request.timeout_ms.map_or(config.request_timeout, |ms| {
+                config
+                    .request_timeout
+                    .min(Duration::from_millis(u64::from(ms)))
+            });
+            let budget = client::Budget {
+                connect: config.connect_timeout,
+                deadline: scope.budget_end().min(Instant::now() + timeout),
+                max_body: config.max_body_bytes,
+            };
+            let resolved = match addrs.take() {
+                Some(addrs) => addrs,
+                None => {
+                    match client::resolve(&prepared.destination, prepared.explicit, &budget).await {
+                        Ok(addrs) => addrs,
+                        Err(err) if err.kind == HttpErrorKind::Refused => {
+                            self.inner.metrics.refused(plugin, &label, "PrivateAddress");
+                            report.refused.push(Refusal {
+                                destination: label.clone(),
+                                reason: "PrivateAddress",
+                                message: err.message.clone(),
+                            });
+                            return Err(mask_error(masker, err));
+                        }
+                        Err(err) => {
+                            self.inner
+                                .metrics
+                                .sent(plugin, &label, err.kind.as_str(), Duration::ZERO);
+                            turn.finish(true, None);
+                            return Err(mask_error(masker, err));
+                        }
+                    }
+                }
+            };
+            let started = std::time::Instant::now();
+            report.sent += 1;
+            let wire = if resendable && !resent {
+                prepared.wire.clone()
+            } else {
+                std::mem::take(&mut prepared.wire)
+            };
+            let result = client::send(
+                &request.method,
+                &prepared.destination,
+                &resolved,
+                wire,
+                &budget,
+            )
+            .await;
+            let latency = started.elapsed();
+            let (class, failed, retry_after) = match &result {
+                Ok(r) => (
+                    format!("{}xx", r.status / 100),
+                    r.status >= 500,
+                    matches!(r.status, 429 | 503)
+                        .then(|| retry_after(r))
+                        .flatten(),
+                ),
+                Err(e) => (e.kind.as_str().to_owned(), true, None),
+            };
+            self.inner.metrics.sent(plugin, &label, &class, latency);
+            tracing::trace!(
+                plugin,
+                method = %request.method,
+                url = %request.url,
+                outcome = %class,
+                members,
+                latency_ms = latency.as_secs_f64() * 1000.0,
+                "sent"
+            );
+            let probe = turn.is_probe();
+            let crowded = turn.finish(failed, retry_after);
+            if let Some(after) = retry_after {
+                report.hold_for(after);
+            }
+            // A 5xx while another request to the same destination ran may
+            // be the server refusing parallel work; the destination's
+            // concurrency was just halved, so once more, in a turn of its
+            // own, decides. Once: a server that fails alone is failing.
+            let server_error = matches!(&result, Ok(r) if r.status >= 500);
+            if server_error && crowded && resendable && !resent && !probe {
+                resent = true;
+                addrs = Some(resolved);
+                self.inner.metrics.resent(plugin, &label);
+                continue;
+            }
+            return match result {
+                Ok(mut response) => {
+                    if !masker.is_empty() {
+                        response.body = masker.bytes(response.body);
+                        for (_, v) in &mut response.headers {
+                            *v = masker.text(v);
+                        }
+                    }
+                    Ok(response)
+                }
+                Err(err) => Err(mask_error(masker, err)),
+            };
         }
     }
 

@@ -158,7 +158,7 @@ pub fn substitute(request: &HttpRequest, values: &[String]) -> Result<Wire, Stri
 }
 
 /// A request with its secrets in place: never logged, never stored.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct Wire {
     /// The URL, query secrets appended.
     pub url: String,

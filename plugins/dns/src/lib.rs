@@ -19,7 +19,8 @@
 //! backoff paces the retries rather than a loop of status writes. A write
 //! PowerDNS refuses is not sent again for that generation until the resync
 //! period has passed. A request the host held back (rate limit, breaker)
-//! reports nothing: it says nothing about PowerDNS.
+//! reports nothing: it says nothing about PowerDNS; nor does a write that
+//! could not connect once a later read gets an answer.
 //!
 //! The decisions are pure functions in [`plan`].
 
@@ -133,10 +134,15 @@ impl Reconciler for DnsRecordReconciler {
         }
         let observed = target.observe(&answer);
         let read_ok = observed.is_ok();
-        // A write the host held back was not sent: as if never asked.
-        let last_write = ctx
-            .outcome(WRITE_ID)
-            .filter(|o| !matches!(o, Err(e) if e.kind == HttpErrorKind::Throttled));
+        // A write the host held back, or that could not reach PowerDNS at
+        // all, was not applied: as if never asked, and this look's read
+        // decides. (A failed connection while PowerDNS was down must not
+        // be reported once it answers again: that would cost the record a
+        // look of its own after the outage. Writes that reach nothing
+        // cannot loop: the host's breaker holds them after a few.)
+        let last_write = ctx.outcome(WRITE_ID).filter(|o| {
+            !matches!(o, Err(e) if matches!(e.kind, HttpErrorKind::Throttled | HttpErrorKind::Connect))
+        });
         let memory = Memory {
             last_write: last_write.map(|o| target.written(o)),
             held: held_failure(&record.status, generation, ctx.now()),

@@ -446,7 +446,7 @@ fn retrying_a_write_after_a_failure_leaves_the_status_as_it_is_until_the_write_l
     // The write was sent and got no answer.
     let ctx = FakeCtx::new()
         .with_observation(READ_ID, zone(json!([])))
-        .with_outcome(WRITE_ID, unanswered(HttpErrorKind::Connect));
+        .with_outcome(WRITE_ID, unanswered(HttpErrorKind::Timeout));
     let response = DnsRecordReconciler.reconcile(&r, &ctx).unwrap();
     assert_eq!(
         ready(&response),
@@ -466,8 +466,39 @@ fn retrying_a_write_after_a_failure_leaves_the_status_as_it_is_until_the_write_l
     // Its outcome fails again: reported already, so backoff.
     let ctx = FakeCtx::new()
         .with_observation(READ_ID, zone(json!([])))
-        .with_outcome(WRITE_ID, unanswered(HttpErrorKind::Connect));
+        .with_outcome(WRITE_ID, unanswered(HttpErrorKind::Timeout));
     assert!(DnsRecordReconciler.reconcile(&r, &ctx).is_err());
+}
+
+#[test]
+fn a_write_that_could_not_connect_is_sent_again_once_a_read_is_answered() {
+    // Written while PowerDNS was down (its zone read still fresh): the
+    // write never reached it. Now a read is answered: write, do not
+    // report the old failure (that would cost a look of its own).
+    let r = record(
+        spec(&["192.0.3.1"], 60),
+        json!({"conditions": [{"type": "Ready", "status": "False", "reason": "Updating",
+            "message": "updating", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
+    );
+    let ctx = FakeCtx::new()
+        .with_observation(READ_ID, zone(www(60, &["192.0.2.1"])))
+        .with_outcome(WRITE_ID, unanswered(HttpErrorKind::Connect));
+    let response = DnsRecordReconciler.reconcile(&r, &ctx).unwrap();
+    assert_eq!(response.effects.len(), 1, "written again");
+    assert_eq!(
+        ready(&response),
+        (ConditionStatus::False, "Updating".into())
+    );
+    // A write PowerDNS answered with an error is still reported.
+    let ctx = FakeCtx::new()
+        .with_observation(READ_ID, zone(www(60, &["192.0.2.1"])))
+        .with_outcome(WRITE_ID, answer(500, json!({"error": "database is locked"})));
+    let response = DnsRecordReconciler.reconcile(&r, &ctx).unwrap();
+    assert!(response.effects.is_empty(), "not sent again at once");
+    assert_eq!(
+        ready(&response),
+        (ConditionStatus::False, "Unreachable".into())
+    );
 }
 
 #[test]
