@@ -203,8 +203,10 @@ impl HttpRequest {
     /// of sending it again. Sent as HTTP's `Cache-Control: max-age=N`
     /// request directive; zero asks for an exchange of its own (or one not
     /// sent yet). Without it the host's window applies (one second by
-    /// default). A write to the same destination always ends the freshness
-    /// of what was read before it.
+    /// default). After this object's own write to the same destination,
+    /// it is never handed an answer read before that write finished;
+    /// other objects' writes do not end the freshness (ask zero to see
+    /// them at once).
     ///
     /// ```
     /// use std::time::Duration;

@@ -11,7 +11,10 @@
 //! batch closes and is sent; every member gets the answer. An answer
 //! that refuses the batch (4xx) says nothing about which member was at
 //! fault, so then each member is sent alone, and each gets its own
-//! answer. A batch carries at most [`MAX_MEMBERS`] members and
+//! answer. A batch that was not sent (its leader gave up) or was an open
+//! breaker's failed probe sends its members back to batch again: while a
+//! destination is down its writes wait in a few large batches, not one
+//! by one. A batch carries at most [`MAX_MEMBERS`] members and
 //! [`MAX_BODY`] bytes; a write whose secrets go into its body is never
 //! batched (its answer could show another member's secret).
 //!
@@ -43,9 +46,13 @@ type Key = [u8; 32];
 pub(super) enum Outcome {
     /// The batch's answer.
     Answer(Arc<Result<HttpResponse, HttpError>>),
-    /// Send it alone: the batch was refused as a whole, or its leader gave
-    /// up before its turn.
+    /// Send it alone: the batch was refused as a whole.
     Alone,
+    /// Join a batch again: this one was not sent (its leader gave up
+    /// before its turn), or it was the probe of an open breaker and got
+    /// no answer, which says nothing about its members but that the
+    /// destination is still down.
+    Again,
 }
 
 struct Member {
@@ -268,12 +275,14 @@ impl Leader {
             Ok(response) => response.status >= 500,
             Err(_) => true,
         };
-        let alone = alone || (self.probe && failed);
+        let again = self.probe && failed;
         self.take();
         for member in &mut self.members {
             if let Some(sender) = member.outcome.take() {
                 let _ = sender.send(if alone {
                     Outcome::Alone
+                } else if again {
+                    Outcome::Again
                 } else {
                     Outcome::Answer(answer.clone())
                 });
@@ -288,7 +297,7 @@ impl Drop for Leader {
         self.take();
         for member in &mut self.members {
             if let Some(sender) = member.outcome.take() {
-                let _ = sender.send(Outcome::Alone);
+                let _ = sender.send(Outcome::Again);
             }
         }
     }
@@ -384,7 +393,35 @@ mod tests {
             panic!()
         };
         drop(leader);
-        assert!(matches!(member.try_recv(), Ok(Outcome::Alone)));
+        assert!(
+            matches!(member.try_recv(), Ok(Outcome::Again)),
+            "a leader that gave up: the members batch again"
+        );
+
+        let Joined::Leader(mut leader) = batches.join(
+            Batchable::of("p", "PATCH", &write("http://a/z", "a."), false).unwrap(),
+            "k1".into(),
+        ) else {
+            panic!()
+        };
+        let Joined::Member(mut member) = batches.join(
+            Batchable::of("p", "PATCH", &write("http://a/z", "b."), false).unwrap(),
+            "k2".into(),
+        ) else {
+            panic!()
+        };
+        leader.close(true);
+        leader.answer(
+            Arc::new(Err(HttpError {
+                kind: crate::contract::HttpErrorKind::Connect,
+                message: "refused".into(),
+            })),
+            false,
+        );
+        assert!(
+            matches!(member.try_recv(), Ok(Outcome::Again)),
+            "a failed probe: the members batch again, not each alone"
+        );
     }
 
     #[test]

@@ -525,7 +525,9 @@ impl Egress {
             let result = self.write_one(call, prepared, report).await;
             let unsent = matches!(&result, Err(e) if e.kind == HttpErrorKind::Throttled);
             if !unsent {
-                self.inner.observations.wrote(&label);
+                self.inner
+                    .observations
+                    .wrote(&label, meta::uid(scope.object));
             }
             return result;
         }
@@ -537,11 +539,13 @@ impl Egress {
         let key = shared::key(plugin, &method, &prepared.wire);
         let max_age = shared::max_age(&request.headers).unwrap_or(self.inner.config.observe_window);
         loop {
-            match self
-                .inner
-                .observations
-                .lookup(key, &label, max_age, scope.urgent)
-            {
+            match self.inner.observations.lookup(
+                key,
+                &label,
+                meta::uid(scope.object),
+                max_age,
+                scope.urgent,
+            ) {
                 shared::Lookup::Hit(answer) => {
                     self.inner.metrics.observed(plugin, &label, "shared");
                     return (*answer).clone();
@@ -627,59 +631,68 @@ impl Egress {
             .secrets
             .iter()
             .any(|s| matches!(s.target, crate::contract::SecretTarget::BodyPointer(_)));
-        let batchable = (role == "effect")
-            .then(|| batch::Batchable::of(plugin, &request.method, &prepared.wire, body_secrets))
-            .flatten();
+        let batchable = |wire: &secrets::Wire| {
+            (role == "effect")
+                .then(|| batch::Batchable::of(plugin, &request.method, wire, body_secrets))
+                .flatten()
+        };
+        let marked = prepared.wire.clone();
         // The batch header is the host's: never sent.
         prepared
             .wire
             .headers
             .retain(|(n, _)| !n.eq_ignore_ascii_case(BATCH_HEADER));
-        let Some(batchable) = batchable else {
+        let Some(mut write) = batchable(&marked) else {
             return self.exchange(call, prepared, report, Carrying::Own).await;
         };
         let own_key = idempotency_key(scope.object, &request.id);
-        match self.inner.batches.join(batchable, own_key) {
-            batch::Joined::Member(outcome) => {
-                let waited = scope
-                    .wait(
-                        request,
-                        report,
-                        tokio::time::timeout_at(scope.wait_deadline, outcome),
-                    )
-                    .await?;
-                match waited {
-                    Ok(Ok(batch::Outcome::Answer(answer))) => {
-                        self.inner.metrics.batched(plugin, &label);
-                        (*answer).clone()
-                    }
-                    Ok(Ok(batch::Outcome::Alone) | Err(_)) => {
-                        self.exchange(call, prepared, report, Carrying::Own).await
-                    }
-                    Err(_) => Err(HttpError {
-                        kind: HttpErrorKind::Timeout,
-                        message: format!(
-                            "{} {}: sent with other writes, no answer before the deadline",
-                            request.method, request.url
-                        ),
-                    }),
+        loop {
+            match self.inner.batches.join(write, own_key.clone()) {
+                batch::Joined::Member(outcome) => {
+                    let waited = scope
+                        .wait(
+                            request,
+                            report,
+                            tokio::time::timeout_at(scope.wait_deadline, outcome),
+                        )
+                        .await?;
+                    return match waited {
+                        Ok(Ok(batch::Outcome::Answer(answer))) => {
+                            self.inner.metrics.batched(plugin, &label);
+                            (*answer).clone()
+                        }
+                        Ok(Ok(batch::Outcome::Again)) => {
+                            write = batchable(&marked).expect("batchable before");
+                            continue;
+                        }
+                        Ok(Ok(batch::Outcome::Alone) | Err(_)) => {
+                            self.exchange(call, prepared, report, Carrying::Own).await
+                        }
+                        Err(_) => Err(HttpError {
+                            kind: HttpErrorKind::Timeout,
+                            message: format!(
+                                "{} {}: sent with other writes, no answer before the deadline",
+                                request.method, request.url
+                            ),
+                        }),
+                    };
                 }
-            }
-            batch::Joined::Leader(mut leader) => {
-                let alone = prepared.clone();
-                let result = self
-                    .exchange(call, prepared, report, Carrying::Batch(&mut leader))
-                    .await;
-                let members = leader.members();
-                // A refused batch does not say whose item was refused:
-                // everyone, this write included, is sent alone.
-                let refused =
-                    members > 1 && matches!(&result, Ok(r) if (400..500).contains(&r.status));
-                leader.answer(Arc::new(result.clone()), refused);
-                if refused {
-                    return self.exchange(call, alone, report, Carrying::Own).await;
+                batch::Joined::Leader(mut leader) => {
+                    let alone = prepared.clone();
+                    let result = self
+                        .exchange(call, prepared, report, Carrying::Batch(&mut leader))
+                        .await;
+                    let members = leader.members();
+                    // A refused batch does not say whose item was refused:
+                    // everyone, this write included, is sent alone.
+                    let refused =
+                        members > 1 && matches!(&result, Ok(r) if (400..500).contains(&r.status));
+                    leader.answer(Arc::new(result.clone()), refused);
+                    if refused {
+                        return self.exchange(call, alone, report, Carrying::Own).await;
+                    }
+                    return result;
                 }
-                result
             }
         }
     }
@@ -792,9 +805,12 @@ impl Egress {
                             return Err(mask_error(masker, err));
                         }
                         Err(err) => {
-                            self.inner
-                                .metrics
-                                .sent(plugin, &label, err.kind.as_str(), Duration::ZERO);
+                            self.inner.metrics.sent(
+                                plugin,
+                                &label,
+                                err.kind.as_str(),
+                                Duration::ZERO,
+                            );
                             turn.finish(true, None);
                             return Err(mask_error(masker, err));
                         }

@@ -10,12 +10,18 @@
 //!   (HTTP's own request directive; `max-age=0` or `no-cache` accepts only
 //!   an exchange not sent yet), else the host's window
 //!   (`EgressConfig::observe_window`).
-//! - **Writes invalidate.** Every write to a destination (any method but
-//!   `GET`, `HEAD` and `OPTIONS`) ends the freshness of what was read from
-//!   it: an answer, or an exchange, that started before the write finished
-//!   is not handed to anyone after. So an object that wrote reads what its
-//!   write did, never an answer from before it. An exchange not sent yet
-//!   is joinable by anyone: it will start after every write so far.
+//! - **An object reads its own writes.** After an object's write to a
+//!   destination (any method but `GET`, `HEAD` and `OPTIONS`) finished,
+//!   that object is handed only answers from exchanges sent after it: it
+//!   sees what its write did, never an answer from before it. Others may
+//!   still get the earlier answer while it is as fresh as they accept
+//!   (session consistency, the session being the object): one object's
+//!   write does not make every other object of the destination read
+//!   again, which at thousands of objects and one write a few
+//!   milliseconds would leave nothing to share (`docs/benchmarks/
+//!   effects.md`, "Recovery"). A plugin that must see others' writes at
+//!   once asks `max-age=0`. An exchange not sent yet is joinable by
+//!   anyone: it will start after every write so far.
 //!
 //! Secrets: the key is a digest of the request as it goes on the wire, so
 //! two objects whose Secrets differ never share, and an object shares only
@@ -42,6 +48,11 @@ pub(super) type Shared = Arc<Result<HttpResponse, HttpError>>;
 /// The most answer bytes kept for reuse; past it answers are shared only
 /// with those who joined the exchange.
 const MAX_CACHED_BYTES: usize = 64 << 20;
+
+/// The most (object, destination) writes remembered; past it every
+/// object must read after every write so far (what is forgotten is
+/// assumed of everyone).
+const MAX_WRITERS: usize = 65_536;
 
 /// The key of a request.
 pub(super) fn key(plugin: &str, method: &str, wire: &Wire) -> Key {
@@ -105,7 +116,8 @@ enum Entry {
         urgent: bool,
         answer: watch::Receiver<Option<Shared>>,
     },
-    /// Answered at `at`, from an exchange sent in `epoch`.
+    /// Answered at `at`, from an exchange sent when `epoch` writes to the
+    /// destination had finished.
     Done {
         at: Instant,
         epoch: u64,
@@ -119,6 +131,11 @@ struct State {
     entries: HashMap<Key, Entry>,
     /// Per destination: how many writes to it have finished.
     epochs: HashMap<String, u64>,
+    /// Per object and destination: the epoch its last write there ended.
+    writers: HashMap<(String, String), u64>,
+    /// Per destination: the epoch everyone must read after, since
+    /// `writers` was last forgotten.
+    floor: HashMap<String, u64>,
     cached_bytes: usize,
     next_id: u64,
 }
@@ -177,7 +194,6 @@ impl Flight {
             return;
         }
         let mut state = self.table.state();
-        let epoch_now = state.epochs.get(&self.destination).copied().unwrap_or(0);
         let ours = matches!(state.entries.get(&self.key), Some(Entry::Flying { id, .. }) if *id == self.id);
         if ours {
             let sent_at = match state.entries.remove(&self.key) {
@@ -185,14 +201,16 @@ impl Flight {
                 _ => None,
             };
             let bytes = answer.as_ref().as_ref().map_or(0, |r| r.body.len());
-            if keep && sent_at == Some(epoch_now) && state.cached_bytes + bytes <= MAX_CACHED_BYTES
+            if let Some(epoch) = sent_at
+                && keep
+                && state.cached_bytes + bytes <= MAX_CACHED_BYTES
             {
                 state.cached_bytes += bytes;
                 state.entries.insert(
                     self.key,
                     Entry::Done {
                         at: Instant::now(),
-                        epoch: epoch_now,
+                        epoch,
                         bytes,
                         answer: answer.clone(),
                     },
@@ -227,18 +245,26 @@ impl Observations {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Find an answer or an exchange for `key`, or lead a new one.
-    /// `max_age` is how old an answer the requester accepts (zero: only an
-    /// exchange not sent yet).
+    /// Find an answer or an exchange for `key`, or lead a new one, for
+    /// `reader` (the object asking: it is handed nothing sent before its
+    /// own last write to `destination` finished). `max_age` is how old an
+    /// answer the requester accepts (zero: only an exchange not sent yet).
     pub(super) fn lookup(
         self: &Arc<Self>,
         key: Key,
         destination: &str,
+        reader: &str,
         max_age: Duration,
         urgent: bool,
     ) -> Lookup {
         let mut state = self.state();
-        let epoch = state.epochs.get(destination).copied().unwrap_or(0);
+        let floor = state.floor.get(destination).copied().unwrap_or(0);
+        let own = state
+            .writers
+            .get(&(reader.to_owned(), destination.to_owned()))
+            .copied()
+            .unwrap_or(0);
+        let after = floor.max(own);
         let now = Instant::now();
         match state.entries.get(&key) {
             Some(Entry::Done {
@@ -246,7 +272,7 @@ impl Observations {
                 epoch: answered_in,
                 answer,
                 ..
-            }) if *answered_in == epoch && now.saturating_duration_since(*at) <= max_age => {
+            }) if *answered_in >= after && now.saturating_duration_since(*at) <= max_age => {
                 return Lookup::Hit(answer.clone());
             }
             Some(Entry::Flying {
@@ -255,7 +281,7 @@ impl Observations {
                 urgent: flying_urgent,
                 ..
             }) if (sent_at.is_none() && (*flying_urgent || !urgent))
-                || (*sent_at == Some(epoch) && !max_age.is_zero()) =>
+                || (sent_at.is_some_and(|sent| sent >= after) && !max_age.is_zero()) =>
             {
                 return Lookup::Join(answer.clone());
             }
@@ -289,11 +315,20 @@ impl Observations {
         })
     }
 
-    /// A write to `destination` finished (or failed): what was read from
-    /// it before is not fresh any more.
-    pub(super) fn wrote(&self, destination: &str) {
+    /// A write of `writer` to `destination` finished (or failed): what was
+    /// read from it before is not fresh any more for `writer`.
+    pub(super) fn wrote(&self, destination: &str, writer: &str) {
         let mut state = self.state();
-        *state.epochs.entry(destination.to_owned()).or_default() += 1;
+        let epoch = state.epochs.entry(destination.to_owned()).or_default();
+        *epoch += 1;
+        let epoch = *epoch;
+        if state.writers.len() >= MAX_WRITERS {
+            state.writers.clear();
+            state.floor = state.epochs.clone();
+        }
+        state
+            .writers
+            .insert((writer.to_owned(), destination.to_owned()), epoch);
     }
 
     /// Drop answers older than any window a requester could still accept
@@ -367,10 +402,10 @@ mod tests {
         let table = Arc::new(Observations::default());
         let k = key("p", "GET", &wire("http://a/z", "s3cret"));
         let window = Duration::from_secs(5);
-        let Lookup::Lead(flight) = table.lookup(k, "http://a:80", window, false) else {
+        let Lookup::Lead(flight) = table.lookup(k, "http://a:80", "o", window, false) else {
             panic!("first leads")
         };
-        let Lookup::Join(mut joined) = table.lookup(k, "http://a:80", window, false) else {
+        let Lookup::Join(mut joined) = table.lookup(k, "http://a:80", "o", window, false) else {
             panic!("second joins")
         };
         flight.sent(false);
@@ -378,29 +413,83 @@ mod tests {
         joined.changed().await.unwrap();
         assert!(joined.borrow().is_some());
         assert!(matches!(
-            table.lookup(k, "http://a:80", window, false),
+            table.lookup(k, "http://a:80", "o", window, false),
             Lookup::Hit(_)
         ));
         tokio::time::advance(Duration::from_secs(6)).await;
         assert!(
             matches!(
-                table.lookup(k, "http://a:80", window, false),
+                table.lookup(k, "http://a:80", "o", window, false),
                 Lookup::Lead(_)
             ),
             "too old"
         );
 
         // Answered, then a write: not fresh any more.
-        let Lookup::Lead(flight) = table.lookup(k, "http://a:80", window, false) else {
+        let Lookup::Lead(flight) = table.lookup(k, "http://a:80", "o", window, false) else {
             panic!()
         };
         flight.sent(false);
         flight.land(ok("two"), true);
-        table.wrote("http://a:80");
-        assert!(matches!(
-            table.lookup(k, "http://a:80", window, false),
-            Lookup::Lead(_)
-        ));
+        table.wrote("http://a:80", "o");
+        assert!(
+            matches!(
+                table.lookup(k, "http://a:80", "other", window, false),
+                Lookup::Hit(_)
+            ),
+            "another object may still have the answer while it is fresh"
+        );
+        let Lookup::Lead(_after) = table.lookup(k, "http://a:80", "o", window, false) else {
+            panic!("the writer reads after its write")
+        };
+        assert!(
+            matches!(
+                table.lookup(k, "http://a:80", "other", window, false),
+                Lookup::Join(_)
+            ),
+            "and the others may join that read"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn forgotten_writers_are_assumed_of_everyone() {
+        let table = Arc::new(Observations::default());
+        let k = key("p", "GET", &wire("http://a/z", "s3cret"));
+        let window = Duration::from_secs(5);
+        let Lookup::Lead(flight) = table.lookup(k, "d", "o", window, false) else {
+            panic!()
+        };
+        flight.sent(false);
+        flight.land(ok("one"), true);
+        for i in 0..MAX_WRITERS {
+            table.wrote("elsewhere", &format!("w{i}"));
+        }
+        table.wrote("d", "o");
+        assert!(
+            matches!(table.lookup(k, "d", "o", window, false), Lookup::Lead(_)),
+            "its own write"
+        );
+        let table = Arc::new(Observations::default());
+        let Lookup::Lead(flight) = table.lookup(k, "d", "o", window, false) else {
+            panic!()
+        };
+        flight.sent(false);
+        flight.land(ok("one"), true);
+        table.wrote("d", "writer");
+        for i in 0..MAX_WRITERS {
+            table.wrote("elsewhere", &format!("w{i}"));
+        }
+        assert!(
+            table.state().writers.len() < MAX_WRITERS,
+            "the writers are bounded"
+        );
+        assert!(
+            matches!(
+                table.lookup(k, "d", "anyone", window, false),
+                Lookup::Lead(_)
+            ),
+            "once forgotten, the write is assumed of everyone"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -408,22 +497,22 @@ mod tests {
         let table = Arc::new(Observations::default());
         let k = key("p", "GET", &wire("http://a/z", "s3cret"));
         let window = Duration::from_secs(5);
-        let Lookup::Lead(queued) = table.lookup(k, "d", window, false) else {
+        let Lookup::Lead(queued) = table.lookup(k, "d", "o", window, false) else {
             panic!()
         };
-        table.wrote("d");
+        table.wrote("d", "o");
         assert!(
-            matches!(table.lookup(k, "d", window, false), Lookup::Join(_)),
+            matches!(table.lookup(k, "d", "o", window, false), Lookup::Join(_)),
             "not sent yet: it will start after the write"
         );
         queued.sent(false);
-        table.wrote("d");
-        let Lookup::Lead(fresh) = table.lookup(k, "d", window, false) else {
+        table.wrote("d", "o");
+        let Lookup::Lead(fresh) = table.lookup(k, "d", "o", window, false) else {
             panic!("sent before the write: a new exchange")
         };
         queued.land(ok("old"), true);
         assert!(
-            matches!(table.lookup(k, "d", window, false), Lookup::Join(_)),
+            matches!(table.lookup(k, "d", "o", window, false), Lookup::Join(_)),
             "the older flight's answer does not replace the newer flight"
         );
         drop(fresh);
@@ -434,19 +523,19 @@ mod tests {
         let table = Arc::new(Observations::default());
         let k = key("p", "GET", &wire("http://a/z", "s3cret"));
         let window = Duration::from_secs(5);
-        let Lookup::Lead(_queued) = table.lookup(k, "d", window, false) else {
+        let Lookup::Lead(_queued) = table.lookup(k, "d", "o", window, false) else {
             panic!()
         };
-        let Lookup::Lead(urgent) = table.lookup(k, "d", window, true) else {
+        let Lookup::Lead(urgent) = table.lookup(k, "d", "o", window, true) else {
             panic!("an urgent read leads a flight of its own")
         };
         assert!(
-            matches!(table.lookup(k, "d", window, false), Lookup::Join(_)),
+            matches!(table.lookup(k, "d", "o", window, false), Lookup::Join(_)),
             "others may join the urgent one"
         );
         urgent.sent(false);
         assert!(matches!(
-            table.lookup(k, "d", window, true),
+            table.lookup(k, "d", "o", window, true),
             Lookup::Join(_)
         ));
     }

@@ -492,7 +492,10 @@ fn a_write_that_could_not_connect_is_sent_again_once_a_read_is_answered() {
     // A write PowerDNS answered with an error is still reported.
     let ctx = FakeCtx::new()
         .with_observation(READ_ID, zone(www(60, &["192.0.2.1"])))
-        .with_outcome(WRITE_ID, answer(500, json!({"error": "database is locked"})));
+        .with_outcome(
+            WRITE_ID,
+            answer(500, json!({"error": "database is locked"})),
+        );
     let response = DnsRecordReconciler.reconcile(&r, &ctx).unwrap();
     assert!(response.effects.is_empty(), "not sent again at once");
     assert_eq!(
