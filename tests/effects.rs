@@ -792,3 +792,71 @@ async fn a_plugin_built_against_0_1_still_loads_and_runs() {
     assert_eq!(plugin.series(), setpoint::runtime::Series::Previous);
     host.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_takes_one_write_at_a_time_costs_no_failed_write_when_the_host_tries_two() {
+    // Like PowerDNS on SQLite: a request that arrives while another is
+    // being answered gets 500 "database is locked". The host learns to send
+    // one at a time, and a write that failed because it tried two is sent
+    // once more, so no object sees the failure.
+    const OBJECTS: usize = 120;
+    let busy_until = std::sync::Mutex::new(std::time::Instant::now());
+    let server = Recorder::start(move |_, _| {
+        let now = std::time::Instant::now();
+        let mut busy = busy_until.lock().unwrap();
+        if now < *busy {
+            return Reply::text(500, "database is locked");
+        }
+        let hold = Duration::from_millis(15);
+        *busy = now + hold;
+        Reply::Later(hold, Box::new(Reply::text(204, "")))
+    })
+    .await;
+    let host = TestHost::start(&["effector"]).await;
+    grant(
+        &host,
+        "effector",
+        json!({"destinations": [server.url()], "limits": {"rps": 1000, "concurrency": 4}}),
+    )
+    .await;
+    for i in 0..OBJECTS {
+        let write = json!({"id": "w", "method": "PUT", "url": format!("{}/w/{i}", server.url()), "body": "{}"});
+        create(
+            &host,
+            "Effect",
+            &format!("w-{i}"),
+            json!({"writes": [write]}),
+        )
+        .await;
+    }
+    for i in 0..OBJECTS {
+        let object = wait_for(&host, "Effect", &format!("w-{i}"), "outcome seen", |o| {
+            o["status"]["outcomes"]["w"].is_object()
+        })
+        .await;
+        assert_eq!(
+            object["status"]["outcomes"]["w"]["status"], 204,
+            "w-{i}: {}",
+            object["status"]["outcomes"]
+        );
+    }
+    let sent = server.requests();
+    let metrics = host.host.egress().metrics().render();
+    let resent = metrics
+        .lines()
+        .find(|l| l.starts_with("setpoint_effects_resent_total{plugin=\"effector\""))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(0);
+    assert!(
+        sent.len() > OBJECTS && resent > 0,
+        "the host tried two at once ({} requests for {OBJECTS} writes) and resent what that cost: {metrics}",
+        sent.len()
+    );
+    assert!(
+        sent.len() <= OBJECTS + 2 * resent,
+        "only the crowded failures were resent: {} requests, {resent} resent",
+        sent.len()
+    );
+    host.stop().await;
+}
