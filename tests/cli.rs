@@ -422,3 +422,53 @@ fn the_cli_speaks_https_with_a_certificate_authority_or_the_kubeconfig_serve_wri
     );
     assert!(!out.status.success());
 }
+
+/// `setpoint get … | head`: the reader goes away after a line; the
+/// command ends quietly, not with a panic about a broken pipe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_goes_away_ends_the_command_quietly() {
+    let server = serve(&["replicaset", "podsim"]);
+    let many = RS.replace("replicas: 2", "replicas: 400");
+    assert_ne!(many, RS, "the manifest names its replicas");
+    let out = run(&server, &["apply", "-f", "-"], Some(&many));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    eventually("400 pods", Duration::from_secs(120), || async {
+        let out = run(&server, &["get", "pods"], None);
+        let n = text(&out.stdout).lines().count();
+        (n > 400).then_some(()).ok_or(format!("{n} lines"))
+    })
+    .await;
+    for args in [
+        &["get", "pods", "-o", "yaml"][..],
+        &["plan", "-f", "-", "-o", "json"][..],
+    ] {
+        let mut child = Command::new(setpoint_bin())
+            .args(args)
+            .env("SETPOINT_SERVER", &server.url)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().unwrap();
+            // The plan deletes the ReplicaSet's 400 Pods by scaling to none.
+            let _ = stdin.write_all(RS.replace("replicas: 2", "replicas: 0").as_bytes());
+        }
+        let mut first = [0u8; 16];
+        {
+            use std::io::Read;
+            let mut stdout = child.stdout.take().unwrap();
+            stdout.read_exact(&mut first).unwrap();
+            // Dropped here: the reader is gone.
+        }
+        let out = child.wait_with_output().unwrap();
+        let stderr = text(&out.stderr);
+        assert!(
+            out.status.success() && !stderr.contains("panicked"),
+            "{args:?}: {:?} {stderr}",
+            out.status
+        );
+    }
+}

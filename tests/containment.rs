@@ -521,6 +521,10 @@ async fn get_json(url: String) -> Value {
     reqwest::get(url).await.unwrap().json().await.unwrap()
 }
 
+async fn get_text(url: String) -> String {
+    reqwest::get(url).await.unwrap().text().await.unwrap()
+}
+
 /// What the user sees: a call that does not return is shown in progress, a
 /// refused response counts as an error in `setpoint plugins`, and a kind
 /// whose plugin was removed is listed as having no reconciler.
@@ -716,4 +720,193 @@ async fn plugins_that_spin_share_half_the_cores_and_leave_the_rest_to_their_neig
     assert!(stats.peak >= 1, "{stats:?}");
     assert!(stats.peak <= stats.permits, "{stats:?}");
     host.shutdown().await;
+}
+
+/// Lines of the zoo's floods in the captured log.
+fn flood_log_bytes() -> usize {
+    logs::lines_with(&["zzzzzzzzzzzzzzzz"])
+        .iter()
+        .map(|l| l.len() + 1)
+        .sum()
+}
+
+/// A plugin that logs in a loop (the `log` import and stdout, 3 MB a
+/// call) grows the host's log by its budget, not by what it writes, and
+/// the log says how many lines were dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_logging_in_a_loop_grows_the_log_by_its_budget_and_says_what_it_dropped() {
+    logs::capture();
+    let host = TestHost::start(&["zoo"]).await;
+    create_zoo(&host, "chatty", json!({"fault": "logflood", "count": 3000})).await;
+    eventually("lines dropped", WAIT, || async {
+        let dropped = host
+            .host
+            .runtime()
+            .plugin_call_stats()
+            .into_iter()
+            .find(|s| s.plugin == "zoo")
+            .map_or(0, |s| s.log_lines_dropped);
+        let object = zoo(&host, "chatty").await;
+        (dropped > 3000)
+            .then_some(())
+            .ok_or(format!("{dropped} dropped; {}", object["status"]))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let limits = setpoint::runtime::Limits::default();
+    let elapsed_allowance = 10 * limits.log_bytes_per_second as usize;
+    let written = flood_log_bytes();
+    assert!(
+        written <= limits.log_burst_bytes as usize + elapsed_allowance,
+        "{written} bytes of flood in the log"
+    );
+    assert!(written > 0, "the first lines went through");
+    eventually("the drop told", WAIT, || async {
+        let told = logs::lines_with(&["log lines of the plugin dropped", "plugin=\"zoo\""]);
+        (!told.is_empty())
+            .then_some(())
+            .ok_or_else(|| "not told".to_owned())
+    })
+    .await;
+    let metrics = get_text(format!("{}/metrics", host.url)).await;
+    assert!(
+        metrics.lines().any(|l| l
+            .starts_with("setpoint_plugin_log_lines_dropped_total{plugin=\"zoo\"}")
+            && !l.ends_with(" 0")),
+        "{metrics}"
+    );
+    host.stop().await;
+}
+
+/// A reconcile that emits 10,000 events records at most its share, an
+/// object holds at most its budget, and one aggregated warning says
+/// events were dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_flood_is_cut_to_the_budget_and_said_once() {
+    use setpoint::controller::events::{DROPPED_REASON, MAX_PER_RECONCILE, OBJECT_BURST};
+    let host = TestHost::start(&["zoo"]).await;
+    create_zoo(
+        &host,
+        "loud",
+        json!({"fault": "eventflood", "count": 10_000}),
+    )
+    .await;
+    let api = host.host.api();
+    let events = api.kinds().by_plural("", "events").unwrap();
+    let about_loud = || async {
+        api.list(
+            &events,
+            &setpoint::api::ListOptions {
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e["involvedObject"]["name"] == "loud")
+        .collect::<Vec<_>>()
+    };
+    eventually("the object's budget spent", WAIT, || async {
+        let n = about_loud().await.len();
+        (n > OBJECT_BURST as usize)
+            .then_some(())
+            .ok_or(format!("{n} events"))
+    })
+    .await;
+    // The flood goes on (a call every 100 ms); the store does not grow.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let stored = about_loud().await;
+    let dropped: Vec<_> = stored
+        .iter()
+        .filter(|e| e["reason"] == DROPPED_REASON)
+        .collect();
+    assert_eq!(dropped.len(), 1, "one aggregated warning");
+    assert!(dropped[0]["count"].as_i64() > Some(1), "{:?}", dropped[0]);
+    assert_eq!(
+        stored.len(),
+        OBJECT_BURST as usize + 1,
+        "the burst and the warning (the refill adds one in 7 s)"
+    );
+    let tally = host.host.tallies().await;
+    let zoo = tally.iter().find(|(c, _)| c.contains("zoo")).unwrap();
+    assert!(
+        zoo.1.events_dropped >= 10_000 - MAX_PER_RECONCILE as u64,
+        "{:?}",
+        zoo.1
+    );
+    host.stop().await;
+}
+
+/// A response that wants more children than an object may have is
+/// refused, with the way to raise the bound; the grant raises it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_children_are_refused_until_the_grant_raises_the_bound() {
+    use setpoint::controller::MAX_CHILDREN;
+    let host = TestHost::start(&["zoo"]).await;
+    let wanted = MAX_CHILDREN + 1;
+    create_zoo(
+        &host,
+        "crowd",
+        json!({"fault": "children", "count": wanted}),
+    )
+    .await;
+    let api = host.host.api();
+    let children = api
+        .kinds()
+        .require("test.setpoint.dev/v1", "ZooChild")
+        .unwrap();
+    eventually("the refusal reported", WAIT, || async {
+        let object = zoo(&host, "crowd").await;
+        let message = object["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+            .and_then(|c| c["message"].as_str())
+            .unwrap_or_default()
+            .to_owned();
+        message
+            .contains(&format!("at most {MAX_CHILDREN}"))
+            .then_some(())
+            .ok_or(message)
+    })
+    .await;
+    let none = api
+        .list(&children, &setpoint::api::ListOptions::default())
+        .await
+        .unwrap();
+    assert!(none.items.is_empty(), "nothing created");
+    let grants = api
+        .kinds()
+        .require("setpoint.dev/v1", "PluginGrant")
+        .unwrap();
+    api.create(
+        &grants,
+        json!({"apiVersion": "setpoint.dev/v1", "kind": "PluginGrant",
+            "metadata": {"name": "zoo"}, "spec": {"limits": {"children": 2000}}}),
+    )
+    .await
+    .unwrap();
+    // The refusal waits for a change of the object; touch it.
+    let mut object = zoo(&host, "crowd").await;
+    object["metadata"]["labels"] = json!({"touched": "yes"});
+    object["spec"]["count"] = json!(wanted);
+    object["spec"]["again"] = json!(true);
+    api.update(
+        &api.kinds().require("test.setpoint.dev/v1", "Zoo").unwrap(),
+        object,
+    )
+    .await
+    .unwrap();
+    eventually("the children created", Duration::from_secs(120), || async {
+        let n = api
+            .list(&children, &setpoint::api::ListOptions::default())
+            .await
+            .unwrap()
+            .items
+            .len();
+        (n == wanted).then_some(()).ok_or(format!("{n} children"))
+    })
+    .await;
+    host.stop().await;
 }

@@ -5,6 +5,22 @@
 //! API; `new-plugin` writes a plugin crate. A thin layer over the
 //! libraries; errors become `anyhow` here and nowhere else.
 
+/// `println!` for a command's output: a reader that went away
+/// (`setpoint get pods | head`) ends the command quietly, as a closed pipe
+/// ends any Unix tool, instead of a panic.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::write_out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!` for a command's output; see [`outln!`].
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::write_out(format_args!($($arg)*))
+    };
+}
+
 pub mod backup;
 mod describe;
 mod http;
@@ -283,7 +299,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 manifests.extend(read_manifests(file)?);
             }
             for line in client.apply_all(&manifests).await? {
-                println!("{line}");
+                outln!("{line}");
             }
             Ok(ExitCode::SUCCESS)
         }),
@@ -337,7 +353,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     output::render_list(&resource, &columns, &list, output, scope.all_namespaces)?
                 }
             };
-            print!("{text}");
+            out!("{text}");
             Ok(ExitCode::SUCCESS)
         }),
         Command::Watch {
@@ -352,9 +368,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             client
                 .watch(&resource, namespace, |event| {
                     if json {
-                        println!("{event}");
+                        outln!("{event}");
                     } else {
-                        println!("{}", output::event_line(&event));
+                        outln!("{}", output::event_line(&event));
                     }
                 })
                 .await?;
@@ -369,7 +385,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 },
             server,
         } => block_on(async move {
-            print!(
+            out!(
                 "{}",
                 describe::describe(&server.client()?, &kind, &name, &namespace).await?
             );
@@ -377,7 +393,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }),
         Command::Backup { output, server } => block_on(async move {
             let saved = backup::save(&server.client()?, &output).await?;
-            println!(
+            outln!(
                 "{}: a backup of the store at revision {} ({} bytes). To restore it, copy it to \
                  store.redb in an empty data directory and run `setpoint serve --data DIR` there.",
                 output.display(),
@@ -389,24 +405,24 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plugins { json, server } => block_on(async move {
             let list = plugins::fetch(&server.client()?).await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&list)?);
+                outln!("{}", serde_json::to_string_pretty(&list)?);
             } else {
-                print!("{}", plugins::render(&list));
+                out!("{}", plugins::render(&list));
             }
             Ok(ExitCode::SUCCESS)
         }),
         Command::NewPlugin { name, dir, sdk } => {
             let sdk = new_plugin::SdkSource::detect(sdk, &dir);
             let root = new_plugin::generate(&name, &dir, &sdk)?;
-            println!("created {}", root.display());
-            println!(
+            outln!("created {}", root.display());
+            outln!(
                 "  build:  cd {} && cargo build --release --target wasm32-unknown-unknown",
                 root.display()
             );
-            println!("  test:   cargo test");
+            outln!("  test:   cargo test");
             // The same file name as the guide (docs/plugins.md), so that
             // following both never loads two copies.
-            println!(
+            outln!(
                 "  deploy: cp target/wasm32-unknown-unknown/release/{}.wasm <plugins dir>/{name}.wasm",
                 name.replace('-', "_")
             );
@@ -424,7 +440,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let client = server.client()?;
             let resource = client.resolve(&kind).await?;
             client.delete(&resource, Some(&namespace), &name).await?;
-            println!(
+            outln!(
                 "{}.{} {name:?} deleted",
                 resource.singular,
                 resource.group_suffix()
@@ -442,6 +458,19 @@ fn block_on<F: std::future::Future<Output = anyhow::Result<ExitCode>>>(
         .build()
         .context("starting the async runtime")?
         .block_on(future)
+}
+
+/// Write a command's output to stdout; see [`outln!`].
+pub(crate) fn write_out(args: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(err) = stdout.write_fmt(args).and_then(|()| stdout.flush()) {
+        if err.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: writing the output: {err}");
+        std::process::exit(1);
+    }
 }
 
 #[cfg(test)]

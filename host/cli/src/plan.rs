@@ -99,10 +99,10 @@ async fn ask(client: &Client, body: &serde_json::Value) -> anyhow::Result<Plan> 
 /// `NO_COLOR`).
 pub fn print(plan: &Plan, format: PlanFormat) -> anyhow::Result<()> {
     match format {
-        PlanFormat::Json => println!("{}", serde_json::to_string_pretty(plan)?),
+        PlanFormat::Json => outln!("{}", serde_json::to_string_pretty(plan)?),
         PlanFormat::Text => {
             let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-            print!("{}", render(plan, RenderOptions { color }));
+            out!("{}", render(plan, RenderOptions { color }));
         }
     }
     Ok(())

@@ -53,6 +53,9 @@ pub struct ServeArgs {
     /// Burst allowed per user above `--rate-limit-qps`.
     #[arg(long, default_value_t = 100)]
     pub rate_limit_burst: u32,
+    /// How long an Event is kept after it last happened, in seconds.
+    #[arg(long, default_value_t = 3600)]
+    pub event_ttl_seconds: u64,
     /// Directory of `*.wasm` reconcile plugins.
     #[arg(long, default_value = "plugins")]
     pub plugins: PathBuf,
@@ -192,6 +195,7 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .backend(backend)
             .plugins_dir(&args.plugins)
             .controller(controller)
+            .event_ttl(std::time::Duration::from_secs(args.event_ttl_seconds.max(1)))
             .runtime(runtime);
         if let (true, Some(etcd)) = (args.cluster, etcd_backend) {
             let defaults = setpoint::cluster::Config::default();

@@ -94,6 +94,7 @@ fn plugin_grant_kind() -> KindInfo {
                             "properties": {
                                 "rps": {"type": "number", "minimum": 0},
                                 "concurrency": {"type": "integer", "minimum": 1},
+                                "children": {"type": "integer", "minimum": 1},
                             },
                         },
                     },

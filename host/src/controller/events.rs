@@ -1,8 +1,20 @@
 //! Records Kubernetes `Event` objects (core `v1`) about an object, the way
 //! `kubectl describe` reads them. Repeats of the same reason and message on
 //! the same object are aggregated into one Event with a count.
+//!
+//! What a plugin's responses may record is bounded ([`EventBudget`]): at
+//! most [`MAX_PER_RECONCILE`] events a reconcile, and per object a bucket
+//! of [`OBJECT_BURST`] refilled by as many an hour, client-go's
+//! `EventSourceObjectSpamFilter` with kube-apiserver's one-hour event time
+//! to live (`system::event_expiry`) in mind: an object holds at most
+//! about twice the burst of its plugin's events at any time. Past the
+//! bound events are dropped, counted, and said once per reconcile in one
+//! aggregated `EventsDropped` warning.
 
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
@@ -74,4 +86,101 @@ pub async fn record(
         }
     }
     Ok(())
+}
+
+/// The most events one reconcile records (its own and the host's about
+/// the children it created or deleted); the rest are dropped.
+pub const MAX_PER_RECONCILE: usize = 100;
+
+/// Events an object may get at once from its plugin; as many more come
+/// back over [`OBJECT_REFILL`].
+pub const OBJECT_BURST: f64 = 500.0;
+
+/// How long an object's event budget takes to refill completely.
+pub const OBJECT_REFILL: Duration = Duration::from_secs(3600);
+
+/// Objects whose budgets are remembered; the least recently used is
+/// forgotten past it (and starts again full: a bound on memory, not on
+/// a single object).
+const MAX_OBJECTS: usize = 65_536;
+
+/// The reason of the warning that says events were dropped.
+pub const DROPPED_REASON: &str = "EventsDropped";
+
+/// How many events the plugin's responses may still record, per object.
+#[derive(Debug, Default)]
+pub struct EventBudget {
+    buckets: Mutex<HashMap<String, Bucket>>,
+}
+
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl EventBudget {
+    /// Take up to `wanted` events for the object `uid`; how many it may
+    /// record.
+    pub fn take(&self, uid: &str, wanted: usize) -> usize {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        if !buckets.contains_key(uid) && buckets.len() >= MAX_OBJECTS {
+            // Forget the one idle longest.
+            if let Some(oldest) = buckets
+                .iter()
+                .min_by_key(|(_, b)| b.at)
+                .map(|(k, _)| k.clone())
+            {
+                buckets.remove(&oldest);
+            }
+        }
+        let bucket = buckets.entry(uid.to_owned()).or_insert(Bucket {
+            tokens: OBJECT_BURST,
+            at: now,
+        });
+        let refill = OBJECT_BURST / OBJECT_REFILL.as_secs_f64();
+        bucket.tokens = (bucket.tokens
+            + now.saturating_duration_since(bucket.at).as_secs_f64() * refill)
+            .min(OBJECT_BURST);
+        bucket.at = now;
+        let granted = (bucket.tokens.floor() as usize)
+            .min(wanted)
+            .min(MAX_PER_RECONCILE);
+        bucket.tokens -= granted as f64;
+        granted
+    }
+}
+
+/// The warning recorded when a reconcile's events were dropped: one
+/// message, so repeats aggregate into one Event with a count.
+pub fn dropped_warning() -> EventRecord {
+    EventRecord {
+        severity: crate::contract::Severity::Warning,
+        reason: DROPPED_REASON.to_owned(),
+        message: format!(
+            "events about this object were dropped: at most {MAX_PER_RECONCILE} a reconcile, and {} at once then {} an hour per object (setpoint_controller_events_dropped_total)",
+            OBJECT_BURST as u64, OBJECT_BURST as u64
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reconcile_records_at_most_its_share_and_an_object_its_burst() {
+        let budget = EventBudget::default();
+        assert_eq!(budget.take("a", 10_000), MAX_PER_RECONCILE);
+        let mut total = MAX_PER_RECONCILE;
+        for _ in 0..100 {
+            total += budget.take("a", 10_000);
+        }
+        assert_eq!(
+            total, OBJECT_BURST as usize,
+            "then the object's burst is spent"
+        );
+        assert_eq!(budget.take("b", 3), 3, "another object has its own");
+    }
 }

@@ -72,6 +72,7 @@ pub use from_fn::{FnReconciler, from_fn};
 pub use history::{History, Outcome, ReconcileRecord};
 pub use native::Native;
 pub use requeue::RequeueConfig;
+pub use respond::MAX_CHILDREN;
 pub use tally::{Tally, TallyOutcome, TallySnapshot};
 
 use crate::api::{self, Api};
@@ -156,6 +157,8 @@ struct Shared {
     tally: Tally,
     concurrent: AtomicU64,
     hot_loops: AtomicU64,
+    /// What the plugin's events may still record, per object.
+    event_budget: events::EventBudget,
     /// Performs the reconciler's external requests.
     egress: crate::egress::Egress,
     /// Outcomes of writes and holds between a key's reconciles.
@@ -285,6 +288,7 @@ impl Controller {
             tally: config.tally.clone().unwrap_or_default(),
             concurrent: AtomicU64::new(0),
             hot_loops: AtomicU64::new(0),
+            event_budget: events::EventBudget::default(),
         });
         let workers = (0..shared.gate.workers())
             .map(|index| tokio::spawn(worker::worker(shared.clone(), index)))

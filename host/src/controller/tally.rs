@@ -47,6 +47,7 @@ struct Counters {
     errors: AtomicU64,
     conflicts: AtomicU64,
     wrote: AtomicU64,
+    events_dropped: AtomicU64,
     duration: Histogram,
 }
 
@@ -81,6 +82,9 @@ pub struct TallySnapshot {
     pub wrote: u64,
     /// How long each took, from taking the key to the end of its writes.
     pub duration: HistogramSnapshot,
+    /// Events of its responses not recorded: over the event budget
+    /// (`events::EventBudget`).
+    pub events_dropped: u64,
 }
 
 impl Tally {
@@ -103,6 +107,11 @@ impl Tally {
         counters.duration.observe(took);
     }
 
+    /// Count events a response could not record: over the budget.
+    pub fn events_dropped(&self, n: u64) {
+        self.0.events_dropped.fetch_add(n, Ordering::Relaxed);
+    }
+
     /// The figures so far.
     #[must_use]
     pub fn snapshot(&self) -> TallySnapshot {
@@ -112,6 +121,7 @@ impl Tally {
             errors: counters.errors.load(Ordering::Relaxed),
             conflicts: counters.conflicts.load(Ordering::Relaxed),
             wrote: counters.wrote.load(Ordering::Relaxed),
+            events_dropped: counters.events_dropped.load(Ordering::Relaxed),
             duration: counters.duration.snapshot(),
         }
     }

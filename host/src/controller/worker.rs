@@ -425,7 +425,9 @@ async fn reconcile_key(
         &shared.owned_kinds,
         &shared.kind,
         Some((key, &shared.echoes)),
-    );
+    )
+    .with_event_budget(&shared.event_budget)
+    .with_grants(&shared.egress);
     let mut finalizing = false;
     if let Some(finalizer) = &manifest.finalizer {
         if meta::deletion_timestamp(&object).is_some() {
@@ -546,6 +548,10 @@ async fn reconcile_key(
     let result = applier.apply(&object, &request.owned, &response).await;
     let mut written = remember_writes(shared, key, &applier);
     let events_written = applier.events.load(Ordering::Relaxed) > 0;
+    let dropped = applier.events_dropped.load(Ordering::Relaxed);
+    if dropped > 0 {
+        shared.tally.events_dropped(dropped as u64);
+    }
     match result {
         Ok(()) => {}
         Err(Error::Refused(msg)) => {

@@ -195,6 +195,9 @@ pub struct GrantLimits {
     pub rps: Option<f64>,
     /// Requests in flight at once, per plugin.
     pub concurrency: Option<usize>,
+    /// Children one object may have (a response asking for more is
+    /// refused); the host's default (1,000) when unset.
+    pub children: Option<usize>,
 }
 
 /// An operator's grant to one plugin, read from its `PluginGrant` object.
@@ -239,6 +242,10 @@ impl Grant {
         let limits = GrantLimits {
             rps: spec["limits"]["rps"].as_f64().filter(|r| *r > 0.0),
             concurrency: spec["limits"]["concurrency"]
+                .as_u64()
+                .filter(|c| *c > 0)
+                .map(|c| c as usize),
+            children: spec["limits"]["children"]
                 .as_u64()
                 .filter(|c| *c > 0)
                 .map(|c| c as usize),

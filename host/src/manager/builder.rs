@@ -18,7 +18,8 @@ use crate::store::{Backend, MemoryBackend};
 use crate::system;
 
 use super::{
-    COMPACTION_INTERVAL, COMPACTION_KEEP_REVISIONS, Error, Host, Shared, run_while_leader,
+    COMPACTION_INTERVAL, COMPACTION_KEEP_REVISIONS, EVENT_EXPIRY_INTERVAL, EVENT_TTL, Error, Host,
+    Shared, run_while_leader,
 };
 
 /// Builds a [`Host`].
@@ -39,6 +40,7 @@ pub struct HostBuilder {
     per_plugin: std::collections::HashMap<String, controller::Config>,
     reconcile_threads: Option<usize>,
     embedded_dir: Option<PathBuf>,
+    event_ttl: std::time::Duration,
     #[cfg(feature = "etcd")]
     etcd: Option<crate::store::EtcdConfig>,
     #[cfg(feature = "etcd")]
@@ -58,6 +60,7 @@ impl HostBuilder {
             controller: controller::Config::default(),
             egress: crate::egress::EgressConfig::default(),
             per_plugin: std::collections::HashMap::new(),
+            event_ttl: EVENT_TTL,
             reconcile_threads: None,
             embedded_dir: None,
             #[cfg(feature = "etcd")]
@@ -128,6 +131,13 @@ impl HostBuilder {
     /// [`HostBuilder::watch_plugins`] turns it off, follow its changes).
     pub fn plugins_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.plugins_dir = Some(dir.into());
+        self
+    }
+
+    /// How long an Event is kept after it last happened. Default: an hour
+    /// ([`EVENT_TTL`](super::EVENT_TTL)).
+    pub fn event_ttl(mut self, ttl: std::time::Duration) -> Self {
+        self.event_ttl = ttl;
         self
     }
 
@@ -229,13 +239,23 @@ impl HostBuilder {
         let mut background = vec![system::definitions::follow(&api)];
         match &cluster {
             // Cluster-wide singletons run on the leader only.
-            Some(cluster) => background.push(run_while_leader(cluster, api.clone(), gc.clone())),
+            Some(cluster) => background.push(run_while_leader(
+                cluster,
+                api.clone(),
+                gc.clone(),
+                self.event_ttl,
+            )),
             None => {
                 background.push(gc.start());
                 background.push(system::compactor::start(
                     &api,
                     COMPACTION_INTERVAL,
                     COMPACTION_KEEP_REVISIONS,
+                ));
+                background.push(system::event_expiry::start(
+                    &api,
+                    EVENT_EXPIRY_INTERVAL,
+                    self.event_ttl,
                 ));
             }
         }

@@ -135,6 +135,7 @@ fn run_while_leader(
     cluster: &Cluster,
     api: Api,
     gc: system::GarbageCollector,
+    event_ttl: std::time::Duration,
 ) -> tokio::task::JoinHandle<()> {
     let mut leadership = cluster.leadership();
     tokio::spawn(async move {
@@ -156,6 +157,11 @@ fn run_while_leader(
                     COMPACTION_INTERVAL,
                     COMPACTION_KEEP_REVISIONS,
                 ));
+                running.push(system::event_expiry::start(
+                    &api,
+                    EVENT_EXPIRY_INTERVAL,
+                    event_ttl,
+                ));
             } else if !leads && !running.is_empty() {
                 tracing::info!("no longer leading the cluster");
                 running.drain(..).for_each(|t| t.abort());
@@ -173,6 +179,13 @@ fn run_while_leader(
 
 /// How often old revisions are compacted (as Kubernetes does).
 pub const COMPACTION_INTERVAL: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// How long an Event is kept after it last happened (kube-apiserver's
+/// `--event-ttl`); `HostBuilder::event_ttl` changes it.
+pub const EVENT_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// How often expired Events are looked for.
+pub const EVENT_EXPIRY_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How many revisions of history compaction keeps.
 pub const COMPACTION_KEEP_REVISIONS: i64 = 10_000;

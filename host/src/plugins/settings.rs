@@ -7,6 +7,8 @@
 //! fuel = 50_000_000      # per-call fuel, when the host meters fuel
 //! response_kib = 1024    # response size cap (default 4096)
 //! output_kib = 64        # captured stdout/stderr per call (default 64)
+//! log_kib_per_second = 64 # what it may add to the host's log (default 64,
+//!                         # a burst of 16 times that)
 //! host_clock = false     # give the guest the real clocks (default false)
 //! ```
 //!
@@ -33,6 +35,9 @@ pub struct PluginSettings {
     pub response_kib: Option<usize>,
     /// Captured stdout/stderr per call in KiB.
     pub output_kib: Option<usize>,
+    /// What the plugin may add to the host's log, in KiB a second (and a
+    /// burst of 16 seconds' worth).
+    pub log_kib_per_second: Option<u64>,
     /// Grant the guest the host's real clocks.
     pub host_clock: Option<bool>,
 }
@@ -91,6 +96,10 @@ impl PluginSettings {
         }
         if let Some(clock) = self.host_clock {
             limits.host_clock = clock;
+        }
+        if let Some(kib) = self.log_kib_per_second {
+            limits.log_bytes_per_second = kib.max(1) << 10;
+            limits.log_burst_bytes = kib.max(1) << 14;
         }
         limits
     }

@@ -1,5 +1,6 @@
 //! The per-call store data and the `host` imports a guest may call: `log`
-//! into `tracing` with the plugin's name and object key, and read-only
+//! into `tracing` with the plugin's name and object key (within the
+//! plugin's log budget, `log_budget`), and read-only
 //! `get`/`list` against the host's caches. The guest's WASI context is built
 //! on its first WASI call, not per call: plugins built without WASI never
 //! make one, and SDK plugins built with it rarely do.
@@ -14,6 +15,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use super::bindings::setpoint::plugin::{host, types};
 use super::bindings::v01::setpoint::plugin::{host as host01, types as types01};
 use super::limits::{FixedWallClock, FrozenMonotonicClock, Limiter};
+use super::log_budget::{Admit, LogBudget};
 use super::wasi_calls;
 use crate::controller::CacheView;
 use crate::object::codec::json_text;
@@ -33,6 +35,36 @@ pub(super) struct HostState {
     /// The last message the guest logged at error level: a guest built
     /// without WASI reports its panic there (the SDK's panic hook).
     pub last_error_log: Option<String>,
+    /// What the plugin may still write to the host's log.
+    pub log: PluginLog,
+}
+
+/// A plugin's log budget and its rates (`Limits::log_bytes_per_second`).
+pub(super) struct PluginLog {
+    pub budget: Arc<LogBudget>,
+    pub per_second: u64,
+    pub burst: u64,
+}
+
+impl PluginLog {
+    /// Whether a line of `len` bytes may be written; says so first when
+    /// lines were dropped before it.
+    pub fn admit(&self, plugin: &str, len: usize) -> bool {
+        match self.budget.admit(len, self.per_second, self.burst) {
+            Admit::Drop => false,
+            Admit::Write { dropped } => {
+                if dropped > 0 {
+                    tracing::warn!(
+                        plugin,
+                        dropped,
+                        "{dropped} log lines of the plugin dropped: over its log budget of {} bytes a second",
+                        self.per_second
+                    );
+                }
+                true
+            }
+        }
+    }
 }
 
 /// What a call's WASI context is built from.
@@ -62,8 +94,10 @@ impl HostState {
         plugin: Arc<str>,
         object: String,
         cache: Option<Arc<dyn CacheView>>,
+        log: PluginLog,
     ) -> Self {
         Self {
+            log,
             wasi: None,
             wasi_setup,
             table: ResourceTable::new(),
@@ -183,6 +217,12 @@ impl host01::Host for HostState {
 impl host::Host for HostState {
     fn log(&mut self, level: host::Level, message: String) -> wasmtime::Result<()> {
         let (plugin, object) = (&*self.plugin, self.object.as_str());
+        if !self.log.admit(plugin, message.len()) {
+            if level == host::Level::Error {
+                self.last_error_log = Some(message);
+            }
+            return Ok(());
+        }
         match level {
             host::Level::Trace => tracing::trace!(plugin, object, "{message}"),
             host::Level::Debug => tracing::debug!(plugin, object, "{message}"),

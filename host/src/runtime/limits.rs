@@ -11,6 +11,13 @@ pub struct Limits {
     pub memory_bytes: usize,
     /// Cap on captured stdout/stderr per call, in bytes.
     pub output_bytes: usize,
+    /// What the plugin may add to the host's log (its `log` import and its
+    /// stdout and stderr), in bytes per second, per plugin across its
+    /// calls; lines past it are dropped and counted
+    /// (`setpoint_plugin_log_lines_dropped_total`).
+    pub log_bytes_per_second: u64,
+    /// How much of that may come at once.
+    pub log_burst_bytes: u64,
     /// Cap on the response size, in bytes.
     pub response_bytes: usize,
     /// Fuel (roughly, Wasm instructions) per call when the runtime meters
@@ -29,6 +36,8 @@ impl Default for Limits {
             deadline: Duration::from_secs(1),
             memory_bytes: 64 << 20,
             output_bytes: 64 << 10,
+            log_bytes_per_second: 64 << 10,
+            log_burst_bytes: 1 << 20,
             response_bytes: 4 << 20,
             fuel: None,
             host_clock: false,

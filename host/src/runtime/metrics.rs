@@ -13,6 +13,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use super::Error;
+use super::log_budget::LogBudget;
 use crate::metrics::Histogram;
 use crate::metrics::HistogramSnapshot;
 
@@ -33,6 +34,9 @@ pub struct PluginCallStats {
     pub fuel_exhausted: u64,
     /// Calls whose response the host could not use.
     pub bad_responses: u64,
+    /// Lines of its log (the `log` import, stdout, stderr) dropped over
+    /// its budget.
+    pub log_lines_dropped: u64,
 }
 
 #[derive(Debug, Default)]
@@ -40,6 +44,8 @@ pub(super) struct Entry {
     duration: Histogram,
     /// Traps, timeouts, memory, fuel, bad responses.
     faults: [AtomicU64; 5],
+    /// What the plugin may still write to the host's log.
+    log: Arc<LogBudget>,
 }
 
 /// The registry, one entry per plugin name.
@@ -52,24 +58,32 @@ impl CallMetrics {
     /// Start timing a reconcile call of `plugin`; the duration is recorded
     /// when the returned timer drops, however the call ends.
     pub(super) fn start(&self, plugin: &Arc<str>) -> CallTimer {
+        CallTimer {
+            entry: self.entry(plugin),
+            started: Instant::now(),
+        }
+    }
+
+    /// The log budget of `plugin`, shared by all its calls and versions.
+    pub(super) fn log_budget(&self, plugin: &Arc<str>) -> Arc<LogBudget> {
+        self.entry(plugin).log.clone()
+    }
+
+    fn entry(&self, plugin: &Arc<str>) -> Arc<Entry> {
         let found = self
             .by_plugin
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .get(plugin)
             .cloned();
-        let entry = found.unwrap_or_else(|| {
+        found.unwrap_or_else(|| {
             self.by_plugin
                 .write()
                 .unwrap_or_else(|p| p.into_inner())
                 .entry(plugin.clone())
                 .or_default()
                 .clone()
-        });
-        CallTimer {
-            entry,
-            started: Instant::now(),
-        }
+        })
     }
 
     /// Every plugin's numbers, by name.
@@ -88,6 +102,7 @@ impl CallMetrics {
                     memory_exhausted: memory,
                     fuel_exhausted: fuel,
                     bad_responses: bad,
+                    log_lines_dropped: e.log.dropped_total(),
                 }
             })
             .collect();

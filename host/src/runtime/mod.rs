@@ -46,6 +46,7 @@ mod error;
 mod file_check;
 mod host_api;
 mod limits;
+mod log_budget;
 mod long_calls;
 mod metrics;
 mod plugin;

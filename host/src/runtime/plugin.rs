@@ -13,7 +13,7 @@ use super::bindings::v01::{Reconciler as Bindings01, ReconcilerPre as Reconciler
 use super::bindings::{Reconciler as Bindings, ReconcilerPre};
 use super::convert;
 use super::error::{CallFacts, Error, classify};
-use super::host_api::{HostState, WasiSetup};
+use super::host_api::{HostState, PluginLog, WasiSetup};
 use super::limits::{Limiter, Limits};
 use super::long_calls::Turn;
 use super::wit::Series;
@@ -171,6 +171,11 @@ impl WasmPlugin {
             self.name.clone(),
             object,
             cache,
+            PluginLog {
+                budget: self.runtime.inner.calls.log_budget(&self.name),
+                per_second: self.limits.log_bytes_per_second,
+                burst: self.limits.log_burst_bytes,
+            },
         );
         let mut store = Store::new(&self.runtime.inner.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -251,7 +256,9 @@ fn forward_output(state: &HostState) {
             continue;
         }
         for line in String::from_utf8_lossy(&bytes).lines() {
-            tracing::info!(plugin = %state.plugin, object = %state.object, stream, "{line}");
+            if state.log.admit(&state.plugin, line.len()) {
+                tracing::info!(plugin = %state.plugin, object = %state.object, stream, "{line}");
+            }
         }
     }
 }

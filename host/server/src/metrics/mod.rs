@@ -331,6 +331,20 @@ pub(super) fn render(numbers: &HostNumbers, requests: &RequestMetrics) -> String
     }
     header(
         &mut out,
+        "setpoint_controller_events_dropped_total",
+        "counter",
+        "Events of a controller's plugin responses not recorded: over the event budget (100 a reconcile, 500 at once then 500 an hour per object).",
+    );
+    for (controller, t) in tallies {
+        let _ = writeln!(
+            out,
+            "setpoint_controller_events_dropped_total{{controller=\"{}\"}} {}",
+            escape(controller),
+            t.events_dropped
+        );
+    }
+    header(
+        &mut out,
         "controller_runtime_reconcile_time_seconds",
         "histogram",
         "Length of time per reconciliation per controller.",

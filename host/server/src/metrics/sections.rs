@@ -195,4 +195,18 @@ pub(super) fn render_plugins(
             );
         }
     }
+    header(
+        out,
+        "setpoint_plugin_log_lines_dropped_total",
+        "counter",
+        "Lines a plugin logged (log import, stdout, stderr) dropped over its log budget, per plugin.",
+    );
+    for call in calls {
+        let _ = writeln!(
+            out,
+            "setpoint_plugin_log_lines_dropped_total{{plugin=\"{}\"}} {}",
+            escape(&call.plugin),
+            call.log_lines_dropped
+        );
+    }
 }

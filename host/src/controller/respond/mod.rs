@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 
 use super::Error;
 use super::echo::Echoes;
+use super::events::EventBudget;
 use crate::api::{self, Api, DeleteOptions};
 use crate::contract::{EventRecord, Manifest, Response, Severity};
 use crate::object::{KindInfo, Object, ObjectKey, meta, patch};
@@ -51,7 +52,19 @@ pub(crate) struct Applier<'a> {
     pub child_events: std::sync::Mutex<Vec<EventRecord>>,
     /// Whether child events are kept rather than recorded.
     keep_events: bool,
+    /// What the plugin's events about each object may still take; `None`
+    /// records all (a plan records none).
+    event_budget: Option<&'a EventBudget>,
+    /// Events not recorded: over the budget.
+    pub events_dropped: std::sync::atomic::AtomicUsize,
+    /// Where the plugin's grant is read when a response wants more than
+    /// [`MAX_CHILDREN`] children (it may raise the bound).
+    grants: Option<&'a crate::egress::Egress>,
 }
+
+/// The most children one object may have unless its plugin's
+/// `PluginGrant` says otherwise (`spec.limits.children`).
+pub const MAX_CHILDREN: usize = 1_000;
 
 /// A desired child whose name another object holds.
 #[derive(Debug, Clone)]
@@ -114,7 +127,25 @@ impl<'a> Applier<'a> {
             clashes: Default::default(),
             child_events: Default::default(),
             keep_events: false,
+            event_budget: None,
+            events_dropped: Default::default(),
+            grants: None,
         }
+    }
+
+    /// This applier reads the plugin's `PluginGrant` from `egress` when a
+    /// response wants more than [`MAX_CHILDREN`] children; without, that
+    /// is the bound.
+    pub fn with_grants(mut self, egress: &'a crate::egress::Egress) -> Self {
+        self.grants = Some(egress);
+        self
+    }
+
+    /// This applier records the events of a response only as far as
+    /// `budget` lets it (`events::EventBudget`).
+    pub fn with_event_budget(mut self, budget: &'a EventBudget) -> Self {
+        self.event_budget = Some(budget);
+        self
     }
 
     /// This applier keeps the events about children in
@@ -164,7 +195,26 @@ impl<'a> Applier<'a> {
         } else {
             std::mem::take(&mut *self.child_events.lock().unwrap_or_else(|p| p.into_inner()))
         };
-        for event in child_events.iter().chain(&response.events) {
+        let wanted = child_events.len() + response.events.len();
+        let allowed = self
+            .event_budget
+            .map_or(wanted, |budget| budget.take(meta::uid(parent), wanted));
+        let dropped = wanted - allowed;
+        let warning = (dropped > 0).then(super::events::dropped_warning);
+        if dropped > 0 {
+            self.events_dropped
+                .fetch_add(dropped, std::sync::atomic::Ordering::Relaxed);
+            tracing::debug!(plugin = %self.manifest.name, dropped, "events over the budget dropped");
+        }
+        // The plugin's own events first: they say why; the children's
+        // creations are in the children themselves.
+        let events = response
+            .events
+            .iter()
+            .chain(child_events.iter())
+            .take(allowed)
+            .chain(warning.as_ref());
+        for event in events {
             match super::events::record(self.api, &self.manifest.name, parent, event).await {
                 Ok(()) => {
                     self.events
@@ -246,6 +296,25 @@ impl<'a> Applier<'a> {
         owned: &[Arc<Object>],
         desired: &[Object],
     ) -> Result<(), Error> {
+        if desired.len() > MAX_CHILDREN {
+            // Read only past the default: most responses never pay for it.
+            let granted = match self.grants {
+                Some(egress) => egress
+                    .grant(&self.manifest.name)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|g| g.limits.children),
+                None => None,
+            };
+            let max = granted.unwrap_or(MAX_CHILDREN);
+            if desired.len() > max {
+                return Err(Error::Refused(format!(
+                    "the response wants {} children; an object may have at most {max} (the plugin's PluginGrant raises it: spec.limits.children)",
+                    desired.len(),
+                )));
+            }
+        }
         let mut existing: HashMap<(String, String, String), &Arc<Object>> = owned
             .iter()
             .map(|o| {

@@ -11,7 +11,12 @@
 //! again at once with nothing to do, `flip` flips its one child between two
 //! states on every call, `sleep` sleeps for `spec.seconds` (3600 by default)
 //! and reports its clocks and random numbers, `clash` wants three children,
-//! one of which may already belong to someone else; anything else succeeds.
+//! one of which may already belong to someone else, `logflood` logs
+//! `spec.count` lines of 1 KiB through the `log` import and as many to
+//! stdout on every call and asks to be called again in 10 ms,
+//! `eventflood` emits `spec.count` distinct events on every call and asks
+//! again in 100 ms, `children` wants `spec.count` children; anything else
+//! succeeds.
 
 use serde::Deserialize;
 use setpoint_plugin_sdk::serde_json::{Value, json};
@@ -28,6 +33,9 @@ pub struct ZooSpec {
     /// How long `sleep` sleeps.
     #[serde(default)]
     pub seconds: Option<u64>,
+    /// How many lines, events or children the floods make.
+    #[serde(default)]
+    pub count: Option<usize>,
 }
 
 const CRD: &str = r#"{
@@ -211,6 +219,43 @@ impl Reconciler for Zoo {
                             "test.setpoint.dev/v1",
                             "ZooChild",
                             &format!("{}-{n}", object.name()),
+                            None,
+                        )
+                    })
+                    .collect::<Result<_, _>>()?,
+            )),
+            "logflood" => {
+                let line = "z".repeat(1 << 10);
+                for i in 0..object.spec.count.unwrap_or(1000) {
+                    ctx.info(format!("{i} {line}"));
+                }
+                // Past the host's capture stdout is a closed pipe: go on.
+                use std::io::Write as _;
+                let mut stdout = std::io::stdout();
+                for i in 0..object.spec.count.unwrap_or(1000) {
+                    let _ = writeln!(stdout, "{i} {line}");
+                }
+                Ok(Response::new().requeue_after(std::time::Duration::from_millis(10)))
+            }
+            "eventflood" => {
+                let mut response =
+                    Response::new().requeue_after(std::time::Duration::from_millis(100));
+                let call = ctx.now().unix_ms();
+                for i in 0..object.spec.count.unwrap_or(10_000) {
+                    response = response.event(setpoint_plugin_sdk::Event::normal(
+                        "Flood",
+                        format!("event {i} of the call at {call}"),
+                    ));
+                }
+                Ok(response)
+            }
+            "children" => Ok(Response::new().children(
+                (0..object.spec.count.unwrap_or(10_000))
+                    .map(|i| {
+                        child(
+                            "test.setpoint.dev/v1",
+                            "ZooChild",
+                            &format!("{}-{i}", object.name()),
                             None,
                         )
                     })
