@@ -17,6 +17,11 @@ use crate::object::{KindInfo, Object, ObjectKey, meta, time};
 /// holds.
 const CLASH_CONDITION: &str = "ChildrenApplied";
 
+/// The condition types the host itself sets on reconciled objects: a
+/// plugin's status patch keeps them unless it names them
+/// (`respond::keep_host_conditions`).
+pub(super) const HOST_CONDITIONS: [&str; 2] = [CLASH_CONDITION, super::effects::EFFECTS_CONDITION];
+
 /// Report desired children whose names another object holds: a warning
 /// event naming the holder for each, and `ChildrenApplied=False` with all of
 /// them; once none is left, the condition goes.

@@ -468,6 +468,8 @@ impl<'a> Applier<'a> {
     }
 
     async fn apply_status(&self, parent: &Object, status_patch: &Value) -> Result<(), Error> {
+        let kept = keep_host_conditions(parent, status_patch);
+        let status_patch = kept.as_ref().unwrap_or(status_patch);
         // Patch a copy of the status alone first: a converged reconcile
         // (as often as not, the echo of its own last write) changes
         // nothing, and need not read the stored object to find that out.
@@ -548,6 +550,37 @@ impl<'a> Applier<'a> {
             Err(err) => Err(err.into()),
         }
     }
+}
+
+/// The conditions the host sets on objects it reconciles (the children's
+/// clash, the effects' rights): a plugin's status patch that sets
+/// `conditions` replaces the whole list (a merge patch replaces arrays),
+/// so those the host set and the patch does not mention are carried into
+/// it. `None`: the patch is fine as it is.
+fn keep_host_conditions(parent: &Object, status_patch: &Value) -> Option<Value> {
+    let wanted = status_patch.get("conditions")?.as_array()?;
+    let stored = parent
+        .get("status")
+        .and_then(|s| s.get("conditions"))
+        .and_then(Value::as_array)?;
+    let missing: Vec<&Value> = stored
+        .iter()
+        .filter(|c| {
+            let kind = c.get("type").and_then(Value::as_str);
+            kind.is_some_and(|k| super::conditions::HOST_CONDITIONS.contains(&k))
+                && !wanted
+                    .iter()
+                    .any(|w| w.get("type").and_then(Value::as_str) == kind)
+        })
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    let mut patch = status_patch.clone();
+    if let Some(list) = patch.get_mut("conditions").and_then(Value::as_array_mut) {
+        list.extend(missing.into_iter().cloned());
+    }
+    Some(patch)
 }
 
 #[cfg(test)]

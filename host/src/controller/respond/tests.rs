@@ -171,3 +171,43 @@ async fn the_status_patch_is_made_on_the_version_the_reconciler_saw() {
     let cleared = api.get(&kind, Some("default"), "p").await.unwrap();
     assert_eq!(cleared["status"], json!({}));
 }
+
+#[tokio::test]
+async fn a_status_patch_that_sets_conditions_keeps_the_hosts_own() {
+    let (api, kind, _) = store().await;
+    let (manifest, owned_kinds) = (manifest(), [kind.clone()]);
+    let applier = Applier::new(&api, &manifest, &owned_kinds, &kind, None);
+    let stored = api.get(&kind, Some("default"), "p").await.unwrap();
+    let host_set = api
+        .patch_status(
+            &kind,
+            Some("default"),
+            "p",
+            meta::resource_version(&stored),
+            &json!({"conditions": [
+                {"type": "EffectsAllowed", "status": "False", "reason": "GrantPending"},
+                {"type": "Ready", "status": "False", "reason": "Old"},
+            ]}),
+        )
+        .await
+        .unwrap();
+    let response = Response {
+        status: Some(
+            json!({"conditions": [{"type": "Ready", "status": "True", "reason": "Fine"}]}),
+        ),
+        ..Response::default()
+    };
+    applier.apply(&host_set, &[], &response).await.unwrap();
+    let after = api.get(&kind, Some("default"), "p").await.unwrap();
+    let types: Vec<(&str, &str)> = after["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["type"].as_str().unwrap(), c["reason"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        types,
+        [("Ready", "Fine"), ("EffectsAllowed", "GrantPending")],
+        "the plugin's Ready replaced, the host's condition kept"
+    );
+}
