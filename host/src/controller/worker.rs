@@ -49,6 +49,9 @@ enum Step {
         written: Vec<i64>,
         /// Whether it wrote anything (events included).
         wrote: bool,
+        /// Whether it created, changed or deleted a child: progress the
+        /// requeue throttle counts (its own status writes are not).
+        moved_children: bool,
         /// Whether a desired child could not be made because another
         /// object holds its name.
         clashed: bool,
@@ -62,6 +65,8 @@ struct AppliedFacts {
     seen: u64,
     /// Whether it wrote anything.
     wrote: bool,
+    /// Whether it created, changed or deleted a child.
+    moved_children: bool,
     /// Whether a desired child clashed with another object's.
     clashed: bool,
 }
@@ -79,11 +84,21 @@ fn fingerprint(children: &[Arc<crate::object::Object>]) -> u64 {
     hasher.finish()
 }
 
-/// A fingerprint of an object's version and its children's.
+/// A fingerprint of what others may change of an object (its generation,
+/// labels, annotations and deletion) and of its children's versions; not
+/// its resource version, which the plugin's own status writes move.
 fn seen_fingerprint(object: &crate::object::Object, children: u64) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    (meta::resource_version(object), children).hash(&mut hasher);
+    let metadata = &object["metadata"];
+    (
+        meta::generation(object),
+        metadata["labels"].to_string(),
+        metadata["annotations"].to_string(),
+        meta::deletion_timestamp(object),
+        children,
+    )
+        .hash(&mut hasher);
     hasher.finish()
 }
 
@@ -175,11 +190,13 @@ async fn turn(shared: Arc<Shared>, key: ObjectKey, parker: egress::Parker) {
                 seen,
                 written,
                 wrote,
+                moved_children,
                 clashed,
             }) => {
                 applied = AppliedFacts {
                     seen,
                     wrote,
+                    moved_children,
                     clashed,
                 };
                 Ended::Applied {
@@ -240,7 +257,7 @@ async fn turn(shared: Arc<Shared>, key: ObjectKey, parker: egress::Parker) {
                         let delay = shared.requeues.delay(
                             &key,
                             requested,
-                            applied.wrote,
+                            applied.moved_children,
                             requeue::Seen {
                                 fingerprint: applied.seen,
                             },
@@ -450,6 +467,7 @@ async fn reconcile_key(
                     seen: 0,
                     written,
                     wrote: true,
+                    moved_children: false,
                     clashed: false,
                 });
             }
@@ -606,6 +624,9 @@ async fn reconcile_key(
         children: request.owned,
         seen: seen_fingerprint(&object, children),
         wrote: !written.is_empty() || events_written,
+        moved_children: applier
+            .children_moved
+            .load(std::sync::atomic::Ordering::Relaxed),
         written,
         clashed,
     })

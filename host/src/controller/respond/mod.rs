@@ -57,6 +57,8 @@ pub(crate) struct Applier<'a> {
     event_budget: Option<&'a EventBudget>,
     /// Events not recorded: over the budget.
     pub events_dropped: std::sync::atomic::AtomicUsize,
+    /// Whether a child was created, changed or deleted.
+    pub children_moved: std::sync::atomic::AtomicBool,
     /// Where the plugin's grant is read when a response wants more than
     /// [`MAX_CHILDREN`] children (it may raise the bound).
     grants: Option<&'a crate::egress::Egress>,
@@ -129,6 +131,7 @@ impl<'a> Applier<'a> {
             keep_events: false,
             event_budget: None,
             events_dropped: Default::default(),
+            children_moved: Default::default(),
             grants: None,
         }
     }
@@ -373,6 +376,8 @@ impl<'a> Applier<'a> {
             {
                 Ok(deleted) => {
                     self.wrote(kind, &deleted);
+                    self.children_moved
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
                     self.child_event("SuccessfulDelete", "Deleted", kind, meta::name(stale));
                 }
                 Err(api::Error::NotFound { .. }) => {}
@@ -394,6 +399,8 @@ impl<'a> Applier<'a> {
         match self.api.create(kind, child.clone()).await {
             Ok(created) => {
                 self.wrote(kind, &created);
+                self.children_moved
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
                 self.child_event("SuccessfulCreate", "Created", kind, meta::name(&created));
                 Ok(None)
             }
@@ -460,6 +467,8 @@ impl<'a> Applier<'a> {
         match self.api.update(kind, next).await {
             Ok(updated) => {
                 self.wrote(kind, &updated);
+                self.children_moved
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
                 Ok(())
             }
             Err(api::Error::NotFound { .. }) => Ok(()),

@@ -15,8 +15,9 @@
 //! `spec.count` lines of 1 KiB through the `log` import and as many to
 //! stdout on every call and asks to be called again in 10 ms,
 //! `eventflood` emits `spec.count` distinct events on every call and asks
-//! again in 100 ms, `children` wants `spec.count` children; anything else
-//! succeeds.
+//! again in 100 ms, `children` wants `spec.count` children, `burst` asks
+//! to be called again at once and writes a small status every few calls
+//! (a tick of 50 ms); anything else succeeds.
 
 use serde::Deserialize;
 use setpoint_plugin_sdk::serde_json::{Value, json};
@@ -175,6 +176,9 @@ impl Reconciler for Zoo {
                 Ok(Response::new().status(json!({"logged": true})))
             }
             "requeue0" => Ok(Response::new().requeue_after(std::time::Duration::ZERO)),
+            "burst" => Ok(Response::new()
+                .status(json!({"tick": ctx.now().unix_ms() / 50}))
+                .requeue_after(std::time::Duration::ZERO)),
             "flip" => {
                 let current = ctx
                     .owned_objects()
