@@ -170,8 +170,12 @@ fn yaml_block(out: &mut String, title: &str, value: &Value) {
     }
 }
 
+/// Events `describe` lists; older ones are summed up by reason.
+const SHOWN_EVENTS: usize = 20;
+
 /// The description of `object`, given its reconcile `history` (records of
-/// `/setpoint/v1/history`, oldest first) and the `events` about it.
+/// `/setpoint/v1/history`, oldest first) and the `events` about it (the
+/// last [`SHOWN_EVENTS`] listed, the older summed up by reason).
 pub fn render(resource: &Resource, object: &Value, history: &[Value], events: &[Value]) -> String {
     let meta = &object["metadata"];
     let mut out = String::new();
@@ -280,7 +284,25 @@ pub fn render(resource: &Resource, object: &Value, history: &[Value], events: &[
     if events.is_empty() {
         let _ = writeln!(out, "  <none>");
     } else {
-        let rows: Vec<Vec<String>> = events
+        // The most recent ones; the older are summed up by reason, as a
+        // flood of distinct events would bury everything else.
+        let older = events.len().saturating_sub(SHOWN_EVENTS);
+        if older > 0 {
+            let mut by_reason: std::collections::BTreeMap<String, u64> = Default::default();
+            for e in &events[..older] {
+                *by_reason.entry(text(&e["reason"])).or_default() += 1;
+            }
+            let summary: Vec<String> = by_reason
+                .iter()
+                .map(|(reason, n)| format!("{n} {reason}"))
+                .collect();
+            let _ = writeln!(
+                out,
+                "  {older} older events not shown ({}); the last {SHOWN_EVENTS}:",
+                summary.join(", ")
+            );
+        }
+        let rows: Vec<Vec<String>> = events[older..]
             .iter()
             .map(|e| {
                 vec![
@@ -358,6 +380,25 @@ mod tests {
         assert!(reconcile.contains("2.1ms") && reconcile.contains("0.1.0"));
         let event = text.lines().find(|l| l.contains("Warning")).unwrap();
         assert!(event.contains("3") && event.contains("stack") && event.contains("cycle"));
+    }
+
+    #[test]
+    fn a_flood_of_events_is_summed_up_and_the_last_ones_listed() {
+        let object = json!({"metadata": {"name": "x", "namespace": "default"}});
+        let events: Vec<Value> = (0..1000)
+            .map(|i| {
+                json!({"type": "Normal", "reason": if i < 990 { "Flood" } else { "Late" },
+                    "count": 1, "lastTimestamp": format!("2026-01-01T00:{:02}:{:02}Z", i / 60 % 60, i % 60),
+                    "message": format!("event {i}")})
+            })
+            .collect();
+        let text = render(&stack_resource(), &object, &[], &events);
+        assert!(
+            text.contains("980 older events not shown (980 Flood); the last 20:"),
+            "{text}"
+        );
+        assert!(text.contains("event 999") && text.contains("event 980"));
+        assert!(!text.contains("event 979"), "{text}");
     }
 
     #[test]
