@@ -780,3 +780,39 @@ async fn a_plan_over_http_hides_the_contents_of_objects_the_caller_may_not_read(
     }
     host.stop().await;
 }
+
+/// A plan refuses a response wanting more children than an object may
+/// have, as the controller would, and honours a grant that raises it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_refuses_too_many_children_unless_the_grant_raises_the_bound() {
+    let host = TestHost::start(&["zoo"]).await;
+    let wanted = setpoint::controller::MAX_CHILDREN + 1;
+    let crowd = json!({"apiVersion": "test.setpoint.dev/v1", "kind": "Zoo",
+        "metadata": {"name": "crowd", "namespace": "default"},
+        "spec": {"fault": "children", "count": wanted}});
+    let plan = host.host.plan(documents(&[crowd.clone()])).await.unwrap();
+    assert!(
+        plan.errors.iter().any(|e| e.origin == "zoo"
+            && e.message
+                .contains(&format!("at most {}", setpoint::controller::MAX_CHILDREN))),
+        "{:#?}",
+        plan.errors
+    );
+    assert!(plan.changes_of("ZooChild", Action::Create).is_empty());
+    let api = host.host.api();
+    let grants = api
+        .kinds()
+        .require("setpoint.dev/v1", "PluginGrant")
+        .unwrap();
+    api.create(
+        &grants,
+        json!({"apiVersion": "setpoint.dev/v1", "kind": "PluginGrant",
+            "metadata": {"name": "zoo"}, "spec": {"limits": {"children": 2000}}}),
+    )
+    .await
+    .unwrap();
+    let plan = host.host.plan(documents(&[crowd])).await.unwrap();
+    assert!(plan.errors.is_empty(), "{:#?}", plan.errors);
+    assert_eq!(plan.changes_of("ZooChild", Action::Create).len(), wanted);
+    host.stop().await;
+}

@@ -465,7 +465,8 @@ impl<'a> Cascade<'a> {
                 .push(pending(format!("looks again after {after:?}")));
         }
         let applier = Applier::new(&self.planning, manifest, &target.owned_kinds, &kind, None)
-            .keeping_events();
+            .keeping_events()
+            .with_grants(&self.context.egress);
         let applied = applier.apply(&object, &request.owned, &response).await;
         let child_events = std::mem::take(
             &mut *applier
