@@ -790,7 +790,11 @@ async fn a_plan_refuses_too_many_children_unless_the_grant_raises_the_bound() {
     let crowd = json!({"apiVersion": "test.setpoint.dev/v1", "kind": "Zoo",
         "metadata": {"name": "crowd", "namespace": "default"},
         "spec": {"fault": "children", "count": wanted}});
-    let plan = host.host.plan(documents(&[crowd.clone()])).await.unwrap();
+    let plan = host
+        .host
+        .plan(documents(std::slice::from_ref(&crowd)))
+        .await
+        .unwrap();
     assert!(
         plan.errors.iter().any(|e| e.origin == "zoo"
             && e.message
