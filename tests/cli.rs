@@ -31,15 +31,20 @@ fn serve(plugins: &[&str]) -> Server {
     }
 }
 
-fn run(server: &Server, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(setpoint_bin())
+/// The binary with `args` against `server`, every stream piped.
+fn spawn(server: &Server, args: &[&str]) -> std::process::Child {
+    Command::new(setpoint_bin())
         .args(args)
         .env("SETPOINT_SERVER", &server.url)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+fn run(server: &Server, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = spawn(server, args);
     if let Some(input) = stdin {
         use std::io::Write;
         child
@@ -442,14 +447,7 @@ async fn a_reader_that_goes_away_ends_the_command_quietly() {
         &["get", "pods", "-o", "yaml"][..],
         &["plan", "-f", "-", "-o", "json"][..],
     ] {
-        let mut child = Command::new(setpoint_bin())
-            .args(args)
-            .env("SETPOINT_SERVER", &server.url)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = spawn(&server, args);
         {
             use std::io::Write;
             let mut stdin = child.stdin.take().unwrap();

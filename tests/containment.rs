@@ -235,14 +235,10 @@ async fn events_about(host: &TestHost, name: &str, reason: &str) -> Vec<Value> {
         .collect()
 }
 
-/// The zoo's `requeue0` object asks to be called again at once, forever,
-/// with nothing to do. Its requeues are slowed down to the ceiling and the
-/// user is told; the neighbours converge.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_plugin_that_always_asks_for_an_immediate_requeue_is_slowed_down_and_reported() {
-    let host = TestHost::start(&["replicaset", "podsim", "zoo"]).await;
-    create_zoo(&host, "eager", json!({"fault": "requeue0"})).await;
-    let key = setpoint::object::ObjectKey::new(Some("default"), "eager");
+/// Wait until the requeues of the Zoo `name` are slowed to the throttle's
+/// ceiling; the ceiling.
+async fn requeues_reach_the_ceiling(host: &TestHost, name: &str) -> Duration {
+    let key = setpoint::object::ObjectKey::new(Some("default"), name);
     let ceiling = setpoint::controller::RequeueConfig::default().ceiling;
     eventually("the requeues reach the ceiling", WAIT, || async {
         let history = host.host.history("test.setpoint.dev/v1", "Zoo", &key).await;
@@ -252,6 +248,17 @@ async fn a_plugin_that_always_asks_for_an_immediate_requeue_is_slowed_down_and_r
         }
     })
     .await;
+    ceiling
+}
+
+/// The zoo's `requeue0` object asks to be called again at once, forever,
+/// with nothing to do. Its requeues are slowed down to the ceiling and the
+/// user is told; the neighbours converge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_that_always_asks_for_an_immediate_requeue_is_slowed_down_and_reported() {
+    let host = TestHost::start(&["replicaset", "podsim", "zoo"]).await;
+    create_zoo(&host, "eager", json!({"fault": "requeue0"})).await;
+    let ceiling = requeues_reach_the_ceiling(&host, "eager").await;
     // At the ceiling, a 2 s window holds at most one of its calls, where
     // the hot loop made thousands: the host's CPU is its neighbours'.
     let before = host.host.controller_stats("zoo").await.unwrap().reconciles;
@@ -285,17 +292,9 @@ async fn requeueing_at_once_with_small_status_writes_is_slowed_down_too() {
     for i in 0..OBJECTS {
         create_zoo(&host, &format!("burst-{i}"), json!({"fault": "burst"})).await;
     }
-    let ceiling = setpoint::controller::RequeueConfig::default().ceiling;
+    let mut ceiling = Duration::ZERO;
     for i in 0..OBJECTS {
-        let key = setpoint::object::ObjectKey::new(Some("default"), &format!("burst-{i}"));
-        eventually("the requeues reach the ceiling", WAIT, || async {
-            let history = host.host.history("test.setpoint.dev/v1", "Zoo", &key).await;
-            match history.last() {
-                Some(last) if last.next_in == Some(ceiling) => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        })
-        .await;
+        ceiling = requeues_reach_the_ceiling(&host, &format!("burst-{i}")).await;
     }
     let before = host.host.controller_stats("zoo").await.unwrap().reconciles;
     tokio::time::sleep(Duration::from_secs(4)).await;
@@ -911,17 +910,7 @@ async fn too_many_children_are_refused_until_the_grant_raises_the_bound() {
         .await
         .unwrap();
     assert!(none.items.is_empty(), "nothing created");
-    let grants = api
-        .kinds()
-        .require("setpoint.dev/v1", "PluginGrant")
-        .unwrap();
-    api.create(
-        &grants,
-        json!({"apiVersion": "setpoint.dev/v1", "kind": "PluginGrant",
-            "metadata": {"name": "zoo"}, "spec": {"limits": {"children": 2000}}}),
-    )
-    .await
-    .unwrap();
+    crate::support::grant(&host, "zoo", json!({"limits": {"children": 2000}})).await;
     // The refusal waits for a change of the object; touch it.
     let mut object = zoo(&host, "crowd").await;
     object["metadata"]["labels"] = json!({"touched": "yes"});

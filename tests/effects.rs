@@ -17,29 +17,9 @@ use setpoint::controller::Outcome;
 use setpoint::object::{KindInfo, ObjectKey};
 
 use crate::support::recorder::{Recorder, Reply};
-use crate::support::{TestHost, eventually, logs, warnings_about};
+use crate::support::{TestHost, eventually, grant, logs, warnings_about};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-async fn grant(host: &TestHost, plugin: &str, spec: Value) {
-    let api = host.host.api();
-    let kind = api
-        .kinds()
-        .require("setpoint.dev/v1", "PluginGrant")
-        .unwrap();
-    let object = json!({"apiVersion": "setpoint.dev/v1", "kind": "PluginGrant",
-        "metadata": {"name": plugin}, "spec": spec});
-    match api.get(&kind, None, plugin).await {
-        Ok(current) => {
-            let mut next = current.clone();
-            next["spec"] = object["spec"].clone();
-            api.update(&kind, next).await.unwrap();
-        }
-        Err(_) => {
-            api.create(&kind, object).await.unwrap();
-        }
-    }
-}
 
 async fn create(host: &TestHost, kind: &str, name: &str, spec: Value) {
     let api = host.host.api();

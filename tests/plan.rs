@@ -401,18 +401,7 @@ async fn deleting_a_stack_does_what_its_plan_said() {
 }
 
 async fn grant(host: &TestHost, plugin: &str, destinations: &[String]) {
-    let api = host.host.api();
-    let kind = api
-        .kinds()
-        .require("setpoint.dev/v1", "PluginGrant")
-        .unwrap();
-    api.create(
-        &kind,
-        json!({"apiVersion": "setpoint.dev/v1", "kind": "PluginGrant",
-            "metadata": {"name": plugin}, "spec": {"destinations": destinations}}),
-    )
-    .await
-    .unwrap();
+    crate::support::grant(host, plugin, json!({"destinations": destinations})).await;
 }
 
 fn effect(name: &str, spec: Value) -> Value {
@@ -803,18 +792,7 @@ async fn a_plan_refuses_too_many_children_unless_the_grant_raises_the_bound() {
         plan.errors
     );
     assert!(plan.changes_of("ZooChild", Action::Create).is_empty());
-    let api = host.host.api();
-    let grants = api
-        .kinds()
-        .require("setpoint.dev/v1", "PluginGrant")
-        .unwrap();
-    api.create(
-        &grants,
-        json!({"apiVersion": "setpoint.dev/v1", "kind": "PluginGrant",
-            "metadata": {"name": "zoo"}, "spec": {"limits": {"children": 2000}}}),
-    )
-    .await
-    .unwrap();
+    crate::support::grant(&host, "zoo", json!({"limits": {"children": 2000}})).await;
     let plan = host.host.plan(documents(&[crowd])).await.unwrap();
     assert!(plan.errors.is_empty(), "{:#?}", plan.errors);
     assert_eq!(plan.changes_of("ZooChild", Action::Create).len(), wanted);

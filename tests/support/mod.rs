@@ -531,6 +531,27 @@ pub fn ready_condition(object: &Value) -> Option<Value> {
         .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned())
 }
 
+/// Create or replace the `PluginGrant` of `plugin` with `spec`.
+pub async fn grant(host: &TestHost, plugin: &str, spec: Value) {
+    let api = host.host.api();
+    let kind = api
+        .kinds()
+        .require("setpoint.dev/v1", "PluginGrant")
+        .unwrap();
+    let object = serde_json::json!({"apiVersion": "setpoint.dev/v1", "kind": "PluginGrant",
+        "metadata": {"name": plugin}, "spec": spec});
+    match api.get(&kind, None, plugin).await {
+        Ok(current) => {
+            let mut next = current.clone();
+            next["spec"] = object["spec"].clone();
+            api.update(&kind, next).await.unwrap();
+        }
+        Err(_) => {
+            api.create(&kind, object).await.unwrap();
+        }
+    }
+}
+
 /// Warning events recorded about the object named `name` in `default`.
 pub async fn warnings_about(host: &TestHost, name: &str) -> Vec<Value> {
     let api = host.host.api();

@@ -99,9 +99,10 @@ pub const OBJECT_BURST: f64 = 500.0;
 /// How long an object's event budget takes to refill completely.
 pub const OBJECT_REFILL: Duration = Duration::from_secs(3600);
 
-/// Objects whose budgets are remembered; the least recently used is
-/// forgotten past it (and starts again full: a bound on memory, not on
-/// a single object).
+/// Objects whose budgets are remembered. Past it the full ones are
+/// forgotten (a full bucket is what a forgotten object starts with), and if
+/// more than half are still spending, all are (they start again full: a
+/// bound on memory, not on a single object).
 const MAX_OBJECTS: usize = 65_536;
 
 /// The reason of the warning that says events were dropped.
@@ -119,6 +120,15 @@ struct Bucket {
     at: Instant,
 }
 
+impl Bucket {
+    /// Its tokens at `now`.
+    fn refilled(&self, now: Instant) -> f64 {
+        let refill = OBJECT_BURST / OBJECT_REFILL.as_secs_f64();
+        (self.tokens + now.saturating_duration_since(self.at).as_secs_f64() * refill)
+            .min(OBJECT_BURST)
+    }
+}
+
 impl EventBudget {
     /// Take up to `wanted` events for the object `uid`; how many it may
     /// record.
@@ -126,23 +136,16 @@ impl EventBudget {
         let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         if !buckets.contains_key(uid) && buckets.len() >= MAX_OBJECTS {
-            // Forget the one idle longest.
-            if let Some(oldest) = buckets
-                .iter()
-                .min_by_key(|(_, b)| b.at)
-                .map(|(k, _)| k.clone())
-            {
-                buckets.remove(&oldest);
+            buckets.retain(|_, b| b.refilled(now) < OBJECT_BURST);
+            if buckets.len() > MAX_OBJECTS / 2 {
+                buckets.clear();
             }
         }
         let bucket = buckets.entry(uid.to_owned()).or_insert(Bucket {
             tokens: OBJECT_BURST,
             at: now,
         });
-        let refill = OBJECT_BURST / OBJECT_REFILL.as_secs_f64();
-        bucket.tokens = (bucket.tokens
-            + now.saturating_duration_since(bucket.at).as_secs_f64() * refill)
-            .min(OBJECT_BURST);
+        bucket.tokens = bucket.refilled(now);
         bucket.at = now;
         let granted = (bucket.tokens.floor() as usize)
             .min(wanted)

@@ -89,12 +89,24 @@ fn fingerprint(children: &[Arc<crate::object::Object>]) -> u64 {
 /// its resource version, which the plugin's own status writes move.
 fn seen_fingerprint(object: &crate::object::Object, children: u64) -> u64 {
     use std::hash::{Hash, Hasher};
+    /// Feeds JSON text to the hasher as it is written, never held whole.
+    struct Feed<'h>(&'h mut std::collections::hash_map::DefaultHasher);
+    impl std::io::Write for Feed<'_> {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.write(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     let metadata = &object["metadata"];
+    for field in ["labels", "annotations"] {
+        let _ = serde_json::to_writer(Feed(&mut hasher), &metadata[field]);
+    }
     (
         meta::generation(object),
-        metadata["labels"].to_string(),
-        metadata["annotations"].to_string(),
         meta::deletion_timestamp(object),
         children,
     )
@@ -622,7 +634,12 @@ async fn reconcile_key(
         requeue_after: response.requeue_after,
         generation,
         children: request.owned,
-        seen: seen_fingerprint(&object, children),
+        // Only a requeue the reconciler asks for looks at it.
+        seen: if response.requeue_after.is_some() {
+            seen_fingerprint(&object, children)
+        } else {
+            0
+        },
         wrote: !written.is_empty() || events_written,
         moved_children: applier
             .children_moved

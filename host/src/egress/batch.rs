@@ -356,21 +356,27 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_refused_batch_sends_its_members_alone_and_so_does_a_leader_that_gives_up() {
-        let batches = Arc::new(Batches::default());
-        let Joined::Leader(mut leader) = batches.join(
+    /// A batch of two writes to one zone: its leader, and the member's outcome.
+    fn leader_and_member(batches: &Arc<Batches>) -> (Leader, oneshot::Receiver<Outcome>) {
+        let Joined::Leader(leader) = batches.join(
             Batchable::of("p", "PATCH", &write("http://a/z", "a."), false).unwrap(),
             "k1".into(),
         ) else {
-            panic!()
+            panic!("the first leads")
         };
-        let Joined::Member(mut member) = batches.join(
+        let Joined::Member(member) = batches.join(
             Batchable::of("p", "PATCH", &write("http://a/z", "b."), false).unwrap(),
             "k2".into(),
         ) else {
-            panic!()
+            panic!("the second joins")
         };
+        (leader, member)
+    }
+
+    #[test]
+    fn a_refused_batch_sends_its_members_alone_and_an_unsent_or_failed_probe_batch_forms_again() {
+        let batches = Arc::new(Batches::default());
+        let (mut leader, mut member) = leader_and_member(&batches);
         leader.close(false);
         let refused = Arc::new(Ok(HttpResponse {
             status: 422,
@@ -380,36 +386,14 @@ mod tests {
         leader.answer(refused, true);
         assert!(matches!(member.try_recv(), Ok(Outcome::Alone)));
 
-        let Joined::Leader(leader) = batches.join(
-            Batchable::of("p", "PATCH", &write("http://a/z", "a."), false).unwrap(),
-            "k1".into(),
-        ) else {
-            panic!()
-        };
-        let Joined::Member(mut member) = batches.join(
-            Batchable::of("p", "PATCH", &write("http://a/z", "b."), false).unwrap(),
-            "k2".into(),
-        ) else {
-            panic!()
-        };
+        let (leader, mut member) = leader_and_member(&batches);
         drop(leader);
         assert!(
             matches!(member.try_recv(), Ok(Outcome::Again)),
             "a leader that gave up: the members batch again"
         );
 
-        let Joined::Leader(mut leader) = batches.join(
-            Batchable::of("p", "PATCH", &write("http://a/z", "a."), false).unwrap(),
-            "k1".into(),
-        ) else {
-            panic!()
-        };
-        let Joined::Member(mut member) = batches.join(
-            Batchable::of("p", "PATCH", &write("http://a/z", "b."), false).unwrap(),
-            "k2".into(),
-        ) else {
-            panic!()
-        };
+        let (mut leader, mut member) = leader_and_member(&batches);
         leader.close(true);
         leader.answer(
             Arc::new(Err(HttpError {

@@ -294,10 +294,10 @@ pub struct Turn {
     unused: bool,
     /// The one request an open breaker lets through.
     probe: bool,
-    /// The destination's `overlaps` when given, and whether another
-    /// request to it was in flight then.
+    /// The destination's `overlaps` before this turn was given: a move
+    /// since says another request to it ran alongside (given before this
+    /// one, counting it, or after).
     overlaps: u64,
-    crowded: bool,
 }
 
 impl std::fmt::Debug for Turn {
@@ -332,9 +332,9 @@ impl Turn {
         let mut state = lane.state();
         let now = Instant::now();
         let cap = state.cap;
-        let mut crowded = self.crowded;
+        let mut crowded = false;
         if let Some(d) = state.destinations.get_mut(&self.destination) {
-            crowded |= d.overlaps != self.overlaps;
+            crowded = d.overlaps != self.overlaps;
             if let Some(after) = retry_after {
                 d.retry_after = Some(now + after);
             }
@@ -459,11 +459,10 @@ impl Lane {
             }
             let rate = d.rate;
             d.bucket.take(rate, now);
-            let crowded = d.in_flight > 0;
-            if crowded {
+            let overlaps = d.overlaps;
+            if d.in_flight > 0 {
                 d.overlaps += 1;
             }
-            let overlaps = d.overlaps;
             d.in_flight += 1;
             d.adaptive.limit = d.adaptive.limit.min(cap.max(1));
             state.bucket.take(plugin_rate, now);
@@ -474,7 +473,6 @@ impl Lane {
                 unused: true,
                 probe,
                 overlaps,
-                crowded,
             };
             if let Err(mut turn) = waiter.turn.send(turn) {
                 // Gave up a moment ago: its tokens and place go back

@@ -162,13 +162,16 @@ impl Egress {
                 .then(|| batch::Batchable::of(plugin, &request.method, wire, body_secrets))
                 .flatten()
         };
-        let marked = prepared.wire.clone();
+        let first = batchable(&prepared.wire);
+        // Kept with its batch header: a member sent back to batch again
+        // joins anew.
+        let marked = first.is_some().then(|| prepared.wire.clone());
         // The batch header is the host's: never sent.
         prepared
             .wire
             .headers
             .retain(|(n, _)| !n.eq_ignore_ascii_case(BATCH_HEADER));
-        let Some(mut write) = batchable(&marked) else {
+        let (Some(mut write), Some(marked)) = (first, marked) else {
             return self.exchange(call, prepared, report, Carrying::Own).await;
         };
         let own_key = idempotency_key(scope.object, &request.id);
@@ -230,7 +233,7 @@ impl Egress {
         call: &Call<'_, '_>,
         mut prepared: Prepared,
         report: &mut Report,
-        carrying: Carrying<'_>,
+        mut carrying: Carrying<'_>,
     ) -> Result<HttpResponse, HttpError> {
         let Call {
             scope,
@@ -253,7 +256,6 @@ impl Egress {
         // A write carries an `Idempotency-Key` and a GET changes nothing:
         // either may go again after a failure that crowding caused.
         let resendable = role == "effect" || matches!(request.method.as_str(), "GET" | "HEAD");
-        let mut carrying = Some(carrying);
         let mut addrs = None;
         let mut resent = false;
         let mut members = 1;
@@ -278,33 +280,24 @@ impl Egress {
                     });
                 }
             };
-            match carrying.take() {
-                None | Some(Carrying::Own) => {}
-                Some(Carrying::Read(flight)) => {
-                    flight.sent(turn.is_probe());
-                    carrying = Some(Carrying::Read(flight));
-                }
-                Some(Carrying::Batch(leader)) => {
-                    let closed = leader.close(turn.is_probe());
-                    members = leader.members();
-                    prepared.wire.body = Some(closed.body);
-                    if role == "effect" {
-                        prepared
-                            .wire
-                            .headers
-                            .push(("Idempotency-Key".into(), closed.idempotency_key));
-                    }
-                }
+            if let Carrying::Read(flight) = &carrying {
+                flight.sent(turn.is_probe());
             }
-            if role == "effect"
-                && !prepared
-                    .wire
-                    .headers
-                    .iter()
-                    .any(|(n, _)| n == "Idempotency-Key")
-            {
-                let key = idempotency_key(scope.object, &request.id);
-                prepared.wire.headers.push(("Idempotency-Key".into(), key));
+            // What the request carries is settled at its first turn; a
+            // resend goes as it went.
+            if !resent {
+                let key = match &mut carrying {
+                    Carrying::Batch(leader) => {
+                        let closed = leader.close(turn.is_probe());
+                        members = leader.members();
+                        prepared.wire.body = Some(closed.body);
+                        Some(closed.idempotency_key)
+                    }
+                    _ => (role == "effect").then(|| idempotency_key(scope.object, &request.id)),
+                };
+                if let Some(key) = key {
+                    prepared.wire.headers.push(("Idempotency-Key".into(), key));
+                }
             }
             let timeout = request.timeout_ms.map_or(config.request_timeout, |ms| {
                 config

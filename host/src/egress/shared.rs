@@ -131,8 +131,11 @@ struct State {
     entries: HashMap<Key, Entry>,
     /// Per destination: how many writes to it have finished.
     epochs: HashMap<String, u64>,
-    /// Per object and destination: the epoch its last write there ended.
-    writers: HashMap<(String, String), u64>,
+    /// Per destination, per object: the epoch its last write there ended
+    /// (keyed so that a lookup borrows its strings).
+    writers: HashMap<String, HashMap<String, u64>>,
+    /// How many (destination, object) writes `writers` holds.
+    writer_count: usize,
     /// Per destination: the epoch everyone must read after, since
     /// `writers` was last forgotten.
     floor: HashMap<String, u64>,
@@ -261,7 +264,8 @@ impl Observations {
         let floor = state.floor.get(destination).copied().unwrap_or(0);
         let own = state
             .writers
-            .get(&(reader.to_owned(), destination.to_owned()))
+            .get(destination)
+            .and_then(|w| w.get(reader))
             .copied()
             .unwrap_or(0);
         let after = floor.max(own);
@@ -322,13 +326,15 @@ impl Observations {
         let epoch = state.epochs.entry(destination.to_owned()).or_default();
         *epoch += 1;
         let epoch = *epoch;
-        if state.writers.len() >= MAX_WRITERS {
+        if state.writer_count >= MAX_WRITERS {
             state.writers.clear();
+            state.writer_count = 0;
             state.floor = state.epochs.clone();
         }
-        state
-            .writers
-            .insert((writer.to_owned(), destination.to_owned()), epoch);
+        let writers = state.writers.entry(destination.to_owned()).or_default();
+        if writers.insert(writer.to_owned(), epoch).is_none() {
+            state.writer_count += 1;
+        }
     }
 
     /// Drop answers older than any window a requester could still accept
@@ -480,7 +486,7 @@ mod tests {
             table.wrote("elsewhere", &format!("w{i}"));
         }
         assert!(
-            table.state().writers.len() < MAX_WRITERS,
+            table.state().writer_count < MAX_WRITERS,
             "the writers are bounded"
         );
         assert!(

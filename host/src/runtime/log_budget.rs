@@ -45,6 +45,7 @@ impl Default for LogBudget {
     fn default() -> Self {
         Self {
             state: Mutex::new(State {
+                // Full: the first `admit` caps it at the burst it is given.
                 tokens: f64::MAX,
                 refilled: Instant::now(),
                 dropped: 0,

@@ -171,6 +171,13 @@ impl<'a> Applier<'a> {
             });
     }
 
+    /// A child was created, changed or deleted: written, and progress.
+    fn wrote_child(&self, kind: &Arc<KindInfo>, child: &Object) {
+        self.wrote(kind, child);
+        self.children_moved
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     fn wrote(&self, kind: &Arc<KindInfo>, object: &Object) {
         if let Some(rv) = meta::resource_version(object).and_then(|rv| rv.parse().ok()) {
             self.written
@@ -375,9 +382,7 @@ impl<'a> Applier<'a> {
                 .await
             {
                 Ok(deleted) => {
-                    self.wrote(kind, &deleted);
-                    self.children_moved
-                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    self.wrote_child(kind, &deleted);
                     self.child_event("SuccessfulDelete", "Deleted", kind, meta::name(stale));
                 }
                 Err(api::Error::NotFound { .. }) => {}
@@ -398,9 +403,7 @@ impl<'a> Applier<'a> {
     ) -> Result<Option<Clash>, Error> {
         match self.api.create(kind, child.clone()).await {
             Ok(created) => {
-                self.wrote(kind, &created);
-                self.children_moved
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                self.wrote_child(kind, &created);
                 self.child_event("SuccessfulCreate", "Created", kind, meta::name(&created));
                 Ok(None)
             }
@@ -466,9 +469,7 @@ impl<'a> Applier<'a> {
         }
         match self.api.update(kind, next).await {
             Ok(updated) => {
-                self.wrote(kind, &updated);
-                self.children_moved
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                self.wrote_child(kind, &updated);
                 Ok(())
             }
             Err(api::Error::NotFound { .. }) => Ok(()),
