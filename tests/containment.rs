@@ -934,3 +934,135 @@ async fn too_many_children_are_refused_until_the_grant_raises_the_bound() {
     .await;
     host.stop().await;
 }
+
+/// A plugin whose statuses are fat (1 MiB, new on every call) writes at
+/// its share of bytes, not at the rate its requeues and objects allow:
+/// past the burst its keys wait, a `Paced` warning names the grant field
+/// that raises the share, and `/metrics` counts the waits. Raising the
+/// share in the grant lets it write faster at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fat_status_writes_are_paced_to_the_plugins_share_of_bytes() {
+    let host = TestHost::start(&["zoo"]).await;
+    // A burst of 16 MiB (64 s of the rate), then a quarter MiB a second.
+    crate::support::grant(&host, "zoo", json!({"limits": {"writeMiBPerSecond": 0.25}})).await;
+    for i in 0..24 {
+        create_zoo(
+            &host,
+            &format!("fat-{i}"),
+            json!({"fault": "fatstatus", "count": 1024}),
+        )
+        .await;
+    }
+    let written = || async {
+        let tallies = host.host.tallies().await;
+        let zoo = tallies.iter().find(|(c, _)| c.contains("zoo")).unwrap().1;
+        (zoo.written_bytes, zoo.paced_writes)
+    };
+    eventually("the plugin paced on its writes", WAIT, || async {
+        let (bytes, paced) = written().await;
+        (paced > 0)
+            .then_some(())
+            .ok_or(format!("{bytes} bytes written, not paced"))
+    })
+    .await;
+    let mut paced_events = Vec::new();
+    for i in 0..24 {
+        paced_events.extend(events_about(&host, &format!("fat-{i}"), "Paced").await);
+    }
+    assert_eq!(paced_events.len(), 1, "said once: {paced_events:?}");
+    let message = paced_events[0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.limits.writeMiBPerSecond") && message.contains("0.25 MiB"),
+        "{message}"
+    );
+    // Held to the share: over 4 s at most a quarter MiB a second, plus
+    // the writes of calls that were under way when the debt was seen.
+    let (before, _) = written().await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (after, _) = written().await;
+    let mib = 1 << 20;
+    assert!(
+        after - before <= 8 * mib,
+        "{} MiB written in 4 s at a share of 0.25 MiB/s",
+        (after - before) / mib
+    );
+    // Raised: the debt is repaid sixty times faster and writes go on.
+    crate::support::grant(&host, "zoo", json!({"limits": {"writeMiBPerSecond": 64}})).await;
+    let (raised, _) = written().await;
+    eventually("writes go on at the raised share", WAIT, || async {
+        let (now, _) = written().await;
+        (now - raised > 24 * mib)
+            .then_some(())
+            .ok_or(format!("{} MiB since the raise", (now - raised) / mib))
+    })
+    .await;
+    host.stop().await;
+}
+
+/// Plugins whose calls are long and many (20 objects computing for a
+/// while, requeueing at once with a small status write) spend their share
+/// of call time, not what their requeues and objects would allow: past the
+/// burst their keys wait, a `Paced` warning names the grant field that
+/// raises the share, and `/metrics` counts the waits. (What the default
+/// share costs the host is measured by `scripts/bench` "burst",
+/// BENCHMARKS.md.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_calls_are_paced_to_the_plugins_share_of_call_time() {
+    let host = TestHost::start(&["zoo"]).await;
+    // A tenth of a core: a burst of 0.4 s of calls.
+    crate::support::grant(&host, "zoo", json!({"limits": {"cpu": 0.1}})).await;
+    for i in 0..20 {
+        create_zoo(
+            &host,
+            &format!("busy-{i}"),
+            json!({"fault": "busy", "count": 40}),
+        )
+        .await;
+    }
+    let tally = || async {
+        let tallies = host.host.tallies().await;
+        tallies.iter().find(|(c, _)| c.contains("zoo")).unwrap().1
+    };
+    let call_time = || {
+        host.host
+            .runtime()
+            .plugin_call_stats()
+            .into_iter()
+            .find(|s| s.plugin == "zoo")
+            .map(|s| s.duration)
+            .unwrap_or_default()
+    };
+    eventually("the plugin paced on its call time", WAIT, || async {
+        let t = tally().await;
+        (t.paced_cpu > 0)
+            .then_some(())
+            .ok_or(format!("{} reconciles, not paced", t.reconciles))
+    })
+    .await;
+    let mut paced_events = Vec::new();
+    for i in 0..20 {
+        paced_events.extend(events_about(&host, &format!("busy-{i}"), "Paced").await);
+    }
+    assert_eq!(paced_events.len(), 1, "said once: {paced_events:?}");
+    let message = paced_events[0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.limits.cpu") && message.contains("0.1 cores"),
+        "{message}"
+    );
+    // Held to the share over 6 s: 0.6 s of calls, plus the calls under way
+    // when the debt was seen (at most one a pool thread) and the debt
+    // they leave behind.
+    let before = call_time();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let after = call_time();
+    let spent = after.sum - before.sum;
+    let slack = after.max * 4;
+    assert!(
+        spent <= Duration::from_millis(600) + slack,
+        "{spent:?} of calls in 6 s at a share of 0.1 core (longest call {:?}, {} calls)",
+        after.max,
+        after.count - before.count
+    );
+    assert!(tally().await.paced_cpu > 0);
+    host.stop().await;
+}

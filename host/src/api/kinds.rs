@@ -95,6 +95,8 @@ fn plugin_grant_kind() -> KindInfo {
                                 "rps": {"type": "number", "minimum": 0},
                                 "concurrency": {"type": "integer", "minimum": 1},
                                 "children": {"type": "integer", "minimum": 1},
+                                "cpu": {"type": "number", "minimum": 0, "exclusiveMinimum": true},
+                                "writeMiBPerSecond": {"type": "number", "minimum": 0, "exclusiveMinimum": true},
                             },
                         },
                     },

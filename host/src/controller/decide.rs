@@ -19,6 +19,9 @@ pub(super) enum Ended {
     StillFailed,
     /// This host's lease is too close to expiry to call the reconciler.
     Postponed,
+    /// The plugin is over its share (`pace`): not called, tried again
+    /// when its debt is repaid.
+    Paced(Duration),
     /// The response was applied.
     Applied {
         /// The requeue the reconciler asked for.
@@ -91,7 +94,8 @@ pub(super) fn tallied(ended: &Ended, wrote: bool, clashed: bool) -> TallyOutcome
         | Ended::Gone
         | Ended::Stopped
         | Ended::StillFailed
-        | Ended::Postponed => TallyOutcome::Succeeded { wrote },
+        | Ended::Postponed
+        | Ended::Paced(_) => TallyOutcome::Succeeded { wrote },
     }
 }
 
@@ -101,6 +105,7 @@ pub(super) fn decide(ended: Ended) -> Decision {
         Ended::Gone => Decision::Forget,
         Ended::Stopped | Ended::StillFailed => Decision::Drop,
         Ended::Postponed => Decision::RetrySoon(NOT_NOW_RETRY),
+        Ended::Paced(wait) => Decision::RetrySoon(wait),
         Ended::Applied {
             hot_loop: true,
             generation,
@@ -175,6 +180,7 @@ mod tests {
             (Ended::Stopped, Decision::Drop),
             (Ended::StillFailed, Decision::Drop),
             (Ended::Postponed, Decision::RetrySoon(NOT_NOW_RETRY)),
+            (Ended::Paced(S(2)), Decision::RetrySoon(S(2))),
             (applied(None, None, false), succeeded(None)),
             (applied(Some(S(5)), None, false), succeeded(Some(S(5)))),
             // A hold pushes a requeue back, and asks for one by itself.

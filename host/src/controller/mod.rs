@@ -46,6 +46,7 @@ mod failures;
 mod from_fn;
 pub mod history;
 mod native;
+mod pace;
 mod parked;
 pub(crate) mod pool;
 mod requeue;
@@ -71,6 +72,7 @@ pub use config::{Config, Stats};
 pub use from_fn::{FnReconciler, from_fn};
 pub use history::{History, Outcome, ReconcileRecord};
 pub use native::Native;
+pub use pace::{DEFAULT_CORES, DEFAULT_WRITE_MIB_PER_SECOND, Pace, PaceLimits, Resource};
 pub use requeue::RequeueConfig;
 pub use respond::MAX_CHILDREN;
 pub use tally::{Tally, TallyOutcome, TallySnapshot};
@@ -159,6 +161,8 @@ struct Shared {
     hot_loops: AtomicU64,
     /// What the plugin's events may still record, per object.
     event_budget: events::EventBudget,
+    /// What the plugin may still spend of call time and writes.
+    pace: Arc<Pace>,
     /// Performs the reconciler's external requests.
     egress: crate::egress::Egress,
     /// Outcomes of writes and holds between a key's reconciles.
@@ -289,6 +293,7 @@ impl Controller {
             concurrent: AtomicU64::new(0),
             hot_loops: AtomicU64::new(0),
             event_budget: events::EventBudget::default(),
+            pace: Arc::default(),
         });
         let workers = (0..shared.gate.workers())
             .map(|index| tokio::spawn(worker::worker(shared.clone(), index)))

@@ -85,10 +85,17 @@ impl CallPool {
         inline: bool,
         view: &Arc<dyn super::CacheView>,
         request: super::Request,
+        pace: Option<&Arc<super::Pace>>,
     ) -> ReconcileCall {
-        let (callee, view) = (callee.clone(), view.clone());
+        let (callee, view, pace) = (callee.clone(), view.clone(), pace.cloned());
         let call = move || {
+            // Timed on the thread that runs it: waiting for a thread is
+            // not the plugin's spending.
+            let started = std::time::Instant::now();
             let response = callee.reconcile(&request, &view);
+            if let Some(pace) = pace {
+                pace.charge_call(started.elapsed());
+            }
             (request, response)
         };
         if inline {

@@ -48,6 +48,10 @@ struct Counters {
     conflicts: AtomicU64,
     wrote: AtomicU64,
     events_dropped: AtomicU64,
+    /// Keys made to wait over the plugin's share, by `pace::Resource`
+    /// (cpu, writes).
+    paced: [AtomicU64; 2],
+    written_bytes: AtomicU64,
     duration: Histogram,
 }
 
@@ -85,6 +89,14 @@ pub struct TallySnapshot {
     /// Events of its responses not recorded: over the event budget
     /// (`events::EventBudget`).
     pub events_dropped: u64,
+    /// Turns of keys made to wait because the plugin was over its share
+    /// of call time (`controller::Pace`).
+    pub paced_cpu: u64,
+    /// Turns of keys made to wait because the plugin was over its share
+    /// of bytes written.
+    pub paced_writes: u64,
+    /// Bytes of objects its responses had the store write.
+    pub written_bytes: u64,
 }
 
 impl Tally {
@@ -112,6 +124,20 @@ impl Tally {
         self.0.events_dropped.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Count a key's turn made to wait over the plugin's `resource` share.
+    pub fn paced(&self, resource: super::Resource) {
+        let index = match resource {
+            super::Resource::Cpu => 0,
+            super::Resource::Writes => 1,
+        };
+        self.0.paced[index].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Count bytes of objects written for the plugin's responses.
+    pub fn written(&self, bytes: u64) {
+        self.0.written_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
     /// The figures so far.
     #[must_use]
     pub fn snapshot(&self) -> TallySnapshot {
@@ -122,6 +148,9 @@ impl Tally {
             conflicts: counters.conflicts.load(Ordering::Relaxed),
             wrote: counters.wrote.load(Ordering::Relaxed),
             events_dropped: counters.events_dropped.load(Ordering::Relaxed),
+            paced_cpu: counters.paced[0].load(Ordering::Relaxed),
+            paced_writes: counters.paced[1].load(Ordering::Relaxed),
+            written_bytes: counters.written_bytes.load(Ordering::Relaxed),
             duration: counters.duration.snapshot(),
         }
     }

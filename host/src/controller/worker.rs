@@ -32,6 +32,9 @@ enum Step {
     /// This host's cluster lease is too close to expiry to call the
     /// reconciler; try again shortly.
     Postponed,
+    /// The plugin is over its share (`pace`); try again when its debt
+    /// is repaid.
+    Paced(Duration),
     /// A write of the response found the object (or a child) changed since
     /// the reconciler saw it: optimistic concurrency at work, not a
     /// failure of the plugin. The key is retried like a transient error,
@@ -195,6 +198,7 @@ async fn turn(shared: Arc<Shared>, key: ObjectKey, parker: egress::Parker) {
             Ok(Step::Stopped) => Ended::Stopped,
             Ok(Step::StillFailed) => Ended::StillFailed,
             Ok(Step::Postponed) => Ended::Postponed,
+            Ok(Step::Paced(wait)) => Ended::Paced(wait),
             Ok(Step::Applied {
                 requeue_after,
                 generation,
@@ -514,6 +518,9 @@ async fn reconcile_key(
         // during the call; whoever holds the shard then reconciles it.
         return Ok(Step::Postponed);
     }
+    if let Some(wait) = paced(shared, api, manifest, &object, key).await {
+        return Ok(Step::Paced(wait));
+    }
     *called = Some(Called {
         at: SystemTime::now(),
         object: object.clone(),
@@ -527,7 +534,7 @@ async fn reconcile_key(
     };
     let (request, response) = shared
         .pool
-        .reconcile(&callee, inline, &view, request)
+        .reconcile(&callee, inline, &view, request, Some(&shared.pace))
         .await?;
     // The plugin has seen the outcomes and answered: an error is its
     // decision about them, and handing them over again would replay the
@@ -554,7 +561,10 @@ async fn reconcile_key(
                 true => shared.parked.call_permit().await,
                 false => None,
             };
-            shared.pool.reconcile(callee, inline, view, r).await
+            shared
+                .pool
+                .reconcile(callee, inline, view, r, Some(&shared.pace))
+                .await
         }
     })
     .await;
@@ -577,6 +587,9 @@ async fn reconcile_key(
 
     let result = applier.apply(&object, &request.owned, &response).await;
     let mut written = remember_writes(shared, key, &applier);
+    let bytes = applier.bytes_written.load(Ordering::Relaxed);
+    shared.pace.charge_writes(bytes);
+    shared.tally.written(bytes as u64);
     let events_written = applier.events.load(Ordering::Relaxed) > 0;
     let dropped = applier.events_dropped.load(Ordering::Relaxed);
     if dropped > 0 {
@@ -647,6 +660,57 @@ async fn reconcile_key(
         written,
         clashed,
     })
+}
+
+/// Whether the plugin is over its share (`pace`): how long `key` waits.
+/// The limits are read from the plugin's grant every few seconds; the
+/// first wait of an episode is said in a warning log line and an Event on
+/// the object it held.
+async fn paced(
+    shared: &Shared,
+    api: &Api,
+    manifest: &super::Manifest,
+    object: &crate::object::Object,
+    key: &ObjectKey,
+) -> Option<Duration> {
+    if shared.pace.limits_due() {
+        let grant = shared.egress.grant(&manifest.name).await.ok().flatten();
+        shared
+            .pace
+            .set_limits(super::pace::limits_from(grant.as_ref()));
+    }
+    let (wait, episode) = shared.pace.wait_noting();
+    let (wait, resource) = wait?;
+    shared.tally.paced(resource);
+    if let super::pace::Episode::Started(resource) = episode {
+        let limits = shared.pace.limits();
+        let (share, field) = match resource {
+            super::Resource::Cpu => (
+                format!("{} cores of call time", limits.cores),
+                "spec.limits.cpu",
+            ),
+            super::Resource::Writes => (
+                format!(
+                    "{} MiB a second of objects written",
+                    limits.write_bytes_per_second / (1024.0 * 1024.0)
+                ),
+                "spec.limits.writeMiBPerSecond",
+            ),
+        };
+        let message = format!(
+            "plugin {} is over its share of {share}: its reconciles wait until it is back within it \
+             (its PluginGrant raises it: {field}; setpoint_plugin_paced_total counts the waits)",
+            manifest.name
+        );
+        tracing::warn!(plugin = %manifest.name, object = %key, resource = resource.as_str(), retry_in = ?wait, "{message}");
+        let event = EventRecord {
+            severity: Severity::Warning,
+            reason: "Paced".into(),
+            message,
+        };
+        let _ = events::record(api, &manifest.name, object, &event).await;
+    }
+    Some(wait)
 }
 
 /// How long a reconcile waits for the caches to show its key's last writes.

@@ -198,6 +198,13 @@ pub struct GrantLimits {
     /// Children one object may have (a response asking for more is
     /// refused); the host's default (1,000) when unset.
     pub children: Option<usize>,
+    /// Cores' worth of reconcile call time a second the plugin may spend;
+    /// the host's default (half a core) when unset
+    /// (`controller::PaceLimits`).
+    pub cpu: Option<f64>,
+    /// MiB of objects its responses may have the store write a second;
+    /// the host's default (4) when unset.
+    pub write_mib_per_second: Option<f64>,
 }
 
 /// An operator's grant to one plugin, read from its `PluginGrant` object.
@@ -249,6 +256,12 @@ impl Grant {
                 .as_u64()
                 .filter(|c| *c > 0)
                 .map(|c| c as usize),
+            cpu: spec["limits"]["cpu"]
+                .as_f64()
+                .filter(|c| c.is_finite() && *c > 0.0),
+            write_mib_per_second: spec["limits"]["writeMiBPerSecond"]
+                .as_f64()
+                .filter(|w| w.is_finite() && *w > 0.0),
         };
         Ok(Self {
             destinations,

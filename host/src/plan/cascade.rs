@@ -371,7 +371,7 @@ impl<'a> Cascade<'a> {
         let view: Arc<dyn CacheView> = self.view.clone();
         let called = match context
             .pool
-            .reconcile(&reconciler, false, &view, request)
+            .reconcile(&reconciler, false, &view, request, None)
             .await
         {
             Ok(called) => called,
@@ -407,7 +407,7 @@ impl<'a> Cascade<'a> {
             let pool = context.pool.clone();
             let asked = &asked;
             async move {
-                let called = pool.reconcile(&reconciler, false, &view, r).await;
+                let called = pool.reconcile(&reconciler, false, &view, r, None).await;
                 if let Ok((_, Ok(response))) = &called {
                     asked
                         .lock()

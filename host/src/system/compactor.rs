@@ -1,5 +1,6 @@
 //! The compactor: forgets store history older than a number of revisions,
-//! periodically (Kubernetes compacts every five minutes). Owns when and how
+//! periodically (Kubernetes compacts every five minutes), and sooner when
+//! the history holds more than a bound of bytes. Owns when and how
 //! far to compact; what compaction means for lists and watches is
 //! [`Api::compact`]'s, what it removes is the backend's.
 
@@ -38,13 +39,71 @@ use crate::api::Api;
 /// # Ok(()) }
 /// ```
 pub fn start(api: &Api, interval: Duration, keep_revisions: i64) -> JoinHandle<()> {
+    start_keeping(api, interval, keep_revisions, KEEP_BYTES)
+}
+
+/// The most bytes of objects written since the compaction point that the
+/// store keeps as history before compacting early: a few fat objects
+/// rewritten fill the disk long before [`start`]'s revisions are many.
+pub const KEEP_BYTES: u64 = 128 << 20;
+
+/// How often the bytes of history are looked at.
+const BYTES_CHECK: Duration = Duration::from_secs(1);
+
+/// [`start`], also compacting as soon as more than twice `keep_bytes` of
+/// objects were written since the compaction point (as the API's watch
+/// hub counts them), to where `keep_bytes` are left.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use serde_json::json;
+/// use setpoint::api::Api;
+/// use setpoint::store::MemoryBackend;
+/// use setpoint::system::compactor;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+/// let events = api.kinds().require("v1", "Event")?;
+/// let fat = "x".repeat(1 << 20);
+/// let compactor = compactor::start_keeping(&api, Duration::from_secs(3600), 1_000, 2 << 20);
+/// for i in 0..8 {
+///     api.create(&events, json!({"apiVersion": "v1", "kind": "Event",
+///         "metadata": {"name": format!("e{i}")}, "message": fat})).await?;
+/// }
+/// // Long before an hour, and with far fewer than 1,000 revisions.
+/// while api.compacted_revision() < 5 {
+///     tokio::time::sleep(Duration::from_millis(50)).await;
+/// }
+/// compactor.abort();
+/// # Ok(()) }
+/// ```
+pub fn start_keeping(
+    api: &Api,
+    interval: Duration,
+    keep_revisions: i64,
+    keep_bytes: u64,
+) -> JoinHandle<()> {
     let api = api.clone();
     let keep = keep_revisions.max(0);
     tokio::spawn(async move {
-        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        let tick = interval.min(BYTES_CHECK);
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + tick, tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut due = tokio::time::Instant::now() + interval;
         loop {
             ticker.tick().await;
+            let compacted = api.compacted_revision();
+            let by_bytes = (api.hub().written_since(compacted) > keep_bytes.saturating_mul(2))
+                .then(|| api.hub().revision_keeping(keep_bytes))
+                .flatten();
+            let by_revisions = (tokio::time::Instant::now() >= due).then_some(());
+            if by_bytes.is_none() && by_revisions.is_none() {
+                continue;
+            }
+            if by_revisions.is_some() {
+                due = tokio::time::Instant::now() + interval;
+            }
             let current = match api.current_revision().await {
                 Ok(current) => current,
                 Err(err) => {
@@ -52,12 +111,16 @@ pub fn start(api: &Api, interval: Duration, keep_revisions: i64) -> JoinHandle<(
                     continue;
                 }
             };
-            let target = current - keep;
+            let target = (current - keep).max(by_bytes.unwrap_or(0)).min(current);
             if target <= api.compacted_revision() {
                 continue;
             }
             match api.compact(target).await {
-                Ok(()) => tracing::debug!(revision = target, "store compacted"),
+                Ok(()) => tracing::debug!(
+                    revision = target,
+                    by_bytes = by_bytes.is_some(),
+                    "store compacted"
+                ),
                 Err(err) => tracing::warn!(%err, revision = target, "compaction failed"),
             }
         }

@@ -8,7 +8,9 @@
 //!   any host sharing the backend.
 //! - A subscription starts after a revision and yields every later change
 //!   under its key prefix, in revision order, with no gap and no duplicate.
-//! - History is bounded. Subscribing before the oldest retained change fails
+//! - History is bounded, in changes and in bytes ([`DEFAULT_HISTORY_BYTES`]
+//!   of stored objects: a few fat objects rewritten must not make it hold
+//!   gigabytes). Subscribing before the oldest retained change fails
 //!   with [`Error::TooOldResourceVersion`] (HTTP 410 on the API); the caller
 //!   relists.
 //! - Like tokio's broadcast channel, a subscriber that falls more than the
@@ -32,6 +34,14 @@ pub use subscription::Subscription;
 /// far a subscriber may fall behind before it is cut off. A power of two,
 /// because the broadcast channel rounds its capacity up to one.
 pub const DEFAULT_HISTORY: usize = 8192;
+
+/// The most bytes of stored objects (as encoded in the store) the history
+/// keeps for late subscribers, whatever the number of changes.
+pub const DEFAULT_HISTORY_BYTES: usize = 64 << 20;
+
+/// Granularity of the hub's tally of bytes written, which tells the
+/// compactor how far back history holds a given number of bytes.
+const MARK_BYTES: u64 = 1 << 20;
 
 /// What happened to an object.
 ///
@@ -92,6 +102,8 @@ pub struct Event {
     /// The object after the change (before it, for a delete), with
     /// `metadata.resourceVersion` set to `revision`.
     pub object: Arc<Object>,
+    /// The size of the object as stored (encoded), in bytes.
+    pub size: usize,
 }
 
 /// A subscription failure.
@@ -158,6 +170,8 @@ struct Inner {
     state: Mutex<State>,
     sender: broadcast::Sender<Arc<Event>>,
     capacity: usize,
+    /// The most bytes of objects the history keeps.
+    max_bytes: usize,
     /// Moves when the hub resumes after a gap it cannot fill: every
     /// subscriber from before must relist.
     epoch: Arc<AtomicU64>,
@@ -170,6 +184,13 @@ struct State {
     history: VecDeque<Arc<Event>>,
     oldest: Revision,
     last: Revision,
+    /// Bytes of the objects in `history`.
+    bytes: usize,
+    /// Bytes of every change seen since the hub started.
+    written: u64,
+    /// `(revision, written up to and including it)`, one about every
+    /// [`MARK_BYTES`], from the last at or below the compaction point on.
+    marks: VecDeque<(Revision, u64)>,
 }
 
 impl WatchHub {
@@ -193,6 +214,35 @@ impl WatchHub {
     /// # Ok(()) }
     /// ```
     pub async fn start(backend: Arc<dyn Backend>, capacity: usize) -> store::Result<Self> {
+        Self::start_with(backend, capacity, DEFAULT_HISTORY_BYTES).await
+    }
+
+    /// [`WatchHub::start`] keeping at most `max_bytes` of objects in its
+    /// history (at least the last change, whatever its size).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use setpoint::store::{Backend, Condition, MemoryBackend};
+    /// use setpoint::watch::{Error, WatchHub};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = Arc::new(MemoryBackend::new());
+    /// let hub = WatchHub::start_with(store.clone(), 1024, 10_000).await?;
+    /// let fat = format!(r#"{{"blob": "{}"}}"#, "x".repeat(4_000)).into_bytes();
+    /// for _ in 0..5 {
+    ///     store.put("/fat", fat.clone(), Condition::Any).await?;
+    /// }
+    /// hub.wait_for(5).await;
+    /// assert_eq!(hub.history_bytes(), 2 * fat.len(), "two fit in 10,000 bytes");
+    /// assert!(matches!(hub.subscribe("/", 2), Err(Error::TooOldResourceVersion { .. })));
+    /// assert!(hub.subscribe("/", 3).is_ok());
+    /// # Ok(()) }
+    /// ```
+    pub async fn start_with(
+        backend: Arc<dyn Backend>,
+        capacity: usize,
+        max_bytes: usize,
+    ) -> store::Result<Self> {
         let capacity = capacity.max(1).next_power_of_two();
         // Start from the last `capacity` changes the store still has, so that
         // a client resuming a watch after a restart of the host finds them.
@@ -212,9 +262,13 @@ impl WatchHub {
                     history: VecDeque::with_capacity(capacity.min(1024)),
                     oldest: start,
                     last: start,
+                    bytes: 0,
+                    written: 0,
+                    marks: VecDeque::new(),
                 }),
                 sender,
                 capacity,
+                max_bytes,
                 epoch: Arc::default(),
                 follower: Mutex::new(None),
             }),
@@ -372,9 +426,68 @@ impl WatchHub {
             .front()
             .is_some_and(|e| e.revision <= revision)
         {
-            state.history.pop_front();
+            if let Some(old) = state.history.pop_front() {
+                state.bytes -= old.size;
+            }
         }
         state.oldest = state.oldest.max(revision.min(state.last));
+        // Keep the last mark at or below the compaction point: the base
+        // that `written_since` counts from.
+        while state.marks.get(1).is_some_and(|m| m.0 <= revision) {
+            state.marks.pop_front();
+        }
+    }
+
+    /// Bytes of the objects the history holds now.
+    pub fn history_bytes(&self) -> usize {
+        self.lock().bytes
+    }
+
+    /// About how many bytes of objects were written after `revision`, as
+    /// far as this hub has seen (to within about a MiB): what a store
+    /// compacted at `revision` holds of history.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use setpoint::store::{Backend, Condition, MemoryBackend};
+    /// use setpoint::watch::WatchHub;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = Arc::new(MemoryBackend::new());
+    /// let hub = WatchHub::start(store.clone(), 16).await?;
+    /// let mib = format!(r#"{{"blob": "{}"}}"#, "x".repeat(1 << 20)).into_bytes();
+    /// for _ in 0..8 {
+    ///     store.put("/fat", mib.clone(), Condition::Any).await?;
+    /// }
+    /// hub.wait_for(8).await;
+    /// let mib = mib.len() as u64;
+    /// assert_eq!(hub.written_since(0), 8 * mib);
+    /// assert_eq!(hub.written_since(6), 2 * mib);
+    /// assert_eq!(hub.revision_keeping(3 * mib), Some(5), "after 5: three of them");
+    /// # Ok(()) }
+    /// ```
+    pub fn written_since(&self, revision: Revision) -> u64 {
+        let state = self.lock();
+        let base = state
+            .marks
+            .iter()
+            .take_while(|m| m.0 <= revision)
+            .last()
+            .map_or(0, |m| m.1);
+        state.written - base
+    }
+
+    /// The oldest revision after which at most `bytes` of objects were
+    /// written (to within about a MiB), if the hub has seen enough to say:
+    /// where to compact to keep that much history.
+    pub fn revision_keeping(&self, bytes: u64) -> Option<Revision> {
+        let state = self.lock();
+        state
+            .marks
+            .iter()
+            .find(|m| state.written - m.1 <= bytes)
+            .or(state.marks.back())
+            .map(|m| m.0)
     }
 
     /// Subscribe to changes under `prefix` after revision `after`.
@@ -434,12 +547,20 @@ impl Inner {
     fn publish(&self, event: Event) {
         let event = Arc::new(event);
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if state.history.len() == self.capacity
+        state.bytes += event.size;
+        while (state.history.len() >= self.capacity || state.bytes > self.max_bytes)
             && let Some(old) = state.history.pop_front()
         {
             state.oldest = old.revision;
+            state.bytes -= old.size;
         }
         state.last = event.revision;
+        let before = state.written;
+        state.written += event.size as u64;
+        if state.marks.is_empty() || before / MARK_BYTES != state.written / MARK_BYTES {
+            let mark = (event.revision, state.written);
+            state.marks.push_back(mark);
+        }
         state.history.push_back(event.clone());
         // Sent under the lock so that `subscribe` sees history and channel
         // consistently: an event is either in the backlog or in the channel.
@@ -451,6 +572,7 @@ impl Inner {
     fn reset(&self, revision: Revision) {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         state.history.clear();
+        state.bytes = 0;
         state.oldest = revision;
         state.last = revision;
         self.epoch.fetch_add(1, Ordering::SeqCst);
@@ -473,12 +595,14 @@ async fn follow(
                     (EventKind::Delete, _) => EventType::Deleted,
                 };
                 let revision = change.revision();
+                let size = change.kv.value.len();
                 match codec::decode(&change.kv.value, revision) {
                     Ok(object) => inner.publish(Event {
                         revision,
                         kind,
                         key: change.kv.key,
                         object: Arc::new(object),
+                        size,
                     }),
                     Err(err) => {
                         tracing::error!(key = %change.kv.key, %err, "undecodable object in store; skipped by watchers");

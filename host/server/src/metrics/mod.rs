@@ -345,6 +345,35 @@ pub(super) fn render(numbers: &HostNumbers, requests: &RequestMetrics) -> String
     }
     header(
         &mut out,
+        "setpoint_plugin_paced_total",
+        "counter",
+        "Turns of a plugin's keys made to wait because it was over its share of call time (cpu, default half a core) or of bytes written (writes, default 4 MiB/s); its PluginGrant raises them (spec.limits.cpu, spec.limits.writeMiBPerSecond).",
+    );
+    for (plugin, t) in tallies {
+        let p = escape(plugin);
+        for (resource, n) in [("cpu", t.paced_cpu), ("writes", t.paced_writes)] {
+            let _ = writeln!(
+                out,
+                "setpoint_plugin_paced_total{{plugin=\"{p}\",resource=\"{resource}\"}} {n}"
+            );
+        }
+    }
+    header(
+        &mut out,
+        "setpoint_plugin_written_bytes_total",
+        "counter",
+        "Bytes of objects (as stored) a plugin's responses had the store write: statuses, children, finalizers.",
+    );
+    for (plugin, t) in tallies {
+        let _ = writeln!(
+            out,
+            "setpoint_plugin_written_bytes_total{{plugin=\"{}\"}} {}",
+            escape(plugin),
+            t.written_bytes
+        );
+    }
+    header(
+        &mut out,
         "controller_runtime_reconcile_time_seconds",
         "histogram",
         "Length of time per reconciliation per controller.",

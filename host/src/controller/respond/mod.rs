@@ -59,6 +59,8 @@ pub(crate) struct Applier<'a> {
     pub events_dropped: std::sync::atomic::AtomicUsize,
     /// Whether a child was created, changed or deleted.
     pub children_moved: std::sync::atomic::AtomicBool,
+    /// Bytes of the objects written (as encoded), for the plugin's pace.
+    pub bytes_written: std::sync::atomic::AtomicUsize,
     /// Where the plugin's grant is read when a response wants more than
     /// [`MAX_CHILDREN`] children (it may raise the bound).
     grants: Option<&'a crate::egress::Egress>,
@@ -132,6 +134,7 @@ impl<'a> Applier<'a> {
             event_budget: None,
             events_dropped: Default::default(),
             children_moved: Default::default(),
+            bytes_written: Default::default(),
             grants: None,
         }
     }
@@ -179,6 +182,10 @@ impl<'a> Applier<'a> {
     }
 
     fn wrote(&self, kind: &Arc<KindInfo>, object: &Object) {
+        self.bytes_written.fetch_add(
+            crate::object::shape::encoded_len(object),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         if let Some(rv) = meta::resource_version(object).and_then(|rv| rv.parse().ok()) {
             self.written
                 .lock()

@@ -17,7 +17,10 @@
 //! `eventflood` emits `spec.count` distinct events on every call and asks
 //! again in 100 ms, `children` wants `spec.count` children, `burst` asks
 //! to be called again at once and writes a small status every few calls
-//! (a tick of 50 ms); anything else succeeds.
+//! (a tick of 50 ms), `fatstatus` writes a status of `spec.count` KiB
+//! (1,200 by default), new on every call, and asks again in 100 ms;
+//! `busy` computes for `spec.count` million rounds (20 by default) and
+//! otherwise behaves as `burst`; anything else succeeds.
 
 use serde::Deserialize;
 use setpoint_plugin_sdk::serde_json::{Value, json};
@@ -174,6 +177,25 @@ impl Reconciler for Zoo {
                 ctx.info(format!("zoo log import for {}", object.name()));
                 println!("zoo stdout for {}", object.name());
                 Ok(Response::new().status(json!({"logged": true})))
+            }
+            "busy" => {
+                let mut n: u64 = 0;
+                for i in 0..(object.spec.count.unwrap_or(20) as u64 * 1_000_000) {
+                    n = std::hint::black_box(n.wrapping_mul(31).wrapping_add(i));
+                }
+                Ok(Response::new()
+                    .status(json!({"tick": ctx.now().unix_ms() / 50, "n": n % 7}))
+                    .requeue_after(std::time::Duration::ZERO))
+            }
+            "fatstatus" => {
+                let tick = ctx.now().unix_ms();
+                let blob = format!(
+                    "{tick}:{}",
+                    "f".repeat(object.spec.count.unwrap_or(1200) << 10)
+                );
+                Ok(Response::new()
+                    .status(json!({"tick": tick, "blob": blob}))
+                    .requeue_after(std::time::Duration::from_millis(100)))
             }
             "requeue0" => Ok(Response::new().requeue_after(std::time::Duration::ZERO)),
             "burst" => Ok(Response::new()
