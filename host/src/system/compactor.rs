@@ -45,7 +45,7 @@ pub fn start(api: &Api, interval: Duration, keep_revisions: i64) -> JoinHandle<(
 /// The most bytes of objects written since the compaction point that the
 /// store keeps as history before compacting early: a few fat objects
 /// rewritten fill the disk long before [`start`]'s revisions are many.
-pub const KEEP_BYTES: u64 = 128 << 20;
+pub const KEEP_BYTES: u64 = 64 << 20;
 
 /// How often the bytes of history are looked at.
 const BYTES_CHECK: Duration = Duration::from_secs(1);

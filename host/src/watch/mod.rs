@@ -39,6 +39,20 @@ pub const DEFAULT_HISTORY: usize = 8192;
 /// keeps for late subscribers, whatever the number of changes.
 pub const DEFAULT_HISTORY_BYTES: usize = 64 << 20;
 
+/// Changes older than this are let go once the history holds more than
+/// [`STALE_KEPT`] changes or bytes (Kubernetes' watch cache shrinks past its
+/// `eventFreshDuration` of 75 s alike): memory spent on fat objects returns
+/// when their writes stop, and a watcher resuming from further back
+/// relists.
+pub const HISTORY_FRESH: std::time::Duration = std::time::Duration::from_secs(75);
+
+/// How many changes, and bytes, of stale history are kept anyway: a host
+/// at rest still lets its watchers resume after a short break.
+const STALE_KEPT: (usize, usize) = (1024, 4 << 20);
+
+/// How often stale history is looked for while no change comes.
+const STALE_CHECK: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Granularity of the hub's tally of bytes written, which tells the
 /// compactor how far back history holds a given number of bytes.
 const MARK_BYTES: u64 = 1 << 20;
@@ -104,6 +118,8 @@ pub struct Event {
     pub object: Arc<Object>,
     /// The size of the object as stored (encoded), in bytes.
     pub size: usize,
+    /// When the hub received it (for letting go of stale history).
+    pub received: tokio::time::Instant,
 }
 
 /// A subscription failure.
@@ -543,6 +559,22 @@ impl WatchHub {
     }
 }
 
+impl State {
+    fn let_go_of_stale(&mut self) {
+        let (keep_changes, keep_bytes) = STALE_KEPT;
+        while (self.history.len() > keep_changes || self.bytes > keep_bytes)
+            && self
+                .history
+                .front()
+                .is_some_and(|e| e.received.elapsed() > HISTORY_FRESH)
+            && let Some(old) = self.history.pop_front()
+        {
+            self.oldest = old.revision;
+            self.bytes -= old.size;
+        }
+    }
+}
+
 impl Inner {
     fn publish(&self, event: Event) {
         let event = Arc::new(event);
@@ -554,6 +586,7 @@ impl Inner {
             state.oldest = old.revision;
             state.bytes -= old.size;
         }
+        state.let_go_of_stale();
         state.last = event.revision;
         let before = state.written;
         state.written += event.size as u64;
@@ -565,6 +598,15 @@ impl Inner {
         // Sent under the lock so that `subscribe` sees history and channel
         // consistently: an event is either in the backlog or in the channel.
         let _ = self.sender.send(event);
+    }
+
+    /// Let go of changes older than [`HISTORY_FRESH`] past the
+    /// [`STALE_KEPT`] allowance.
+    fn let_go_of_stale(&self) {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .let_go_of_stale();
     }
 
     /// Start over at `revision` after changes the hub never saw: forget the
@@ -585,7 +627,14 @@ async fn follow(
     mut stream: store::WatchStream,
 ) {
     loop {
-        let item = stream.recv().await;
+        let item = match tokio::time::timeout(STALE_CHECK, stream.recv()).await {
+            Ok(item) => item,
+            Err(_) => {
+                let Some(inner) = hub.upgrade() else { return };
+                inner.let_go_of_stale();
+                continue;
+            }
+        };
         let Some(inner) = hub.upgrade() else { return };
         match item {
             Some(Ok(change)) => {
@@ -603,6 +652,7 @@ async fn follow(
                         key: change.kv.key,
                         object: Arc::new(object),
                         size,
+                        received: tokio::time::Instant::now(),
                     }),
                     Err(err) => {
                         tracing::error!(key = %change.kv.key, %err, "undecodable object in store; skipped by watchers");

@@ -80,3 +80,40 @@ async fn a_broken_store_watch_resumes_where_it_stopped_without_a_gap() {
         assert_eq!(event.revision, revision);
     }
 }
+
+/// Fat changes written and then no more: past the freshness window the
+/// history lets them go (down to the small allowance), so the memory they
+/// took returns; a subscriber resuming from before them relists.
+#[tokio::test(start_paused = true)]
+async fn stale_fat_history_is_let_go_after_the_freshness_window() {
+    let store = Arc::new(MemoryBackend::new());
+    let hub = WatchHub::start(store.clone(), 1024).await.unwrap();
+    let fat = format!(r#"{{"blob": "{}"}}"#, "x".repeat(3 << 20)).into_bytes();
+    for _ in 0..3 {
+        store
+            .put("/fat", fat.clone(), Condition::Any)
+            .await
+            .unwrap();
+    }
+    hub.wait_for(3).await;
+    assert_eq!(hub.history_bytes(), 3 * fat.len(), "fresh: all kept");
+    tokio::time::sleep(super::HISTORY_FRESH + std::time::Duration::from_secs(10)).await;
+    assert_eq!(
+        hub.history_bytes(),
+        fat.len(),
+        "stale: down to what the allowance of 4 MiB holds (the last)"
+    );
+    assert!(matches!(
+        hub.subscribe("/", 1),
+        Err(Error::TooOldResourceVersion { .. })
+    ));
+    assert_eq!(
+        hub.subscribe("/", 2)
+            .unwrap()
+            .next()
+            .await
+            .unwrap()
+            .revision,
+        3
+    );
+}
