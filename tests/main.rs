@@ -48,6 +48,9 @@ mod kubectl;
 mod metrics;
 /// `setpoint new-plugin` and `setpoint plugins`.
 mod new_plugin;
+/// Who owns a kind, through the binary: claims that outlive restarts, a
+/// squatter's hand-over when it goes, and the operator's pins.
+mod ownership;
 /// `setpoint plan`: plans compared with what applying them does, nothing
 /// written or sent while planning, bad input reported per object.
 mod plan;

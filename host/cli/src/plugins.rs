@@ -68,6 +68,9 @@ pub fn render(list: &Value) -> String {
         if let Some(reason) = p["reason"].as_str() {
             notes.push(format!("{}: failed: {reason}", text(&p["name"])));
         }
+        for line in p["contested"].as_array().into_iter().flatten() {
+            notes.push(format!("{}: {}", text(&p["name"]), text(line)));
+        }
         if let Some(err) = p["lastError"].as_str() {
             notes.push(format!(
                 "{}: new file rejected, previous version still running: {err}",

@@ -48,6 +48,7 @@ pub(super) async fn plugins(State(host): State<Arc<Host>>) -> Json<Value> {
                 "lastError": p.last_error,
                 "reconciles": p.reconciles,
                 "errors": p.errors,
+                "contested": p.contested,
             })
         })
         .collect();

@@ -89,6 +89,7 @@ fn plugin_grant_kind() -> KindInfo {
                     "properties": {
                         "destinations": strings,
                         "secrets": strings,
+                        "kinds": strings,
                         "limits": {
                             "type": "object",
                             "properties": {

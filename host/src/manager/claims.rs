@@ -20,10 +20,20 @@
 //!   whose definition the first brings differently, or when both reconcile
 //!   one kind and only the other brings its definition. So a plugin that
 //!   squats on another's kind or definition cannot win by sorting first.
+//! - **Recorded claims and pins** (`ownership`): a plugin the store
+//!   records as a kind's claimant claims before the others at start-up, so
+//!   the first claimant keeps its kind; a kind the operator pins to a
+//!   plugin (its `PluginGrant`'s `spec.kinds`) is refused to any other,
+//!   and the pinned plugin takes it, and its definition, from whoever holds
+//!   them (they are *evicted*: stopped and refused). A definition of a kind
+//!   pinned to another plugin that has not claimed it yet is carried but
+//!   not owned.
 //! - **At most [`MAX_DEFINITIONS`] definitions per plugin.**
-//! - **When a plugin goes** (its file is removed, or it is refused on
-//!   reload with another name), each definition it owned passes to another
-//!   running plugin that carries the same one; if none does, it is
+//! - **When a plugin goes** (its file is removed, it is evicted, or it is
+//!   refused on reload with another name), the plugins refused because of
+//!   it are tried again at once (`reload.rs`), so its kind and definitions
+//!   pass to the next claimant; each definition it owned passes otherwise
+//!   to another running plugin that carries the same one; if none does, it is
 //!   *orphaned*: the host deletes it when no object of its kind is stored,
 //!   and keeps it (objects are data) otherwise, or when it is one host of a
 //!   cluster (the others may still run the plugin).
@@ -33,12 +43,13 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::controller::Manifest;
 use crate::object::GroupVersionKind;
 
 use super::Error;
+use super::ownership::KindKey;
 
 /// The most definitions one plugin may bring.
 pub const MAX_DEFINITIONS: usize = 32;
@@ -50,6 +61,19 @@ pub(super) struct Claims {
     plugins: BTreeMap<String, Held>,
     /// Definition name → the plugin that owns it.
     owners: BTreeMap<String, String>,
+    /// Kinds the operator pinned to a plugin.
+    pins: BTreeMap<KindKey, String>,
+}
+
+/// What a plugin may claim, once [`Claims::check`] let it.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Allowed {
+    /// Running plugins that hold what a pin gives it: they must be stopped
+    /// and released before it claims.
+    pub evict: Vec<String>,
+    /// The definitions it will own (names), for which its version is the
+    /// stored one.
+    pub owns: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -57,6 +81,20 @@ struct Held {
     kind: (String, String),
     /// Definition name → its `spec`, as the plugin brought it.
     definitions: BTreeMap<String, Value>,
+}
+
+/// The kind a definition defines.
+fn defined_kind(definition: &Value) -> KindKey {
+    (
+        definition["spec"]["group"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        definition["spec"]["names"]["kind"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+    )
 }
 
 fn kind_of(manifest: &Manifest) -> (String, String) {
@@ -118,11 +156,17 @@ pub(super) fn yields(manifest: &Manifest, others: &[&Manifest]) -> bool {
 }
 
 impl Claims {
+    /// Set the kinds pinned by the operator (`ownership::pins`).
+    pub fn set_pins(&mut self, pins: BTreeMap<KindKey, String>) {
+        self.pins = pins;
+    }
+
     /// Whether `manifest` may claim its kind and definitions, given what
-    /// the other plugins hold. `replacing` names the plugin the claimant
-    /// replaces (the running version of the same file), whose claims do not
-    /// count against it.
-    pub fn check(&self, manifest: &Manifest, replacing: Option<&str>) -> Result<(), Error> {
+    /// the other plugins hold and the pins: what it may own and whom it
+    /// evicts. `replacing` names the plugin the claimant replaces (the
+    /// running version of the same file), whose claims do not count
+    /// against it.
+    pub fn check(&self, manifest: &Manifest, replacing: Option<&str>) -> Result<Allowed, Error> {
         let name = manifest.name.as_str();
         let other = |plugin: &str| plugin != name && Some(plugin) != replacing;
         if manifest.definitions.len() > MAX_DEFINITIONS {
@@ -132,37 +176,76 @@ impl Claims {
             });
         }
         let kind = kind_of(manifest);
-        if let Some((owner, _)) = self
+        let kind_text = || {
+            format!(
+                "{} {}",
+                manifest.reconciles.api_version, manifest.reconciles.kind
+            )
+        };
+        let mut allowed = Allowed::default();
+        match self.pins.get(&kind) {
+            Some(pinned) if other(pinned) => {
+                return Err(Error::KindPinned {
+                    plugin: name.to_owned(),
+                    kind: kind_text(),
+                    owner: pinned.clone(),
+                });
+            }
+            _ => {}
+        }
+        let pinned_here = |kind: &KindKey| self.pins.get(kind).map(String::as_str) == Some(name);
+        if let Some((holder, _)) = self
             .plugins
             .iter()
             .find(|(plugin, held)| other(plugin) && held.kind == kind)
         {
-            return Err(Error::KindTaken {
-                plugin: name.to_owned(),
-                kind: format!(
-                    "{} {}",
-                    manifest.reconciles.api_version, manifest.reconciles.kind
-                ),
-                owner: owner.clone(),
-            });
-        }
-        for (definition, spec) in definitions_of(manifest) {
-            let Some(owner) = self.owners.get(&definition).filter(|o| other(o)) else {
-                continue;
-            };
-            let theirs = self
-                .plugins
-                .get(owner)
-                .and_then(|held| held.definitions.get(&definition));
-            if theirs != Some(&spec) {
-                return Err(Error::DefinitionTaken {
+            if !pinned_here(&kind) {
+                return Err(Error::KindTaken {
                     plugin: name.to_owned(),
-                    definition,
-                    owner: owner.clone(),
+                    kind: kind_text(),
+                    owner: holder.clone(),
                 });
             }
+            allowed.evict.push(holder.clone());
         }
-        Ok(())
+        for definition in &manifest.definitions {
+            let definition_name = definition["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let defined = defined_kind(definition);
+            let pinned_elsewhere = self.pins.get(&defined).is_some_and(|p| p.as_str() != name);
+            match self.owners.get(&definition_name).filter(|o| other(o)) {
+                None => {
+                    // Free (or its own): owned unless pinned to another.
+                    if !pinned_elsewhere {
+                        allowed.owns.push(definition_name);
+                    }
+                }
+                Some(owner) => {
+                    let theirs = self
+                        .plugins
+                        .get(owner)
+                        .and_then(|held| held.definitions.get(&definition_name));
+                    if theirs == Some(&definition["spec"]) {
+                        continue;
+                    }
+                    if pinned_here(&defined) {
+                        if !allowed.evict.contains(owner) {
+                            allowed.evict.push(owner.clone());
+                        }
+                        allowed.owns.push(definition_name);
+                    } else {
+                        return Err(Error::DefinitionTaken {
+                            plugin: name.to_owned(),
+                            definition: definition_name,
+                            owner: owner.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(allowed)
     }
 
     /// Record `manifest`'s claims (after [`Claims::check`] passed and its
@@ -172,10 +255,20 @@ impl Claims {
     pub fn claim(&mut self, manifest: &Manifest) -> Vec<String> {
         let previous = self.release(&manifest.name);
         let definitions = definitions_of(manifest);
-        for definition in definitions.keys() {
-            self.owners
-                .entry(definition.clone())
-                .or_insert_with(|| manifest.name.clone());
+        for (definition, spec) in &definitions {
+            let pinned_elsewhere = self
+                .pins
+                .get(&defined_kind(&json!({"spec": spec})))
+                .is_some_and(|p| p != &manifest.name);
+            let kind = defined_kind(&json!({"spec": spec}));
+            if self.pins.get(&kind) == Some(&manifest.name) {
+                self.owners
+                    .insert(definition.clone(), manifest.name.clone());
+            } else if !pinned_elsewhere {
+                self.owners
+                    .entry(definition.clone())
+                    .or_insert_with(|| manifest.name.clone());
+            }
         }
         self.plugins.insert(
             manifest.name.clone(),
@@ -396,5 +489,82 @@ mod tests {
             "carrying podsim's very definition is fine"
         );
         assert!(!yields(&podsim, &all));
+    }
+
+    #[test]
+    fn a_pin_refuses_the_kind_to_others_and_evicts_whoever_holds_it() {
+        let rs_crd = crd(
+            "replicasets",
+            "demo.setpoint.dev",
+            "ReplicaSet",
+            json!(null),
+        );
+        let narrow_rs = crd(
+            "replicasets",
+            "demo.setpoint.dev",
+            "ReplicaSet",
+            json!({"max": 1}),
+        );
+        let squats = crd("squats", "test.setpoint.dev", "Squat", json!(null));
+        let mut claims = Claims::default();
+        let hijack = manifest("hijack", ("demo.setpoint.dev/v1", "Pod"), vec![]);
+        let squat = manifest(
+            "squat",
+            ("test.setpoint.dev/v1", "Squat"),
+            vec![squats, narrow_rs],
+        );
+        claims.claim(&hijack);
+        claims.claim(&squat);
+        claims.set_pins(BTreeMap::from([
+            (
+                ("demo.setpoint.dev".to_owned(), "Pod".to_owned()),
+                "podsim".to_owned(),
+            ),
+            (
+                ("demo.setpoint.dev".to_owned(), "ReplicaSet".to_owned()),
+                "rs".to_owned(),
+            ),
+        ]));
+        let podsim = manifest("podsim", ("demo.setpoint.dev/v1", "Pod"), vec![pods()]);
+        assert_eq!(
+            claims.check(&podsim, None).unwrap(),
+            Allowed {
+                evict: vec!["hijack".into()],
+                owns: vec!["pods.demo.setpoint.dev".into()],
+            }
+        );
+        let rs = manifest("rs", ("demo.setpoint.dev/v1", "ReplicaSet"), vec![rs_crd]);
+        let allowed = claims.check(&rs, None).unwrap();
+        assert_eq!(
+            allowed.evict,
+            ["squat"],
+            "it owns a different definition of a pinned kind"
+        );
+        assert_eq!(allowed.owns, ["replicasets.demo.setpoint.dev"]);
+        // Once the pinned plugin runs, the squatter cannot come back.
+        claims.release("squat");
+        claims.claim(&rs);
+        let err = claims.check(&squat, None).unwrap_err().to_string();
+        assert!(err.contains("plugin \"rs\""), "{err}");
+        let again = manifest("hijack", ("demo.setpoint.dev/v1", "Pod"), vec![]);
+        let err = claims.check(&again, None).unwrap_err().to_string();
+        assert!(err.contains("pinned to plugin \"podsim\""), "{err}");
+    }
+
+    #[test]
+    fn a_definition_of_a_kind_pinned_elsewhere_is_carried_not_owned() {
+        let mut claims = Claims::default();
+        claims.set_pins(BTreeMap::from([(
+            ("demo.setpoint.dev".to_owned(), "Pod".to_owned()),
+            "podsim".to_owned(),
+        )]));
+        let carrier = manifest("rs", ("demo.setpoint.dev/v1", "ReplicaSet"), vec![pods()]);
+        assert!(claims.check(&carrier, None).unwrap().owns.is_empty());
+        claims.claim(&carrier);
+        let podsim = manifest("podsim", ("demo.setpoint.dev/v1", "Pod"), vec![pods()]);
+        assert_eq!(
+            claims.check(&podsim, None).unwrap().owns,
+            ["pods.demo.setpoint.dev"]
+        );
     }
 }

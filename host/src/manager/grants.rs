@@ -1,6 +1,7 @@
 //! Requeue a plugin's objects when what it may use outside changes: the
 //! operator's `PluginGrant` named after it (new rights apply at once, and
-//! a pending request is retried as soon as it is granted), or a Secret in
+//! a pending request is retried as soon as it is granted; the plugins
+//! refused for a claim are tried again, as its pins may let them in), or a Secret in
 //! their namespace when the plugin uses secrets (a rotated credential is
 //! used at once).
 
@@ -19,6 +20,10 @@ pub(super) fn follow(shared: &Arc<Shared>) {
             if let Some(controller) = shared.controllers.lock().await.get(&plugin) {
                 tracing::info!(%plugin, "PluginGrant changed: requeueing the plugin's objects");
                 controller.requeue_all();
+            }
+            // Its pins (`spec.kinds`) may let a refused plugin in.
+            if let Err(err) = shared.retry_refused().await {
+                tracing::warn!(%err, "trying refused plugins again failed");
             }
         });
     });

@@ -31,10 +31,8 @@ impl Host {
 
     /// Every plugin file the host knows and its state.
     pub async fn plugins(&self) -> Vec<PluginStatus> {
-        self.shared
-            .plugins
-            .lock()
-            .await
+        let plugins = self.shared.plugins.lock().await;
+        let mut statuses: Vec<PluginStatus> = plugins
             .values()
             .map(|entry| {
                 let mut status = entry.status.clone();
@@ -42,7 +40,32 @@ impl Host {
                 (status.reconciles, status.errors) = (tally.reconciles, tally.errors);
                 status
             })
-            .collect()
+            .collect();
+        // A contested claim shows on the holder too.
+        let refusals: Vec<(String, String, String)> = plugins
+            .values()
+            .filter_map(|entry| {
+                let holder = entry.refused_by.clone()?;
+                let reason = match &entry.status.state {
+                    crate::plugins::PluginState::Failed(reason) => reason.clone(),
+                    crate::plugins::PluginState::Running => {
+                        entry.status.last_error.clone().unwrap_or_default()
+                    }
+                };
+                Some((holder, entry.status.name.clone(), reason))
+            })
+            .collect();
+        for (holder, refused, reason) in refusals {
+            if let Some(status) = statuses
+                .iter_mut()
+                .find(|s| s.name == holder && s.state == crate::plugins::PluginState::Running)
+            {
+                status.contested.push(format!(
+                    "contested by plugin {refused:?}, refused: {reason}"
+                ));
+            }
+        }
+        statuses
     }
 
     /// Counters of the reconciler named `plugin`, if it runs.

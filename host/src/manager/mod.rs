@@ -23,6 +23,7 @@ mod builder;
 mod claims;
 mod grants;
 mod inspect;
+mod ownership;
 mod reload;
 
 pub use builder::HostBuilder;
@@ -47,7 +48,7 @@ pub enum Error {
     Duplicate(String),
     /// Another plugin already reconciles the kind (one reconciler per kind).
     #[error(
-        "plugin {plugin:?} reconciles {kind}, which is already reconciled by plugin {owner:?}; one plugin per kind"
+        "plugin {plugin:?} reconciles {kind}, which is already reconciled by plugin {owner:?}; one plugin per kind (the first claimant keeps it; a PluginGrant's spec.kinds pins it to a plugin)"
     )]
     KindTaken {
         /// The refused plugin.
@@ -55,6 +56,19 @@ pub enum Error {
         /// The kind it asked for.
         kind: String,
         /// The plugin that reconciles it.
+        owner: String,
+    },
+    /// The operator pinned the kind to another plugin (its `PluginGrant`'s
+    /// `spec.kinds`).
+    #[error(
+        "plugin {plugin:?} reconciles {kind}, which the operator pinned to plugin {owner:?} (its PluginGrant's spec.kinds)"
+    )]
+    KindPinned {
+        /// The refused plugin.
+        plugin: String,
+        /// The kind it asked for.
+        kind: String,
+        /// The plugin it is pinned to.
         owner: String,
     },
     /// Another plugin owns a definition of that name, and this one differs.
@@ -94,6 +108,19 @@ pub enum Error {
     /// Joining the cluster failed.
     #[error(transparent)]
     Cluster(#[from] cluster::Error),
+}
+
+impl Error {
+    /// The plugin whose claim refused this one, for a refusal by claims:
+    /// the refused plugin is tried again when that plugin goes.
+    pub fn claimant(&self) -> Option<&str> {
+        match self {
+            Error::KindTaken { owner, .. }
+            | Error::KindPinned { owner, .. }
+            | Error::DefinitionTaken { owner, .. } => Some(owner),
+            _ => None,
+        }
+    }
 }
 
 /// A running Setpoint host.
@@ -294,8 +321,9 @@ impl Host {
         }
         self.shared.claim(&manifest, None).await?;
         let started = self.shared.start_controller(reconciler, None).await;
-        if started.is_err() {
-            self.shared.release(&manifest.name).await;
+        match &started {
+            Ok(()) => ownership::record_claim(&self.shared.api, &manifest).await,
+            Err(_) => self.shared.release(&manifest.name).await,
         }
         started
     }
@@ -360,11 +388,36 @@ impl Shared {
         manifest: &controller::Manifest,
         replacing: Option<&str>,
     ) -> Result<(), Error> {
-        self.claims().check(manifest, replacing)?;
-        self.register_definitions(manifest).await?;
+        let pins = ownership::pins(&self.api).await;
+        self.claims().set_pins(pins);
+        let allowed = self.claims().check(manifest, replacing)?;
+        for holder in &allowed.evict {
+            self.evict(holder, manifest).await;
+        }
+        ownership::apply_definitions(&self.api, manifest, &allowed.owns).await?;
         let orphaned = self.claims().claim(manifest);
         self.remove_orphans(orphaned).await;
         Ok(())
+    }
+
+    /// Stop the running plugin `holder` and refuse it: what it held is
+    /// pinned to `by`'s plugin. It is tried again when the pin goes.
+    async fn evict(&self, holder: &str, by: &controller::Manifest) {
+        tracing::warn!(plugin = %holder, pinned_to = %by.name, "plugin evicted: the operator pinned what it holds to another plugin");
+        self.stop_controller(holder).await;
+        // What it owned passes to `by`, which claims next: no orphans.
+        self.claims().release(holder);
+        let mut plugins = self.plugins.lock().await;
+        if let Some(entry) = plugins
+            .values_mut()
+            .find(|e| e.controller.as_deref() == Some(holder))
+        {
+            entry.evicted(Error::KindPinned {
+                plugin: holder.to_owned(),
+                kind: by.reconciles.to_string(),
+                owner: by.name.clone(),
+            });
+        }
     }
 
     /// Forget `plugin`'s claims, and deal with the definitions nobody
@@ -428,39 +481,6 @@ impl Shared {
                 }
             }
         }
-    }
-
-    async fn register_definitions(&self, manifest: &controller::Manifest) -> Result<(), Error> {
-        let crd_kind = self
-            .api
-            .kinds()
-            .by_plural(api::kinds::CRD_GROUP, "customresourcedefinitions")
-            .expect("built-in kind");
-        for definition in &manifest.definitions {
-            let info = api::kinds::kind_from_crd(definition)?;
-            if self
-                .api
-                .kinds()
-                .by_plural(&info.group, &info.plural)
-                .is_some()
-            {
-                continue;
-            }
-            match self.api.create(&crd_kind, definition.clone()).await {
-                Ok(_) => {
-                    tracing::info!(plugin = %manifest.name, kind = %info.kind, "registered kind");
-                }
-                Err(api::Error::AlreadyExists { .. }) => {
-                    // Another host (or a user) registered it first: use the
-                    // stored definition, which is what everyone else uses.
-                    let name = crate::object::meta::name(definition).to_owned();
-                    let stored = self.api.get(&crd_kind, None, &name).await?;
-                    system::definitions::register(&self.api, &stored);
-                }
-                Err(err) => return Err(err.into()),
-            }
-        }
-        Ok(())
     }
 
     /// Start a controller for `reconciler`, counting into `tally` if given.

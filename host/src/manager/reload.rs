@@ -33,7 +33,7 @@ use std::time::SystemTime;
 use crate::controller::{self, Reconciler};
 use crate::plugins::{self, LoadedFile, PluginState, PluginStatus};
 
-use super::{Error, Shared, claims};
+use super::{Error, Shared, claims, ownership};
 
 /// What the host knows about one plugin file.
 pub(super) struct PluginEntry {
@@ -44,8 +44,26 @@ pub(super) struct PluginEntry {
     /// Size and mtime of the `.wasm` and `.toml` files last looked at.
     stamp: Stamp,
     /// The controller this file runs, by reconciler name.
-    controller: Option<String>,
+    pub(super) controller: Option<String>,
+    /// The plugin whose claim refused this file's plugin, if that is why
+    /// it does not run: it is tried again as soon as that plugin goes.
+    pub(super) refused_by: Option<String>,
 }
+
+impl PluginEntry {
+    /// Its plugin was stopped and refused because of `why` (a pin).
+    pub(super) fn evicted(&mut self, why: Error) {
+        self.refused_by = why.claimant().map(str::to_owned);
+        self.status.state = PluginState::Failed(why.to_string());
+        self.status.loaded_at = SystemTime::now();
+        self.controller = None;
+        // Looked at again by the next pass, which the pin may let in.
+        self.stamp = RETRY_STAMP;
+    }
+}
+
+/// A stamp no file has: the entry is looked at again by the next pass.
+const RETRY_STAMP: Stamp = (Some((u64::MAX, None)), None);
 
 type FileStamp = Option<(u64, Option<SystemTime>)>;
 type Stamp = (FileStamp, FileStamp);
@@ -64,13 +82,67 @@ fn stamp_of(path: &Path) -> Stamp {
 enum Looked {
     Gone,
     Loaded(LoadedFile),
-    Failed(String),
+    /// Why, and the plugin whose claim refused it, if that is why.
+    Failed(String, Option<String>),
 }
 
 impl Shared {
-    /// Bring the plugins of `dir` in line with its files.
+    /// Bring the plugins of `dir` in line with its files. A plugin refused
+    /// because of another's claim is tried again, in the same call, once
+    /// that other plugin no longer runs (removed, or evicted by a pin).
     pub(super) async fn sync_dir(&self, dir: &Path) -> Result<(), Error> {
         let _sync = self.sync.lock().await;
+        self.sync_dirs(&[dir.to_owned()]).await
+    }
+
+    /// Try again every plugin refused because of another's claim (the
+    /// operator's pins changed).
+    pub(super) async fn retry_refused(&self) -> Result<(), Error> {
+        let _sync = self.sync.lock().await;
+        let dirs: BTreeSet<PathBuf> = {
+            let mut plugins = self.plugins.lock().await;
+            plugins
+                .iter_mut()
+                .filter(|(_, e)| e.refused_by.is_some())
+                .filter_map(|(path, e)| {
+                    e.stamp = RETRY_STAMP;
+                    path.parent().map(Path::to_owned)
+                })
+                .collect()
+        };
+        let dirs: Vec<PathBuf> = dirs.into_iter().collect();
+        self.sync_dirs(&dirs).await
+    }
+
+    /// [`Shared::sync_dir`] for each of `dirs`, the sync lock held, until
+    /// no refusal is left whose claimant went.
+    async fn sync_dirs(&self, dirs: &[PathBuf]) -> Result<(), Error> {
+        // Each round settles at least one claimant's going; a few suffice.
+        for _ in 0..4 {
+            for dir in dirs {
+                self.sync_pass(dir).await?;
+            }
+            let running: BTreeSet<String> = self.controllers.lock().await.keys().cloned().collect();
+            let mut again = false;
+            for entry in self.plugins.lock().await.values_mut() {
+                if entry
+                    .refused_by
+                    .as_ref()
+                    .is_some_and(|holder| !running.contains(holder))
+                {
+                    entry.stamp = RETRY_STAMP;
+                    again = true;
+                }
+            }
+            if !again {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// One look at the files of `dir` (the sync lock held).
+    async fn sync_pass(&self, dir: &Path) -> Result<(), Error> {
         let files = plugins::wasm_files(dir).map_err(|source| Error::PluginsDir {
             path: dir.to_owned(),
             source,
@@ -121,15 +193,27 @@ impl Shared {
                         tracing::debug!(path = %path.display(), "plugin file still being written");
                         continue;
                     }
-                    Err(err) => Looked::Failed(err.to_string()),
+                    Err(err) => Looked::Failed(err.to_string(), None),
                 }
             };
             looked.push((path, stamp, outcome));
         }
-        // Removed files give up their claims first; then plugins claim by
-        // file name, except those that yield to another loaded with them
-        // (`claims`), so squatting on another plugin's kind or definition
-        // never wins by the file's name.
+        // Removed files give up their claims first; then the plugins the
+        // store records as claimants or the operator pinned (`ownership`),
+        // then the rest by file name, except those that yield to another
+        // loaded with them (`claims`), so squatting on another plugin's kind
+        // or definition never wins by the file's name.
+        let pins = ownership::pins(&self.api).await;
+        let mut recorded = std::collections::HashSet::new();
+        for (_, _, outcome) in &looked {
+            if let Looked::Loaded(l) = outcome {
+                let manifest = l.plugin.manifest();
+                let pinned = pins.get(&ownership::kind_key(manifest)) == Some(&manifest.name);
+                if pinned || ownership::holds_recorded_claim(&self.api, manifest).await {
+                    recorded.insert(manifest.name.clone());
+                }
+            }
+        }
         let order: Vec<u8> = {
             let manifests: Vec<&controller::Manifest> = looked
                 .iter()
@@ -142,9 +226,10 @@ impl Shared {
                 .iter()
                 .map(|(_, _, outcome)| match outcome {
                     Looked::Gone => 0,
-                    Looked::Loaded(l) if claims::yields(l.plugin.manifest(), &manifests) => 2,
-                    Looked::Loaded(_) => 1,
-                    Looked::Failed(_) => 3,
+                    Looked::Loaded(l) if recorded.contains(&l.plugin.manifest().name) => 1,
+                    Looked::Loaded(l) if claims::yields(l.plugin.manifest(), &manifests) => 3,
+                    Looked::Loaded(_) => 2,
+                    Looked::Failed(..) => 4,
                 })
                 .collect()
         };
@@ -179,15 +264,34 @@ impl Shared {
                         Ok(()) => {
                             names.insert(manifest.name.clone());
                         }
-                        Err(err) => outcome = Looked::Failed(err.to_string()),
+                        Err(err) => {
+                            let refused_by = err.claimant().map(str::to_owned);
+                            outcome = Looked::Failed(err.to_string(), refused_by);
+                        }
                     }
                 }
-                Looked::Failed(_) => {}
+                Looked::Failed(..) => {}
             }
             claimed.push((path, stamp, outcome));
         }
+        let mut started = Vec::new();
         for (path, stamp, outcome) in claimed {
+            if let Looked::Loaded(loaded) = &outcome {
+                started.push(loaded.plugin.manifest().clone());
+            }
             self.apply(path, stamp, outcome).await;
+        }
+        // Recorded once every plugin of the pass registered its
+        // definitions: a plugin may reconcile a kind another one defines.
+        let running = self
+            .controllers
+            .lock()
+            .await
+            .keys()
+            .cloned()
+            .collect::<BTreeSet<_>>();
+        for manifest in started.iter().filter(|m| running.contains(&m.name)) {
+            ownership::record_claim(&self.api, manifest).await;
         }
         Ok(())
     }
@@ -212,7 +316,7 @@ impl Shared {
                 self.plugins.lock().await.remove(&path);
                 tracing::info!(path = %path.display(), "plugin file removed; its objects are left as they are");
             }
-            Looked::Failed(err) => {
+            Looked::Failed(err, refused_by) => {
                 tracing::error!(path = %path.display(), %err, "plugin failed to load");
                 let mut plugins = self.plugins.lock().await;
                 match plugins.get_mut(&path) {
@@ -220,6 +324,7 @@ impl Shared {
                         tracing::warn!(path = %path.display(), "keeping the running version");
                         entry.status.last_error = Some(err);
                         entry.stamp = stamp;
+                        entry.refused_by = refused_by;
                     }
                     _ => {
                         plugins.insert(
@@ -229,6 +334,7 @@ impl Shared {
                                 tally,
                                 stamp,
                                 controller: None,
+                                refused_by,
                             },
                         );
                     }
@@ -275,6 +381,7 @@ impl Shared {
                     last_error: None,
                     reconciles: 0,
                     errors: 0,
+                    contested: Vec::new(),
                 };
                 let controller = match result {
                     Ok(()) => Some(manifest.name.clone()),
@@ -292,6 +399,7 @@ impl Shared {
                         tally,
                         stamp,
                         controller,
+                        refused_by: None,
                     },
                 );
             }
@@ -314,5 +422,6 @@ fn failed_status(path: &Path, reason: String) -> PluginStatus {
         last_error: None,
         reconciles: 0,
         errors: 0,
+        contested: Vec::new(),
     }
 }

@@ -52,6 +52,10 @@ pub struct PluginStatus {
     /// (refused, a write that failed other than by a conflict, a child that
     /// clashed).
     pub errors: u64,
+    /// What other plugins refused because this one holds it claim too:
+    /// one line each (a contested kind or definition; a `PluginGrant`'s
+    /// `spec.kinds` settles it).
+    pub contested: Vec<String>,
 }
 
 /// The `*.wasm` files of a directory, sorted by name.
