@@ -116,7 +116,8 @@ mod tests {
         let list = json!({"plugins": [
             {"name": "replicaset", "kind": "demo.setpoint.dev/v1/ReplicaSet", "version": "0.1.0",
              "contentHash": "0123456789abcdef0123", "loadedAt": 0.0, "state": "Running",
-             "reason": null, "lastError": "cannot compile plugin: bad", "reconciles": 12, "errors": 1},
+             "reason": null, "lastError": "cannot compile plugin: bad", "reconciles": 12, "errors": 1,
+             "contested": ["contested by plugin \"squat\", refused: it brings another definition"]},
             {"name": "broken", "kind": null, "version": null, "contentHash": null, "loadedAt": 0.0,
              "state": "Failed", "reason": "plugin does not implement the world", "lastError": null,
              "reconciles": 0, "errors": 0},
@@ -131,6 +132,10 @@ mod tests {
         );
         assert!(
             out.contains("previous version still running: cannot compile plugin: bad"),
+            "{out}"
+        );
+        assert!(
+            out.contains("replicaset: contested by plugin \"squat\", refused"),
             "{out}"
         );
     }
