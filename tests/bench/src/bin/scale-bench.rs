@@ -438,6 +438,20 @@ async fn run(n: usize, clients: usize) -> anyhow::Result<()> {
         reconciles,
         reconciles / n as f64,
     );
+    let text = metrics(&http, &url).await?;
+    let paced = |plugin: &str, resource: &str| {
+        metric(
+            &text,
+            &format!("setpoint_plugin_paced_total{{plugin=\"{plugin}\",resource=\"{resource}\"}}"),
+        )
+    };
+    println!(
+        "paced turns (over the plugin's share): podsim cpu {:.0}, writes {:.0}; replicaset cpu {:.0}, writes {:.0}",
+        paced("podsim", "cpu"),
+        paced("podsim", "writes"),
+        paced("replicaset", "cpu"),
+        paced("replicaset", "writes"),
+    );
     let (rss, peak) = server.rss();
     println!(
         "memory: RSS {:.0} MB ({:.0} B per object above the empty server's {:.0} MB; {:.0} B per object in all), peak {:.0} MB; server CPU so far {:.0} s",
