@@ -49,8 +49,10 @@ pub(super) struct Counters {
 /// file back to its previous commit because the latest one does not verify.
 const ROLLBACK_PROGRESS: f64 = 0.3;
 
-/// redb's page cache for the open store (its default is 1 GiB).
-const CACHE_BYTES: usize = 256 << 20;
+/// redb's page cache for the open store (its default is 1 GiB). 64 MiB
+/// wrote and served as fast as 256 MiB did and holds far less after fat
+/// writes (BENCHMARKS.md, "A plugin that writes fat statuses").
+const CACHE_BYTES: usize = 64 << 20;
 
 /// redb's page cache while checking a file: pages are read once.
 const CHECK_CACHE_BYTES: usize = 32 << 20;

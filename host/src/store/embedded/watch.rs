@@ -14,8 +14,12 @@ use crate::store::{Error, EventKind, KeyValue, Result, Revision, WatchEvent, Wat
 /// The most events the in-memory tail keeps.
 const RECENT_EVENTS: usize = 16 * 1024;
 
-/// The most value bytes the in-memory tail keeps.
-const RECENT_BYTES: usize = 64 << 20;
+/// The most value bytes the in-memory tail keeps. A fast path only (older
+/// changes are read back from the log), so small: it stays in memory for
+/// as long as no write comes, and fat values rewritten would otherwise keep
+/// tens of MB after they are gone (BENCHMARKS.md, "A plugin that writes fat
+/// statuses").
+const RECENT_BYTES: usize = 16 << 20;
 
 /// The newest committed events, gap-free: revisions `start + 1 ..= start + len`.
 pub(super) struct Recent {
