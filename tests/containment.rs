@@ -873,6 +873,51 @@ async fn an_event_flood_is_cut_to_the_budget_and_said_once() {
     host.stop().await;
 }
 
+/// The grant raises the event budget (`spec.limits.events`): a fifth of it
+/// a reconcile, all of it at once per object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grant_raises_the_event_budget() {
+    use setpoint::controller::events::OBJECT_BURST;
+    let host = TestHost::start(&["zoo"]).await;
+    crate::support::grant(&host, "zoo", json!({"limits": {"events": 2000}})).await;
+    create_zoo(
+        &host,
+        "louder",
+        json!({"fault": "eventflood", "count": 10_000}),
+    )
+    .await;
+    let api = host.host.api();
+    let events = api.kinds().by_plural("", "events").unwrap();
+    let flood = || async {
+        api.list(
+            &events,
+            &setpoint::api::ListOptions {
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e["involvedObject"]["name"] == "louder" && e["reason"] == "Flood")
+        .count()
+    };
+    eventually("the raised burst spent", WAIT, || async {
+        let n = flood().await;
+        (n == 2000).then_some(()).ok_or(format!("{n} events"))
+    })
+    .await;
+    assert!(2000.0 > OBJECT_BURST * 2.0);
+    let dropped = events_about(&host, "louder", "EventsDropped").await;
+    let message = dropped[0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("at most 400 a reconcile, and 2000 at once"),
+        "{message}"
+    );
+    host.stop().await;
+}
+
 /// A response that wants more children than an object may have is
 /// refused, with the way to raise the bound; the grant raises it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -98,6 +98,7 @@ fn plugin_grant_kind() -> KindInfo {
                                 "children": {"type": "integer", "minimum": 1},
                                 "cpu": {"type": "number", "minimum": 0, "exclusiveMinimum": true},
                                 "writeMiBPerSecond": {"type": "number", "minimum": 0, "exclusiveMinimum": true},
+                                "events": {"type": "integer", "minimum": 1},
                             },
                         },
                     },

@@ -4,7 +4,8 @@
 //!
 //! What a plugin's responses may record is bounded ([`EventBudget`]): at
 //! most [`MAX_PER_RECONCILE`] events a reconcile, and per object a bucket
-//! of [`OBJECT_BURST`] refilled by as many an hour, client-go's
+//! of [`OBJECT_BURST`] refilled by as many an hour (the plugin's grant's
+//! `spec.limits.events` sets the burst; a reconcile may record a fifth), client-go's
 //! `EventSourceObjectSpamFilter` with kube-apiserver's one-hour event time
 //! to live (`system::event_expiry`) in mind: an object holds at most
 //! about twice the burst of its plugin's events at any time. Past the
@@ -109,9 +110,22 @@ const MAX_OBJECTS: usize = 65_536;
 pub const DROPPED_REASON: &str = "EventsDropped";
 
 /// How many events the plugin's responses may still record, per object.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct EventBudget {
     buckets: Mutex<HashMap<String, Bucket>>,
+    /// The per-object burst (and hourly refill) in force, as `f64` bits:
+    /// [`OBJECT_BURST`] unless the plugin's grant says otherwise
+    /// (`spec.limits.events`).
+    burst: std::sync::atomic::AtomicU64,
+}
+
+impl Default for EventBudget {
+    fn default() -> Self {
+        Self {
+            buckets: Mutex::default(),
+            burst: std::sync::atomic::AtomicU64::new(OBJECT_BURST.to_bits()),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -121,11 +135,10 @@ struct Bucket {
 }
 
 impl Bucket {
-    /// Its tokens at `now`.
-    fn refilled(&self, now: Instant) -> f64 {
-        let refill = OBJECT_BURST / OBJECT_REFILL.as_secs_f64();
-        (self.tokens + now.saturating_duration_since(self.at).as_secs_f64() * refill)
-            .min(OBJECT_BURST)
+    /// Its tokens at `now`, with a burst (and hourly refill) of `burst`.
+    fn refilled(&self, now: Instant, burst: f64) -> f64 {
+        let refill = burst / OBJECT_REFILL.as_secs_f64();
+        (self.tokens + now.saturating_duration_since(self.at).as_secs_f64() * refill).min(burst)
     }
 }
 
@@ -133,37 +146,76 @@ impl EventBudget {
     /// Take up to `wanted` events for the object `uid`; how many it may
     /// record.
     pub fn take(&self, uid: &str, wanted: usize) -> usize {
+        let burst = self.burst();
         let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         if !buckets.contains_key(uid) && buckets.len() >= MAX_OBJECTS {
-            buckets.retain(|_, b| b.refilled(now) < OBJECT_BURST);
+            buckets.retain(|_, b| b.refilled(now, burst) < burst);
             if buckets.len() > MAX_OBJECTS / 2 {
                 buckets.clear();
             }
         }
         let bucket = buckets.entry(uid.to_owned()).or_insert(Bucket {
-            tokens: OBJECT_BURST,
+            tokens: burst,
             at: now,
         });
-        bucket.tokens = bucket.refilled(now);
+        bucket.tokens = bucket.refilled(now, burst);
         bucket.at = now;
         let granted = (bucket.tokens.floor() as usize)
             .min(wanted)
-            .min(MAX_PER_RECONCILE);
+            .min(per_reconcile(burst));
         bucket.tokens -= granted as f64;
         granted
     }
 }
 
-/// The warning recorded when a reconcile's events were dropped: one
-/// message, so repeats aggregate into one Event with a count.
-pub fn dropped_warning() -> EventRecord {
+impl EventBudget {
+    /// The per-object burst in force.
+    pub fn burst(&self) -> f64 {
+        f64::from_bits(self.burst.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Set the per-object burst (and hourly refill): the plugin's grant's
+    /// `spec.limits.events`, or [`OBJECT_BURST`]. A reconcile may record a
+    /// fifth of it ([`MAX_PER_RECONCILE`] by default).
+    ///
+    /// ```
+    /// use setpoint::controller::events::EventBudget;
+    ///
+    /// let budget = EventBudget::default();
+    /// assert_eq!(budget.take("a", 1_000), 100);
+    /// budget.set_burst(5_000.0);
+    /// assert_eq!(budget.take("b", 10_000), 1_000, "a fifth of the raised burst");
+    /// ```
+    pub fn set_burst(&self, burst: f64) {
+        let burst = if burst.is_finite() && burst >= 1.0 {
+            burst
+        } else {
+            OBJECT_BURST
+        };
+        self.burst
+            .store(burst.to_bits(), std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The most events one reconcile records with a per-object burst of
+/// `burst`: a fifth of it.
+fn per_reconcile(burst: f64) -> usize {
+    ((burst / 5.0) as usize).max(1)
+}
+
+/// The warning recorded when a reconcile's events were dropped, with a
+/// per-object burst of `burst`: one message, so repeats aggregate into one
+/// Event with a count.
+pub fn dropped_warning(burst: f64) -> EventRecord {
     EventRecord {
         severity: crate::contract::Severity::Warning,
         reason: DROPPED_REASON.to_owned(),
         message: format!(
-            "events about this object were dropped: at most {MAX_PER_RECONCILE} a reconcile, and {} at once then {} an hour per object (setpoint_controller_events_dropped_total)",
-            OBJECT_BURST as u64, OBJECT_BURST as u64
+            "events about this object were dropped: at most {} a reconcile, and {} at once then {} an hour per object (the plugin's PluginGrant raises it: spec.limits.events; setpoint_controller_events_dropped_total)",
+            per_reconcile(burst),
+            burst as u64,
+            burst as u64
         ),
     }
 }

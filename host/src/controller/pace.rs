@@ -16,6 +16,12 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::api::Api;
+use crate::contract::{EventRecord, Severity};
+use crate::object::ObjectKey;
+
+use super::events;
+
 /// A plugin's share: call time and bytes written, each a rate and the
 /// burst it may spend at once.
 ///
@@ -265,6 +271,61 @@ pub(super) fn limits_from(grant: Option<&crate::egress::Grant>) -> PaceLimits {
             .write_mib_per_second
             .map_or(defaults.write_bytes_per_second, |m| m * MIB),
     }
+}
+
+/// Whether the plugin is over its share (`pace`): how long `key` waits.
+/// The limits (and the event budget's) are read from the plugin's grant
+/// every few seconds; the
+/// first wait of an episode is said in a warning log line and an Event on
+/// the object it held.
+pub(super) async fn paced(
+    shared: &super::Shared,
+    api: &Api,
+    manifest: &super::Manifest,
+    object: &crate::object::Object,
+    key: &ObjectKey,
+) -> Option<Duration> {
+    if shared.pace.limits_due() {
+        let grant = shared.egress.grant(&manifest.name).await.ok().flatten();
+        shared.pace.set_limits(limits_from(grant.as_ref()));
+        shared.event_budget.set_burst(
+            grant
+                .and_then(|g| g.limits.events)
+                .unwrap_or(super::events::OBJECT_BURST),
+        );
+    }
+    let (wait, episode) = shared.pace.wait_noting();
+    let (wait, resource) = wait?;
+    shared.tally.paced(resource);
+    if let Episode::Started(resource) = episode {
+        let limits = shared.pace.limits();
+        let (share, field) = match resource {
+            super::Resource::Cpu => (
+                format!("{} cores of call time", limits.cores),
+                "spec.limits.cpu",
+            ),
+            super::Resource::Writes => (
+                format!(
+                    "{} MiB a second of objects written",
+                    limits.write_bytes_per_second / (1024.0 * 1024.0)
+                ),
+                "spec.limits.writeMiBPerSecond",
+            ),
+        };
+        let message = format!(
+            "plugin {} is over its share of {share}: its reconciles wait until it is back within it \
+             (its PluginGrant raises it: {field}; setpoint_plugin_paced_total counts the waits)",
+            manifest.name
+        );
+        tracing::warn!(plugin = %manifest.name, object = %key, resource = resource.as_str(), retry_in = ?wait, "{message}");
+        let event = EventRecord {
+            severity: Severity::Warning,
+            reason: "Paced".into(),
+            message,
+        };
+        let _ = events::record(api, &manifest.name, object, &event).await;
+    }
+    Some(wait)
 }
 
 #[cfg(test)]

@@ -518,7 +518,7 @@ async fn reconcile_key(
         // during the call; whoever holds the shard then reconciles it.
         return Ok(Step::Postponed);
     }
-    if let Some(wait) = paced(shared, api, manifest, &object, key).await {
+    if let Some(wait) = super::pace::paced(shared, api, manifest, &object, key).await {
         return Ok(Step::Paced(wait));
     }
     *called = Some(Called {
@@ -660,57 +660,6 @@ async fn reconcile_key(
         written,
         clashed,
     })
-}
-
-/// Whether the plugin is over its share (`pace`): how long `key` waits.
-/// The limits are read from the plugin's grant every few seconds; the
-/// first wait of an episode is said in a warning log line and an Event on
-/// the object it held.
-async fn paced(
-    shared: &Shared,
-    api: &Api,
-    manifest: &super::Manifest,
-    object: &crate::object::Object,
-    key: &ObjectKey,
-) -> Option<Duration> {
-    if shared.pace.limits_due() {
-        let grant = shared.egress.grant(&manifest.name).await.ok().flatten();
-        shared
-            .pace
-            .set_limits(super::pace::limits_from(grant.as_ref()));
-    }
-    let (wait, episode) = shared.pace.wait_noting();
-    let (wait, resource) = wait?;
-    shared.tally.paced(resource);
-    if let super::pace::Episode::Started(resource) = episode {
-        let limits = shared.pace.limits();
-        let (share, field) = match resource {
-            super::Resource::Cpu => (
-                format!("{} cores of call time", limits.cores),
-                "spec.limits.cpu",
-            ),
-            super::Resource::Writes => (
-                format!(
-                    "{} MiB a second of objects written",
-                    limits.write_bytes_per_second / (1024.0 * 1024.0)
-                ),
-                "spec.limits.writeMiBPerSecond",
-            ),
-        };
-        let message = format!(
-            "plugin {} is over its share of {share}: its reconciles wait until it is back within it \
-             (its PluginGrant raises it: {field}; setpoint_plugin_paced_total counts the waits)",
-            manifest.name
-        );
-        tracing::warn!(plugin = %manifest.name, object = %key, resource = resource.as_str(), retry_in = ?wait, "{message}");
-        let event = EventRecord {
-            severity: Severity::Warning,
-            reason: "Paced".into(),
-            message,
-        };
-        let _ = events::record(api, &manifest.name, object, &event).await;
-    }
-    Some(wait)
 }
 
 /// How long a reconcile waits for the caches to show its key's last writes.

@@ -205,6 +205,9 @@ pub struct GrantLimits {
     /// MiB of objects its responses may have the store write a second;
     /// the host's default (4) when unset.
     pub write_mib_per_second: Option<f64>,
+    /// Events its responses may record per object at once (and an hour);
+    /// the host's default (500) when unset.
+    pub events: Option<f64>,
 }
 
 /// An operator's grant to one plugin, read from its `PluginGrant` object.
@@ -262,6 +265,10 @@ impl Grant {
             write_mib_per_second: spec["limits"]["writeMiBPerSecond"]
                 .as_f64()
                 .filter(|w| w.is_finite() && *w > 0.0),
+            events: spec["limits"]["events"]
+                .as_u64()
+                .filter(|e| *e > 0)
+                .map(|e| e as f64),
         };
         Ok(Self {
             destinations,

@@ -217,7 +217,10 @@ impl<'a> Applier<'a> {
             .event_budget
             .map_or(wanted, |budget| budget.take(meta::uid(parent), wanted));
         let dropped = wanted - allowed;
-        let warning = (dropped > 0).then(super::events::dropped_warning);
+        let burst = self
+            .event_budget
+            .map_or(super::events::OBJECT_BURST, EventBudget::burst);
+        let warning = (dropped > 0).then(|| super::events::dropped_warning(burst));
         if dropped > 0 {
             self.events_dropped
                 .fetch_add(dropped, std::sync::atomic::Ordering::Relaxed);
