@@ -412,3 +412,46 @@ async fn delete_options_in_the_query_string_are_honoured() {
     assert_eq!(send(get("stays")).await.0, 200);
     host.stop().await;
 }
+
+/// `metadata.generateName` without a name is served as Kubernetes serves
+/// it: the prefix and five random characters, a new name each time (a
+/// ReplicaSet so named is reconciled like any other); a prefix that
+/// cannot make a valid name is refused naming the field, and a name given
+/// wins over the prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generate_name_names_new_objects_as_kubernetes_does() {
+    let host = TestHost::start(&["replicaset", "podsim"]).await;
+    let http = reqwest::Client::new();
+    let mut generated = json!({
+        "apiVersion": "demo.setpoint.dev/v1", "kind": "ReplicaSet",
+        "metadata": {"generateName": "web-"},
+        "spec": replicaset("x", 2, 0)["spec"].clone(),
+    });
+    let (status, first) = send(http.post(rs_url(&host, None)).json(&generated)).await;
+    assert_eq!(status, 201, "{first}");
+    let name = first["metadata"]["name"].as_str().unwrap().to_owned();
+    assert!(
+        name.len() == 9
+            && name.starts_with("web-")
+            && name[4..].chars().all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)),
+        "{name}"
+    );
+    let (status, second) = send(http.post(rs_url(&host, None)).json(&generated)).await;
+    assert_eq!(status, 201, "{second}");
+    assert_ne!(second["metadata"]["name"], first["metadata"]["name"]);
+    replicaset_ready(&host, &name, 2).await;
+
+    generated["metadata"]["generateName"] = json!("Not_A_Name-");
+    let (status, refused) = send(http.post(rs_url(&host, None)).json(&generated)).await;
+    assert_eq!(status, 422, "{refused}");
+    assert!(
+        refused["message"].as_str().unwrap().contains("metadata.name"),
+        "{refused}"
+    );
+
+    generated["metadata"]["name"] = json!("given");
+    let (status, named) = send(http.post(rs_url(&host, None)).json(&generated)).await;
+    assert_eq!(status, 201, "{named}");
+    assert_eq!(named["metadata"]["name"], "given");
+    host.stop().await;
+}

@@ -29,6 +29,24 @@ pub(crate) enum Next {
     },
 }
 
+/// Kubernetes' `maxGeneratedNameLength`: a generated name's prefix is cut
+/// to this, leaving room for the suffix within a 63-character label.
+const GENERATED_PREFIX_MAX: usize = 58;
+
+/// How many generated names a create tries before reporting the clash
+/// (kube-apiserver's `RetryGenerateName` tries 8).
+const GENERATE_NAME_TRIES: usize = 8;
+
+/// Five characters from Kubernetes' alphabet for generated names (no
+/// vowels, no confusable digits).
+fn random_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    uuid::Uuid::new_v4().as_bytes()[..5]
+        .iter()
+        .map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char)
+        .collect()
+}
+
 /// Metadata a write can never change: kept from the stored object.
 const IMMUTABLE_METADATA: [&str; 7] = [
     "uid",
@@ -44,8 +62,52 @@ impl Api {
     /// Create an object. The host sets `uid`, `creationTimestamp`,
     /// `generation` and `resourceVersion`; a namespaced object without a
     /// namespace goes to `default`. Objects of kinds with a schema are
-    /// pruned, defaulted and validated first.
-    pub async fn create(&self, kind: &KindInfo, mut object: Object) -> Result<Object> {
+    /// pruned, defaulted and validated first. An object without a name but
+    /// with `metadata.generateName` is named as Kubernetes does: the prefix
+    /// (cut to 58 characters) and five random characters, tried again with
+    /// new ones on a clash (up to eight names).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"generateName": "web-"}});
+    /// let a = api.create(&events, event.clone()).await?;
+    /// let b = api.create(&events, event).await?;
+    /// let name = a["metadata"]["name"].as_str().unwrap();
+    /// assert!(name.starts_with("web-") && name.len() == 9, "{name}");
+    /// assert_ne!(a["metadata"]["name"], b["metadata"]["name"]);
+    /// # Ok(()) }
+    /// ```
+    pub async fn create(&self, kind: &KindInfo, object: Object) -> Result<Object> {
+        let prefix = match object["metadata"]["generateName"].as_str() {
+            Some(prefix) if meta::name(&object).is_empty() && !prefix.is_empty() => {
+                prefix.chars().take(GENERATED_PREFIX_MAX).collect::<String>()
+            }
+            _ => return self.create_named(kind, object).await,
+        };
+        let mut attempt = 0;
+        loop {
+            let mut named = object.clone();
+            meta::metadata_mut(&mut named).insert(
+                "name".into(),
+                Value::String(format!("{prefix}{}", random_suffix())),
+            );
+            match self.create_named(kind, named).await {
+                Err(Error::AlreadyExists { .. }) if attempt + 1 < GENERATE_NAME_TRIES => {
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn create_named(&self, kind: &KindInfo, mut object: Object) -> Result<Object> {
         validate::for_create(kind, &mut object)?;
         let name = meta::name(&object).to_owned();
         let namespace = meta::namespace(&object).map(str::to_owned);
