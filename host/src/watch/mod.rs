@@ -551,6 +551,7 @@ impl WatchHub {
             receiver,
             after,
             last_seen,
+            hub: Arc::downgrade(&self.inner),
         })
     }
 

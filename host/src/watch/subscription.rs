@@ -36,6 +36,9 @@ pub struct Subscription {
     pub(super) receiver: broadcast::Receiver<Arc<Event>>,
     pub(super) after: Revision,
     pub(super) last_seen: Revision,
+    /// For the oldest revision the hub still holds, when this subscriber
+    /// is cut off (not kept alive by it).
+    pub(super) hub: std::sync::Weak<super::Inner>,
 }
 
 impl Subscription {
@@ -81,9 +84,14 @@ impl Subscription {
                     return Ok(event);
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => {
+                    // The changes it missed are gone from the channel; the
+                    // hub's history may still start after them.
+                    let oldest = self.hub.upgrade().map_or(self.last_seen, |hub| {
+                        hub.state.lock().unwrap_or_else(|p| p.into_inner()).oldest
+                    });
                     return Err(Error::TooOldResourceVersion {
                         requested: self.after,
-                        oldest: self.last_seen,
+                        oldest: oldest.max(self.after + 1),
                     });
                 }
                 Err(broadcast::error::RecvError::Closed) => return Err(Error::Closed),

@@ -117,3 +117,30 @@ async fn stale_fat_history_is_let_go_after_the_freshness_window() {
         3
     );
 }
+
+/// A subscriber cut off for falling behind is told a starting point it
+/// cannot resume from, and the oldest one the hub still holds: never the
+/// same revision twice ("too old resource version: 7 (oldest available
+/// 7)" read as nonsense).
+#[tokio::test]
+async fn a_lagging_subscriber_is_told_the_oldest_revision_the_hub_holds() {
+    let store = Arc::new(MemoryBackend::new());
+    let hub = WatchHub::start(store.clone(), 4).await.unwrap();
+    let mut slow = hub.subscribe("/", 0).unwrap();
+    for i in 0..12 {
+        store
+            .put(&format!("/k{i}"), b"{}".to_vec(), Condition::Any)
+            .await
+            .unwrap();
+    }
+    hub.wait_for(12).await;
+    match slow.next().await {
+        Err(Error::TooOldResourceVersion { requested, oldest }) => {
+            assert_eq!(requested, 0);
+            assert_eq!(oldest, 8, "the hub keeps the last 4 changes: 9..=12");
+            assert!(hub.subscribe("/", oldest).is_ok(), "resumable from there");
+            assert!(hub.subscribe("/", oldest - 1).is_err());
+        }
+        other => panic!("{other:?}"),
+    }
+}
