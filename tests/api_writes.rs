@@ -433,7 +433,9 @@ async fn generate_name_names_new_objects_as_kubernetes_does() {
     assert!(
         name.len() == 9
             && name.starts_with("web-")
-            && name[4..].chars().all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)),
+            && name[4..]
+                .chars()
+                .all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)),
         "{name}"
     );
     let (status, second) = send(http.post(rs_url(&host, None)).json(&generated)).await;
@@ -445,7 +447,10 @@ async fn generate_name_names_new_objects_as_kubernetes_does() {
     let (status, refused) = send(http.post(rs_url(&host, None)).json(&generated)).await;
     assert_eq!(status, 422, "{refused}");
     assert!(
-        refused["message"].as_str().unwrap().contains("metadata.name"),
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("metadata.name"),
         "{refused}"
     );
 
@@ -453,5 +458,43 @@ async fn generate_name_names_new_objects_as_kubernetes_does() {
     let (status, named) = send(http.post(rs_url(&host, None)).json(&generated)).await;
     assert_eq!(status, 201, "{named}");
     assert_eq!(named["metadata"]["name"], "given");
+    host.stop().await;
+}
+
+/// A name that decodes to `/` or to nothing (`%2F`, an empty segment)
+/// names no object: 404, and never the collection (before, a GET of
+/// `replicasets/%2F` answered the list, and a DELETE took the path of a
+/// delete of the whole collection).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slash_or_empty_name_in_the_path_is_not_the_collection() {
+    let host = TestHost::start(&["replicaset", "podsim"]).await;
+    let http = reqwest::Client::new();
+    let (status, _) = send(
+        http.post(rs_url(&host, None))
+            .json(&replicaset("kept", 1, 0)),
+    )
+    .await;
+    assert_eq!(status, 201);
+    for name in ["%2F", "%2F%2F", "a%2Fb"] {
+        let url = format!("{}/{name}", rs_url(&host, None));
+        let (status, body) = send(http.get(&url)).await;
+        assert_eq!(status, 404, "GET {name}: {body}");
+        assert_ne!(body["kind"], "ReplicaSetList", "GET {name}: {body}");
+        let (status, body) = send(http.delete(&url)).await;
+        assert_eq!(status, 404, "DELETE {name}: {body}");
+    }
+    let (status, list) = send(http.get(rs_url(&host, None))).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        list["items"].as_array().unwrap().len(),
+        1,
+        "nothing deleted: {list}"
+    );
+    // A trailing slash still names the collection, as before.
+    let (status, list) = send(http.get(format!("{}/", rs_url(&host, None)))).await;
+    assert_eq!(
+        (status, list["kind"].as_str()),
+        (200, Some("ReplicaSetList"))
+    );
     host.stop().await;
 }

@@ -53,7 +53,17 @@ pub(super) async fn grouped(
 }
 
 fn resolve(host: &Host, group: &str, version: &str, rest: &str) -> Result<Target, Box<Response>> {
-    let segments: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+    // The path arrives percent-decoded: a name `%2F` is an empty segment
+    // here, and skipping it would turn a GET or DELETE of one object into
+    // one of the whole collection. One trailing slash is allowed.
+    let trimmed = rest.strip_prefix('/').unwrap_or(rest);
+    let trimmed = trimmed.strip_suffix('/').unwrap_or(trimmed);
+    let segments: Vec<&str> = trimmed.split('/').collect();
+    if segments.iter().any(|s| s.is_empty()) {
+        return Err(not_found(&format!(
+            "the server could not find the requested resource: {rest:?} (a path segment is empty: an object's name cannot be empty or contain \"/\")"
+        )));
+    }
     let (namespace, rest) = match segments.as_slice() {
         ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some((*ns).to_owned()), rest),
         other => (None, other),

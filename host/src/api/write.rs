@@ -86,9 +86,10 @@ impl Api {
     /// ```
     pub async fn create(&self, kind: &KindInfo, object: Object) -> Result<Object> {
         let prefix = match object["metadata"]["generateName"].as_str() {
-            Some(prefix) if meta::name(&object).is_empty() && !prefix.is_empty() => {
-                prefix.chars().take(GENERATED_PREFIX_MAX).collect::<String>()
-            }
+            Some(prefix) if meta::name(&object).is_empty() && !prefix.is_empty() => prefix
+                .chars()
+                .take(GENERATED_PREFIX_MAX)
+                .collect::<String>(),
             _ => return self.create_named(kind, object).await,
         };
         let mut attempt = 0;
