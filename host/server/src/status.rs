@@ -57,7 +57,9 @@ impl IntoResponse for ApiError {
                 "name": name,
                 "group": resource_group(kind),
                 "kind": resource_plural(kind),
-                "causes": conflicts.iter().map(|c| json!({
+                // As many causes as the message lists: a conflict over
+                // 20,000 fields answers kilobytes, not megabytes.
+                "causes": conflicts.iter().take(setpoint::api::MAX_LISTED_CONFLICTS).map(|c| json!({
                     "reason": "FieldManagerConflict",
                     "message": format!("conflict with {:?}", c.manager),
                     "field": c.field,

@@ -101,6 +101,42 @@ pub struct FieldConflict {
     pub field: String,
 }
 
+/// The most conflicts an apply's error message lists (and the most
+/// characters of each field path): an apply over 20,000 fields that
+/// conflicts answers a short message, not megabytes.
+pub const MAX_LISTED_CONFLICTS: usize = 20;
+const MAX_FIELD_CHARS: usize = 256;
+
+/// "Apply failed with N conflicts: conflict with "m": .f, …", listing at
+/// most [`MAX_LISTED_CONFLICTS`].
+fn conflicts_message(conflicts: &[FieldConflict]) -> String {
+    let listed: Vec<String> = conflicts
+        .iter()
+        .take(MAX_LISTED_CONFLICTS)
+        .map(|c| {
+            let field: String = c.field.chars().take(MAX_FIELD_CHARS).collect();
+            let cut = if field.len() < c.field.len() {
+                "…"
+            } else {
+                ""
+            };
+            format!("conflict with {:?}: {field}{cut}", c.manager)
+        })
+        .collect();
+    let more = conflicts.len().saturating_sub(MAX_LISTED_CONFLICTS);
+    format!(
+        "Apply failed with {} conflict{}: {}{}",
+        conflicts.len(),
+        if conflicts.len() == 1 { "" } else { "s" },
+        listed.join(", "),
+        if more > 0 {
+            format!(", and {more} more")
+        } else {
+            String::new()
+        }
+    )
+}
+
 /// An object operation failure.
 ///
 /// ```
@@ -174,7 +210,7 @@ pub enum Error {
         source: Box<PatchError>,
     },
     /// Server-side apply would change fields another manager owns.
-    #[error("Apply failed with {} conflict{}: {}", conflicts.len(), if conflicts.len() == 1 { "" } else { "s" }, conflicts.iter().map(|c| format!("conflict with {:?}: {}", c.manager, c.field)).collect::<Vec<_>>().join(", "))]
+    #[error("{}", conflicts_message(conflicts))]
     ApplyConflict {
         /// The kind.
         kind: String,
@@ -433,5 +469,29 @@ mod tests {
             err.to_string(),
             "Widget \"w\" is invalid: spec.image: Required value"
         );
+    }
+
+    #[test]
+    fn a_conflict_over_many_fields_answers_a_short_message() {
+        let conflicts: Vec<FieldConflict> = (0..20_000)
+            .map(|i| FieldConflict {
+                manager: "alice".into(),
+                field: format!(".spec.items{i}.{}", "x".repeat(1_000)),
+            })
+            .collect();
+        let message = Error::ApplyConflict {
+            kind: "widgets".into(),
+            name: "w".into(),
+            conflicts,
+        }
+        .to_string();
+        assert!(message.len() < 8 * 1024, "{} bytes", message.len());
+        assert!(
+            message.starts_with(
+                "Apply failed with 20000 conflicts: conflict with \"alice\": .spec.items0."
+            ),
+            "{message}"
+        );
+        assert!(message.ends_with(", and 19980 more"), "{message}");
     }
 }

@@ -45,7 +45,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
 
 pub use delete::{DeleteOptions, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, Propagation};
-pub use error::{Cause, CauseType, Error, FieldConflict};
+pub use error::{Cause, CauseType, Error, FieldConflict, MAX_LISTED_CONFLICTS};
 pub use kinds::KindRegistry;
 pub use list::{ListOptions, ObjectList};
 pub(crate) use write::Next;
