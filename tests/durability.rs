@@ -593,3 +593,59 @@ async fn a_really_full_disk_answers_507_keeps_reads_and_recovers_when_space_retu
     assert!(lost(&created, &present).is_empty());
     assert!(lost(&after, &present).is_empty());
 }
+
+/// One backup runs at a time: while one is being sent (its answer not read
+/// yet), another is answered 429 with a Retry-After, and once the first
+/// answer is dropped the next backup is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_backup_runs_at_a_time_and_the_others_are_told_to_retry() {
+    let data = tempfile::tempdir().unwrap();
+    let server = serve(data.path());
+    create_crd(&server.url).await;
+    let http = reqwest::Client::new();
+    // More than the answer's buffers hold, so the first stays in progress.
+    for i in 0..48 {
+        let status = http
+            .post(format!("{}{NOTES}", server.url))
+            .json(&note(&format!("big-{i}"), 1 << 20))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, 201);
+    }
+    let url = format!("{}/setpoint/v1/backup", server.url);
+    let first = http.get(&url).send().await.unwrap();
+    assert_eq!(first.status(), 200);
+    let second = http.get(&url).send().await.unwrap();
+    assert_eq!(second.status(), 429);
+    assert_eq!(
+        second.headers()["retry-after"].to_str().unwrap(),
+        "10",
+        "{:?}",
+        second.headers()
+    );
+    let body: Value = second.json().await.unwrap();
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("one runs at a time"),
+        "{body}"
+    );
+    // The first read through: whole, and then the next one is served.
+    let bytes = first.bytes().await.unwrap();
+    assert!(bytes.len() > 48 << 20, "{} bytes", bytes.len());
+    eventually(
+        "the next backup served",
+        Duration::from_secs(30),
+        || async {
+            let response = http.get(&url).send().await.unwrap();
+            match response.status().as_u16() {
+                200 => Ok(()),
+                other => Err(format!("{other}")),
+            }
+        },
+    )
+    .await;
+}

@@ -13,6 +13,8 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use tokio_stream::StreamExt;
+
 use super::status::ApiError;
 use setpoint::Host;
 
@@ -22,7 +24,26 @@ const CHUNK: usize = 1 << 20;
 /// The header carrying the store revision the copy holds.
 pub const REVISION_HEADER: &str = "x-setpoint-revision";
 
+/// One backup at a time per process (a process serves one host): each
+/// takes a copy of the whole store and reads it through, so sixteen at once
+/// cost sixteen times the disk and memory. Others are answered 429.
+static BACKUPS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
+/// What a refused backup is told to wait before trying again, in seconds.
+const RETRY_AFTER_SECS: u32 = 10;
+
 pub(super) async fn backup(State(host): State<Arc<Host>>) -> Response {
+    let Ok(permit) = BACKUPS.try_acquire() else {
+        let mut refused = super::status::error_response(
+            StatusCode::TOO_MANY_REQUESTS,
+            "TooManyRequests",
+            "a backup is being taken already; one runs at a time: try again when it is done",
+        );
+        refused
+            .headers_mut()
+            .insert(header::RETRY_AFTER, RETRY_AFTER_SECS.into());
+        return refused;
+    };
     let backup = match host.api().backend().backup().await {
         Ok(backup) => backup,
         Err(err) => return ApiError(err.into()).into_response(),
@@ -48,7 +69,14 @@ pub(super) async fn backup(State(host): State<Arc<Host>>) -> Response {
             }
         }
     });
-    let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(body));
+    // The permit goes with the answer's body: held until it is sent or the
+    // client goes.
+    let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(body).map(
+        move |chunk| {
+            let _held = &permit;
+            chunk
+        },
+    ));
     (
         StatusCode::OK,
         [
