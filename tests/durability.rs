@@ -649,3 +649,59 @@ async fn one_backup_runs_at_a_time_and_the_others_are_told_to_retry() {
     )
     .await;
 }
+
+/// Stopped while the disk is full, the host cannot make its final
+/// checkpoint: it keeps the log and says so (not "store.redb holds every
+/// write"), and the next start, with room again, has every acknowledged
+/// write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_on_a_full_disk_keeps_the_log_and_says_so() {
+    let Some(disk) = Tmpfs::mount(64) else {
+        eprintln!("not run: mounting a tmpfs needs root (the I/O seam's tests cover the logic)");
+        return;
+    };
+    let data = disk.0.path().join("data");
+    let mut server = serve(&data);
+    create_crd(&server.url).await;
+    let http = reqwest::Client::new();
+    let mut created = write_notes(&server.url, "pre", 20, 1024).await;
+    let ballast = disk.0.path().join("ballast");
+    let fill = Command::new("dd")
+        .args(["if=/dev/zero", "bs=1M"])
+        .arg(format!("of={}", ballast.display()))
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!fill.success(), "dd stops when the disk is full");
+    loop {
+        assert!(
+            created.len() < 5000,
+            "the disk never filled up for the store"
+        );
+        let name = format!("fill-{}", created.len());
+        let response = http
+            .post(format!("{}{NOTES}", server.url))
+            .json(&note(&name, 16 << 10))
+            .send()
+            .await
+            .unwrap();
+        match response.status().as_u16() {
+            201 => created.push(name),
+            507 => break,
+            other => panic!("{other}"),
+        }
+    }
+    send(&server, "TERM");
+    assert!(wait_exit(&mut server, Duration::from_secs(30)).success());
+    let said = server.log.lock().unwrap().join("\n");
+    assert!(
+        said.contains("write-ahead log is kept") && !said.contains("holds every write"),
+        "{said}"
+    );
+    assert!(!log_files(&data).is_empty(), "the log stays");
+    std::fs::remove_file(&ballast).unwrap();
+    let again = serve(&data);
+    let present = names(&again.url).await;
+    let missing = lost(&created, &present);
+    assert!(missing.is_empty(), "{missing:?}");
+}

@@ -265,7 +265,14 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         host.shutdown().await;
         if let Some(store) = embedded {
             store.close().await.context("closing the store")?;
-            eprintln!("store closed: {} holds every write", store.file().display());
+            if store.log_kept() {
+                eprintln!(
+                    "store closed: its write-ahead log is kept (a write failed, or the disk was too full for a final checkpoint); the next start replays it, so {} alone is not a backup until then",
+                    store.file().display()
+                );
+            } else {
+                eprintln!("store closed: {} holds every write", store.file().display());
+            }
         }
         Ok(ExitCode::SUCCESS)
     })

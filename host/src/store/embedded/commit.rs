@@ -232,10 +232,9 @@ impl Writer {
         }
         // A clean close leaves a durable database and no log; after a failed
         // write the log stays for the next open to recover from.
-        if !self.shared.failed()
-            && self.final_checkpoint()
-            && let Err(err) = self.syncer.remove()
-        {
+        if self.shared.failed() || !self.final_checkpoint() {
+            self.shared.log_kept.store(true, Ordering::Release);
+        } else if let Err(err) = self.syncer.remove() {
             tracing::warn!(error = %err, "removing the store's log after the final checkpoint failed");
         }
         // Requests still queued are refused by dropping them: their callers

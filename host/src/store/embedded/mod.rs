@@ -237,6 +237,7 @@ impl EmbeddedBackend {
             recent: Mutex::new(Recent::new(counters.revision)),
             history: RwLock::new(opened.history),
             closed: AtomicBool::new(false),
+            log_kept: AtomicBool::new(false),
             stats: Stats::default(),
         });
         let (requests, receiver) = std::sync::mpsc::channel();
@@ -363,6 +364,27 @@ impl EmbeddedBackend {
             Some(why) => Err(Error::InsufficientStorage(why)),
             None => Ok(()),
         }
+    }
+
+    /// After [`EmbeddedBackend::close`]: whether the store's write-ahead
+    /// log was kept because the database could not be made to hold every
+    /// write (a write failed, or the final checkpoint could not be made on
+    /// a full disk). The next open replays it; until then `store.redb`
+    /// alone is not a backup.
+    ///
+    /// ```
+    /// use setpoint::store::{Backend, Condition, EmbeddedBackend};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let dir = tempfile::tempdir()?;
+    /// let store = EmbeddedBackend::open(dir.path())?;
+    /// store.put("/a", vec![], Condition::Any).await?;
+    /// store.close().await?;
+    /// assert!(!store.log_kept(), "a clean close: the database holds every write");
+    /// # Ok(()) }
+    /// ```
+    pub fn log_kept(&self) -> bool {
+        self.shared.log_kept.load(Ordering::Acquire)
     }
 
     /// Finishes the writes already queued, closes the database cleanly and

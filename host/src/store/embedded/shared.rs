@@ -54,6 +54,10 @@ pub(super) struct Shared {
     /// Every key's versions since compaction.
     pub(super) history: RwLock<History>,
     pub(super) closed: AtomicBool,
+    /// Set at close when the database could not be made to hold every
+    /// write (a failed write, or no final checkpoint on a full disk): the
+    /// log stays for the next open to replay.
+    pub(super) log_kept: AtomicBool,
     pub(super) stats: Stats,
 }
 
