@@ -476,3 +476,41 @@ async fn a_status_field_the_plugin_clears_is_gone_from_the_stored_object() {
     );
     host.shutdown().await;
 }
+
+/// A program that embeds the host with `HostBuilder::embedded` gets its
+/// store closed by `Host::shutdown`: the final checkpoint leaves no log and
+/// the directory can be opened again in the same process, with every
+/// object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_closes_the_store_the_builder_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = Host::builder().embedded(dir.path()).build().await.unwrap();
+    let api = host.api();
+    let events = api.kinds().require("v1", "Event").unwrap();
+    api.create(
+        &events,
+        serde_json::json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "kept"}}),
+    )
+    .await
+    .unwrap();
+    host.shutdown().await;
+    let logs: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("wal-"))
+        .collect();
+    assert!(logs.is_empty(), "a clean close leaves no log: {logs:?}");
+    let again = Host::builder()
+        .embedded(dir.path())
+        .build()
+        .await
+        .expect("the directory was released");
+    let events = again.api().kinds().require("v1", "Event").unwrap();
+    again
+        .api()
+        .get(&events, Some("default"), "kept")
+        .await
+        .unwrap();
+    again.shutdown().await;
+}

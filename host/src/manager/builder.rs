@@ -196,6 +196,7 @@ impl HostBuilder {
             ),
             (None, None) => None,
         };
+        let mut opened_store = None;
         let backend: Arc<dyn Backend> = if let Some(dir) = self.embedded_dir {
             // Opening checks the whole file: keep it off the async threads.
             let store =
@@ -207,7 +208,9 @@ impl HostBuilder {
                         )))
                     })?
                     .map_err(api::Error::Store)?;
-            Arc::new(store)
+            let store = Arc::new(store);
+            opened_store = Some(store.clone());
+            store
         } else {
             #[cfg(feature = "etcd")]
             let on_etcd = etcd
@@ -281,6 +284,7 @@ impl HostBuilder {
             }),
             background: std::sync::Mutex::new(background),
             watcher: std::sync::Mutex::default(),
+            opened_store: std::sync::Mutex::new(opened_store),
         };
         super::grants::follow(&host.shared);
         if let Some(dir) = self.plugins_dir {

@@ -129,6 +129,10 @@ pub struct Host {
     /// The garbage collector, the compactor and the plugins watcher task.
     background: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     watcher: std::sync::Mutex<Option<plugins::dir_watch::DirWatcher>>,
+    /// The embedded store the builder opened (`HostBuilder::embedded`),
+    /// closed by [`Host::shutdown`]; a store the caller passed in is the
+    /// caller's to close.
+    opened_store: std::sync::Mutex<Option<Arc<crate::store::EmbeddedBackend>>>,
 }
 
 /// What the host and its plugins-directory task share.
@@ -345,7 +349,21 @@ impl Host {
     }
 
     /// Stop watching plugins, stop every controller (in-flight reconciles
-    /// finish), the reconcile threads and the informers.
+    /// finish), the reconcile threads and the informers; and close the
+    /// embedded store if the builder opened it (`HostBuilder::embedded`):
+    /// its final checkpoint is made and its directory lock released, so the
+    /// same directory can be opened again at once.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let host = setpoint::Host::builder().embedded(dir.path()).build().await.unwrap();
+    /// host.shutdown().await;
+    /// let again = setpoint::Host::builder().embedded(dir.path()).build().await;
+    /// assert!(again.is_ok(), "the directory was released");
+    /// again.unwrap().shutdown().await;
+    /// # });
+    /// ```
     pub async fn shutdown(&self) {
         self.watcher
             .lock()
@@ -372,6 +390,16 @@ impl Host {
         // Before the caller closes the store: a closed store would read as
         // a broken watch, logged and retried.
         self.api().hub().stop();
+        let opened = self
+            .opened_store
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(store) = opened
+            && let Err(err) = store.close().await
+        {
+            tracing::warn!(%err, "closing the embedded store failed");
+        }
     }
 }
 
