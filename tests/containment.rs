@@ -825,23 +825,7 @@ async fn an_event_flood_is_cut_to_the_budget_and_said_once() {
         json!({"fault": "eventflood", "count": 10_000}),
     )
     .await;
-    let api = host.host.api();
-    let events = api.kinds().by_plural("", "events").unwrap();
-    let about_loud = || async {
-        api.list(
-            &events,
-            &setpoint::api::ListOptions {
-                namespace: Some("default".into()),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e["involvedObject"]["name"] == "loud")
-        .collect::<Vec<_>>()
-    };
+    let about_loud = || crate::support::events_about(&host, "loud");
     eventually("the object's budget spent", WAIT, || async {
         let n = about_loud().await.len();
         (n > OBJECT_BURST as usize)
@@ -885,22 +869,12 @@ async fn the_grant_raises_the_event_budget() {
         json!({"fault": "eventflood", "count": 10_000}),
     )
     .await;
-    let api = host.host.api();
-    let events = api.kinds().by_plural("", "events").unwrap();
     let flood = || async {
-        api.list(
-            &events,
-            &setpoint::api::ListOptions {
-                namespace: Some("default".into()),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e["involvedObject"]["name"] == "louder" && e["reason"] == "Flood")
-        .count()
+        crate::support::events_about(&host, "louder")
+            .await
+            .into_iter()
+            .filter(|e| e["reason"] == "Flood")
+            .count()
     };
     eventually("the raised burst spent", WAIT, || async {
         let n = flood().await;

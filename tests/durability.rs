@@ -515,6 +515,42 @@ impl Drop for Tmpfs {
     }
 }
 
+/// Fill `disk` but for a little with a ballast file, then create notes
+/// through `url` until one is refused, adding those created to `created`;
+/// the ballast's path and the refusal.
+async fn fill_up(
+    disk: &Tmpfs,
+    url: &str,
+    created: &mut Vec<String>,
+) -> (PathBuf, reqwest::Response) {
+    let ballast = disk.0.path().join("ballast");
+    let fill = Command::new("dd")
+        .args(["if=/dev/zero", "bs=1M"])
+        .arg(format!("of={}", ballast.display()))
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!fill.success(), "dd stops when the disk is full");
+    let http = reqwest::Client::new();
+    loop {
+        assert!(
+            created.len() < 5000,
+            "the disk never filled up for the store"
+        );
+        let name = format!("fill-{}", created.len());
+        let response = http
+            .post(format!("{url}{NOTES}"))
+            .json(&note(&name, 16 << 10))
+            .send()
+            .await
+            .unwrap();
+        match response.status().as_u16() {
+            201 => created.push(name),
+            _ => return (ballast, response),
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_really_full_disk_answers_507_keeps_reads_and_recovers_when_space_returns() {
     let Some(disk) = Tmpfs::mount(64) else {
@@ -524,35 +560,9 @@ async fn a_really_full_disk_answers_507_keeps_reads_and_recovers_when_space_retu
     let data = disk.0.path().join("data");
     let mut server = serve(&data);
     create_crd(&server.url).await;
-    let http = reqwest::Client::new();
     let before = write_notes(&server.url, "pre", 20, 1024).await;
-    // Fill the disk but for a little.
-    let ballast = disk.0.path().join("ballast");
-    let fill = Command::new("dd")
-        .args(["if=/dev/zero", "bs=1M"])
-        .arg(format!("of={}", ballast.display()))
-        .stderr(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(!fill.success(), "dd stops when the disk is full");
     let mut created = before.clone();
-    let refusal = loop {
-        assert!(
-            created.len() < 5000,
-            "the disk never filled up for the store"
-        );
-        let name = format!("fill-{}", created.len());
-        let response = http
-            .post(format!("{}{NOTES}", server.url))
-            .json(&note(&name, 16 << 10))
-            .send()
-            .await
-            .unwrap();
-        match response.status().as_u16() {
-            201 => created.push(name),
-            _ => break response,
-        }
-    };
+    let (ballast, refusal) = fill_up(&disk, &server.url, &mut created).await;
     assert_eq!(refusal.status().as_u16(), 507);
     let body: Value = refusal.json().await.unwrap();
     assert_eq!(body["reason"], "InsufficientStorage", "{body}");
@@ -663,34 +673,9 @@ async fn a_stop_on_a_full_disk_keeps_the_log_and_says_so() {
     let data = disk.0.path().join("data");
     let mut server = serve(&data);
     create_crd(&server.url).await;
-    let http = reqwest::Client::new();
     let mut created = write_notes(&server.url, "pre", 20, 1024).await;
-    let ballast = disk.0.path().join("ballast");
-    let fill = Command::new("dd")
-        .args(["if=/dev/zero", "bs=1M"])
-        .arg(format!("of={}", ballast.display()))
-        .stderr(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(!fill.success(), "dd stops when the disk is full");
-    loop {
-        assert!(
-            created.len() < 5000,
-            "the disk never filled up for the store"
-        );
-        let name = format!("fill-{}", created.len());
-        let response = http
-            .post(format!("{}{NOTES}", server.url))
-            .json(&note(&name, 16 << 10))
-            .send()
-            .await
-            .unwrap();
-        match response.status().as_u16() {
-            201 => created.push(name),
-            507 => break,
-            other => panic!("{other}"),
-        }
-    }
+    let (ballast, refusal) = fill_up(&disk, &server.url, &mut created).await;
+    assert_eq!(refusal.status().as_u16(), 507);
     send(&server, "TERM");
     assert!(wait_exit(&mut server, Duration::from_secs(30)).success());
     let said = server.log.lock().unwrap().join("\n");

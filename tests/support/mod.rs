@@ -554,6 +554,15 @@ pub async fn grant(host: &TestHost, plugin: &str, spec: Value) {
 
 /// Warning events recorded about the object named `name` in `default`.
 pub async fn warnings_about(host: &TestHost, name: &str) -> Vec<Value> {
+    events_about(host, name)
+        .await
+        .into_iter()
+        .filter(|e| e["type"] == "Warning")
+        .collect()
+}
+
+/// Every event recorded about the object named `name` in `default`.
+pub async fn events_about(host: &TestHost, name: &str) -> Vec<Value> {
     let api = host.host.api();
     api.list(
         &api.kinds().by_plural("", "events").unwrap(),
@@ -566,7 +575,7 @@ pub async fn warnings_about(host: &TestHost, name: &str) -> Vec<Value> {
     .unwrap()
     .items
     .into_iter()
-    .filter(|e| e["type"] == "Warning" && e["involvedObject"]["name"] == name)
+    .filter(|e| e["involvedObject"]["name"] == name)
     .collect()
 }
 

@@ -121,6 +121,16 @@ struct State {
     paced_on: Option<Resource>,
 }
 
+impl State {
+    /// Both buckets refilled to now at the limits in force.
+    fn refill(&mut self) {
+        let now = Instant::now();
+        self.cpu.refill(self.limits.cores, CPU_BURST_SECONDS, now);
+        self.writes
+            .refill(self.limits.write_bytes_per_second, WRITE_BURST_SECONDS, now);
+    }
+}
+
 /// One plugin's pace; see the module docs.
 ///
 /// ```
@@ -185,19 +195,15 @@ impl Pace {
     /// buckets hold.
     pub fn set_limits(&self, limits: PaceLimits) {
         let mut state = self.lock();
-        let now = Instant::now();
+        state.refill();
         state.limits = limits;
-        state.limits_read = Some(now);
-        let State { cpu, writes, .. } = &mut *state;
-        cpu.refill(limits.cores, CPU_BURST_SECONDS, now);
-        writes.refill(limits.write_bytes_per_second, WRITE_BURST_SECONDS, now);
+        state.limits_read = Some(Instant::now());
     }
 
     /// Charge `took` of call time.
     pub fn charge_call(&self, took: Duration) {
         let mut state = self.lock();
-        let (now, rate) = (Instant::now(), state.limits.cores);
-        state.cpu.refill(rate, CPU_BURST_SECONDS, now);
+        state.refill();
         state.cpu.level -= took.as_secs_f64();
     }
 
@@ -207,8 +213,7 @@ impl Pace {
             return;
         }
         let mut state = self.lock();
-        let (now, rate) = (Instant::now(), state.limits.write_bytes_per_second);
-        state.writes.refill(rate, WRITE_BURST_SECONDS, now);
+        state.refill();
         state.writes.level -= bytes as f64;
     }
 
@@ -221,7 +226,7 @@ impl Pace {
     /// [`Pace::wait`], and whether a pacing episode started with it.
     pub(super) fn wait_noting(&self) -> (Option<(Duration, Resource)>, Episode) {
         let mut state = self.lock();
-        let now = Instant::now();
+        state.refill();
         let limits = state.limits;
         let State {
             cpu,
@@ -229,8 +234,6 @@ impl Pace {
             paced_on,
             ..
         } = &mut *state;
-        cpu.refill(limits.cores, CPU_BURST_SECONDS, now);
-        writes.refill(limits.write_bytes_per_second, WRITE_BURST_SECONDS, now);
         let waits = [
             cpu.wait(limits.cores).map(|w| (w, Resource::Cpu)),
             writes

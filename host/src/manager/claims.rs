@@ -43,7 +43,7 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::controller::Manifest;
 use crate::object::GroupVersionKind;
@@ -83,18 +83,10 @@ struct Held {
     definitions: BTreeMap<String, Value>,
 }
 
-/// The kind a definition defines.
-fn defined_kind(definition: &Value) -> KindKey {
-    (
-        definition["spec"]["group"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned(),
-        definition["spec"]["names"]["kind"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned(),
-    )
+/// The kind a definition's `spec` defines.
+fn defined_kind(spec: &Value) -> KindKey {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    (text(&spec["group"]), text(&spec["names"]["kind"]))
 }
 
 fn kind_of(manifest: &Manifest) -> (String, String) {
@@ -213,7 +205,7 @@ impl Claims {
                 .as_str()
                 .unwrap_or_default()
                 .to_owned();
-            let defined = defined_kind(definition);
+            let defined = defined_kind(&definition["spec"]);
             let pinned_elsewhere = self.pins.get(&defined).is_some_and(|p| p.as_str() != name);
             match self.owners.get(&definition_name).filter(|o| other(o)) {
                 None => {
@@ -256,18 +248,18 @@ impl Claims {
         let previous = self.release(&manifest.name);
         let definitions = definitions_of(manifest);
         for (definition, spec) in &definitions {
-            let pinned_elsewhere = self
-                .pins
-                .get(&defined_kind(&json!({"spec": spec})))
-                .is_some_and(|p| p != &manifest.name);
-            let kind = defined_kind(&json!({"spec": spec}));
-            if self.pins.get(&kind) == Some(&manifest.name) {
-                self.owners
-                    .insert(definition.clone(), manifest.name.clone());
-            } else if !pinned_elsewhere {
-                self.owners
-                    .entry(definition.clone())
-                    .or_insert_with(|| manifest.name.clone());
+            match self.pins.get(&defined_kind(spec)) {
+                Some(pinned) if pinned == &manifest.name => {
+                    self.owners
+                        .insert(definition.clone(), manifest.name.clone());
+                }
+                // Pinned to another: carried, not owned.
+                Some(_) => {}
+                None => {
+                    self.owners
+                        .entry(definition.clone())
+                        .or_insert_with(|| manifest.name.clone());
+                }
             }
         }
         self.plugins.insert(

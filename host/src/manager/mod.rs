@@ -323,6 +323,8 @@ impl Host {
         {
             return Err(Error::Duplicate(manifest.name));
         }
+        let pins = ownership::pins(&self.shared.api).await;
+        self.shared.claims().set_pins(pins);
         self.shared.claim(&manifest, None).await?;
         let started = self.shared.start_controller(reconciler, None).await;
         match &started {
@@ -410,14 +412,13 @@ impl Shared {
 
     /// Check that `manifest` may claim its kind and definitions (see
     /// `claims`), register its definitions and record its claims.
-    /// `replacing` is the plugin it replaces, whose claims it inherits.
+    /// `replacing` is the plugin it replaces, whose claims it inherits. The
+    /// pins in force are set on the claims by the caller (`set_pins`).
     async fn claim(
         &self,
         manifest: &controller::Manifest,
         replacing: Option<&str>,
     ) -> Result<(), Error> {
-        let pins = ownership::pins(&self.api).await;
-        self.claims().set_pins(pins);
         let allowed = self.claims().check(manifest, replacing)?;
         for holder in &allowed.evict {
             self.evict(holder, manifest).await;

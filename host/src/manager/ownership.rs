@@ -77,16 +77,27 @@ pub(super) async fn pins(api: &Api) -> BTreeMap<KindKey, String> {
     pins
 }
 
-/// The stored definition of `group`/`kind`, if the kind is registered
-/// from one.
-async fn stored_definition_of(api: &Api, (group, kind): &KindKey) -> Option<Value> {
+/// The stored definition of the kind `manifest` reconciles, if the kind
+/// is registered from one.
+async fn stored_definition_of(api: &Api, manifest: &Manifest) -> Option<Value> {
     let info = api
         .kinds()
-        .all()
-        .into_iter()
-        .find(|k| &k.group == group && &k.kind == kind)?;
+        .by_kind(&manifest.reconciles.api_version, &manifest.reconciles.kind)?;
     let name = format!("{}.{}", info.plural, info.group);
     api.get(&api.crd_kind(), None, &name).await.ok()
+}
+
+/// Set `annotation` to `value` on `object`.
+fn annotate(object: &mut Value, annotation: &str, value: &str) {
+    meta::metadata_mut(object)
+        .entry("annotations")
+        .or_insert_with(|| json!({}))[annotation] = json!(value);
+}
+
+/// Record `manifest`'s plugin (and version) as the owner on a definition.
+fn stamp_owner(definition: &mut Value, manifest: &Manifest) {
+    annotate(definition, DEFINED_BY, &manifest.name);
+    annotate(definition, DEFINED_BY_VERSION, &manifest.version);
 }
 
 /// The kind `manifest` reconciles, as claims know it.
@@ -104,7 +115,7 @@ pub(super) async fn holds_recorded_claim(api: &Api, manifest: &Manifest) -> bool
     let names = |object: &Value, annotation: &str| {
         object["metadata"]["annotations"][annotation].as_str() == Some(manifest.name.as_str())
     };
-    if let Some(stored) = stored_definition_of(api, &kind_key(manifest)).await
+    if let Some(stored) = stored_definition_of(api, manifest).await
         && names(&stored, RECONCILED_BY)
     {
         return true;
@@ -146,11 +157,7 @@ pub(super) async fn apply_definitions(
             continue;
         }
         let mut wanted = definition.clone();
-        let annotations = meta::metadata_mut(&mut wanted)
-            .entry("annotations")
-            .or_insert_with(|| json!({}));
-        annotations[DEFINED_BY] = json!(manifest.name);
-        annotations[DEFINED_BY_VERSION] = json!(manifest.version);
+        stamp_owner(&mut wanted, manifest);
         match api.get(&crd_kind, None, name).await {
             Err(api::Error::NotFound { .. }) => match api.create(&crd_kind, wanted).await {
                 Ok(_) => {
@@ -189,11 +196,7 @@ pub(super) async fn apply_definitions(
                 }
                 let mut next = stored.clone();
                 next["spec"] = definition["spec"].clone();
-                let annotations = meta::metadata_mut(&mut next)
-                    .entry("annotations")
-                    .or_insert_with(|| json!({}));
-                annotations[DEFINED_BY] = json!(manifest.name);
-                annotations[DEFINED_BY_VERSION] = json!(manifest.version);
+                stamp_owner(&mut next, manifest);
                 match api.update(&crd_kind, next).await {
                     Ok(updated) => {
                         crate::system::definitions::register(api, &updated);
@@ -212,9 +215,8 @@ pub(super) async fn apply_definitions(
 /// Record `manifest`'s plugin as the claimant of its kind on the kind's
 /// stored definition (a kind without one, built in, is not recorded).
 pub(super) async fn record_claim(api: &Api, manifest: &Manifest) {
-    let key = kind_key(manifest);
     for _ in 0..5 {
-        let Some(stored) = stored_definition_of(api, &key).await else {
+        let Some(stored) = stored_definition_of(api, manifest).await else {
             return;
         };
         if stored["metadata"]["annotations"][RECONCILED_BY].as_str() == Some(manifest.name.as_str())
@@ -222,10 +224,7 @@ pub(super) async fn record_claim(api: &Api, manifest: &Manifest) {
             return;
         }
         let mut next = stored;
-        let annotations = meta::metadata_mut(&mut next)
-            .entry("annotations")
-            .or_insert_with(|| json!({}));
-        annotations[RECONCILED_BY] = json!(manifest.name);
+        annotate(&mut next, RECONCILED_BY, &manifest.name);
         match api.update(&api.crd_kind(), next).await {
             Err(api::Error::Conflict { .. }) => continue,
             Ok(_) => return,

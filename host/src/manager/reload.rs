@@ -203,7 +203,9 @@ impl Shared {
         // then the rest by file name, except those that yield to another
         // loaded with them (`claims`), so squatting on another plugin's kind
         // or definition never wins by the file's name.
+        // Read once a pass; every claim of the pass checks against them.
         let pins = ownership::pins(&self.api).await;
+        self.claims().set_pins(pins.clone());
         let mut recorded = std::collections::HashSet::new();
         for (_, _, outcome) in &looked {
             if let Looked::Loaded(l) = outcome {

@@ -97,11 +97,11 @@ pub fn start_keeping(
             let by_bytes = (api.hub().written_since(compacted) > keep_bytes.saturating_mul(2))
                 .then(|| api.hub().revision_keeping(keep_bytes))
                 .flatten();
-            let by_revisions = (tokio::time::Instant::now() >= due).then_some(());
-            if by_bytes.is_none() && by_revisions.is_none() {
+            let by_revisions = tokio::time::Instant::now() >= due;
+            if by_bytes.is_none() && !by_revisions {
                 continue;
             }
-            if by_revisions.is_some() {
+            if by_revisions {
                 due = tokio::time::Instant::now() + interval;
             }
             let current = match api.current_revision().await {
