@@ -19,7 +19,7 @@ use crate::support::{ServeProcess, eventually, setpoint_bin};
 
 /// `setpoint serve` on a data directory, with no plugins (an empty
 /// directory inside it).
-fn serve(data: &Path) -> ServeProcess {
+pub(crate) fn serve(data: &Path) -> ServeProcess {
     let plugins = data.join("plugins");
     std::fs::create_dir_all(&plugins).unwrap();
     ServeProcess::start([
@@ -31,7 +31,7 @@ fn serve(data: &Path) -> ServeProcess {
 }
 
 /// Defines the Note kind and waits until it is served.
-async fn create_crd(url: &str) {
+pub(crate) async fn create_crd(url: &str) {
     let crd: Value = serde_json::from_str(CRD).unwrap();
     let response = reqwest::Client::new()
         .post(format!(
@@ -70,7 +70,7 @@ async fn until_acked(acked: &Acked, n: usize, tasks: &[tokio::task::JoinHandle<(
     }
 }
 
-fn note(name: &str, text_len: usize) -> Value {
+pub(crate) fn note(name: &str, text_len: usize) -> Value {
     json!({"apiVersion": "test.setpoint.dev/v1", "kind": "Note",
         "metadata": {"name": name}, "spec": {"text": "x".repeat(text_len)}})
 }

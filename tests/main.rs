@@ -14,6 +14,8 @@ mod api_gate;
 mod api_writes;
 /// The `setpoint` binary: serve, apply, get, delete, and bad input.
 mod cli;
+/// Hostile HTTP clients: unread watches, stalled bodies, many managers.
+mod clients;
 /// Three hosts sharing work on one etcd: kill -9, partition, no overlap.
 mod cluster;
 /// No plugin can hurt the host or its neighbours: kinds and definitions

@@ -9,13 +9,16 @@
 //!    refused with 401. Without tokens every caller is `system:anonymous`
 //!    and allowed everything (the server then binds loopback only).
 //! 3. The caller's token bucket must hold a token, else 429.
-//! 4. A request that is not a watch takes a slot of the in-flight bound for
+//! 4. The caller's rules must allow the request, else 403.
+//! 5. A declared `Content-Length` over the limit is refused with 413 before
+//!    the body is read; a chunked body is cut off at the limit, also 413.
+//! 6. The body is read whole, within [`BODY_READ_TIMEOUT`] (else 408),
+//!    before the request is admitted: a client that sends its body slowly,
+//!    or stalls in it, holds no slot of the in-flight bound and keeps no
+//!    one else out.
+//! 7. A request that is not a watch takes a slot of the in-flight bound for
 //!    as long as its handler runs, else 429. Watches are long-running and,
 //!    as in Kubernetes, not counted.
-//! 5. The caller's rules must allow the request, else 403.
-//! 6. A declared `Content-Length` over the limit is refused with 413 before
-//!    the body is read; a chunked body is cut off by the body limit layer,
-//!    whose plain-text 413 is replaced by a `Status`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -28,6 +31,9 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::Semaphore;
 
 use super::auth::{self, Tokens};
+
+/// How long a client may take to send a request's body.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Who may call the server, and how much.
 #[derive(Debug, Clone)]
@@ -86,6 +92,12 @@ pub enum Refusal {
         /// The limit in bytes.
         limit: usize,
     },
+    /// The body did not arrive in time.
+    #[error("the request body did not arrive within {} s", .0.as_secs())]
+    BodyTimeout(Duration),
+    /// The body could not be read (the client broke it off, say).
+    #[error("the request body could not be read: {0}")]
+    BadBody(String),
 }
 
 struct Bucket {
@@ -233,20 +245,6 @@ async fn gate(
         }
         .into_response();
     }
-    let _permit = if watch {
-        None
-    } else {
-        match guard.in_flight.clone().try_acquire_owned() {
-            Ok(permit) => Some(permit),
-            Err(_) => {
-                return Refusal::TooManyRequests {
-                    message: "too many requests in flight, please try again later".into(),
-                    retry_after_secs: 1,
-                }
-                .into_response();
-            }
-        }
-    };
     if let Some(user) = &user
         && !user.allows(&classified)
     {
@@ -266,6 +264,24 @@ async fn gate(
     if declared.is_some_and(|len| len > limit) {
         return Refusal::TooLarge { limit }.into_response();
     }
+    let request = match read_body(request, limit).await {
+        Ok(request) => request,
+        Err(refusal) => return refusal.into_response(),
+    };
+    let _permit = if watch {
+        None
+    } else {
+        match guard.in_flight.clone().try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                return Refusal::TooManyRequests {
+                    message: "too many requests in flight, please try again later".into(),
+                    retry_after_secs: 1,
+                }
+                .into_response();
+            }
+        }
+    };
     let response = next.run(request).await;
     let is_status_json = response
         .headers()
@@ -275,4 +291,29 @@ async fn gate(
         return Refusal::TooLarge { limit }.into_response();
     }
     response
+}
+
+/// The request with its body read whole (at most `limit` bytes, within
+/// [`BODY_READ_TIMEOUT`]), for methods that carry one.
+async fn read_body(request: Request, limit: usize) -> Result<Request, Refusal> {
+    if matches!(
+        *request.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
+    ) {
+        return Ok(request);
+    }
+    use http_body_util::BodyExt;
+    let (parts, body) = request.into_parts();
+    let read = http_body_util::Limited::new(body, limit).collect();
+    match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
+        Err(_) => Err(Refusal::BodyTimeout(BODY_READ_TIMEOUT)),
+        Ok(Err(err)) if err.is::<http_body_util::LengthLimitError>() => {
+            Err(Refusal::TooLarge { limit })
+        }
+        Ok(Err(err)) => Err(Refusal::BadBody(err.to_string())),
+        Ok(Ok(collected)) => Ok(Request::from_parts(
+            parts,
+            axum::body::Body::from(collected.to_bytes()),
+        )),
+    }
 }

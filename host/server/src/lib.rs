@@ -8,6 +8,7 @@
 
 pub mod auth;
 pub mod backup;
+pub mod conn;
 mod discovery;
 mod fields;
 pub mod guard;
@@ -124,9 +125,7 @@ where
     L: axum::serve::Listener,
     L::Addr: std::fmt::Debug,
 {
-    axum::serve(listener, router_with(host, config))
-        .with_graceful_shutdown(shutdown)
-        .await
+    conn::serve(listener, router_with(host, config), shutdown).await
 }
 
 /// Bind a listener: any address when the API authenticates its callers,

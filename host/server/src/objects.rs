@@ -5,6 +5,8 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+
+use super::conn::Connection;
 use std::sync::Arc;
 
 use axum::Json;
@@ -35,10 +37,17 @@ pub(super) async fn core(
     method: Method,
     Path(rest): Path<String>,
     Query(query): Query<HashMap<String, String>>,
+    connection: Option<axum::Extension<Connection>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    handle(host, method, "", "v1", &rest, query, headers, body).await
+    let request = Incoming {
+        query,
+        headers,
+        body,
+        connection: connection.map(|c| c.0),
+    };
+    handle(host, method, "", "v1", &rest, request).await
 }
 
 pub(super) async fn grouped(
@@ -46,10 +55,27 @@ pub(super) async fn grouped(
     method: Method,
     Path((group, version, rest)): Path<(String, String, String)>,
     Query(query): Query<HashMap<String, String>>,
+    connection: Option<axum::Extension<Connection>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    handle(host, method, &group, &version, &rest, query, headers, body).await
+    let request = Incoming {
+        query,
+        headers,
+        body,
+        connection: connection.map(|c| c.0),
+    };
+    handle(host, method, &group, &version, &rest, request).await
+}
+
+/// What a request brought besides its method and path.
+struct Incoming {
+    query: HashMap<String, String>,
+    headers: HeaderMap,
+    body: Bytes,
+    /// The connection it came on (absent when the router is served by
+    /// something other than [`super::conn::serve`]).
+    connection: Option<Connection>,
 }
 
 fn resolve(host: &Host, group: &str, version: &str, rest: &str) -> Result<Target, Box<Response>> {
@@ -156,17 +182,20 @@ fn protobuf_as_json(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn handle(
     host: Arc<Host>,
     method: Method,
     group: &str,
     version: &str,
     rest: &str,
-    query: HashMap<String, String>,
-    headers: HeaderMap,
-    body: Bytes,
+    request: Incoming,
 ) -> Response {
+    let Incoming {
+        query,
+        headers,
+        body,
+        connection,
+    } = request;
     let target = match resolve(&host, group, version, rest) {
         Ok(t) => t,
         Err(response) => return *response,
@@ -204,6 +233,7 @@ async fn handle(
                 target.namespace.clone(),
                 &query,
                 table::requested(&headers, &query),
+                connection,
             )
             .await;
         }

@@ -120,6 +120,8 @@ impl IntoResponse for super::guard::Refusal {
             Refusal::Forbidden(_) => (StatusCode::FORBIDDEN, "Forbidden"),
             Refusal::TooManyRequests { .. } => (StatusCode::TOO_MANY_REQUESTS, "TooManyRequests"),
             Refusal::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "RequestEntityTooLarge"),
+            Refusal::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "Timeout"),
+            Refusal::BadBody(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
         };
         let details = match &self {
             Refusal::TooManyRequests {
@@ -128,6 +130,14 @@ impl IntoResponse for super::guard::Refusal {
             _ => Value::Null,
         };
         let mut response = error_response_with(code, reason, &self.to_string(), details);
+        if matches!(self, Refusal::BodyTimeout(_) | Refusal::BadBody(_)) {
+            // The rest of the body is not read: the connection cannot carry
+            // another request.
+            response.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+        }
         if let Refusal::TooManyRequests {
             retry_after_secs, ..
         } = &self

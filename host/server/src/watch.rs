@@ -15,19 +15,27 @@
 //!   `k8s.io/initial-events-end: "true"` marks the end of the initial events.
 //! - Label and field selectors filter events by the object's state at each
 //!   event.
-//! - A client that stops reading is cut off (its stream ends) as soon as it
-//!   has fallen further behind than the watch cache keeps, not only when
-//!   it reads again.
+//! - What a stream holds for its client is bounded in bytes: an event's
+//!   JSON is encoded once and shared by every watcher (see
+//!   [`watch::Event::json`]), and each stream buffers at most
+//!   [`STREAM_BUFFER_BYTES`] of it (more only for one larger event).
+//! - A client that stops reading is cut off (its stream ends; it watches
+//!   again from its last revision, or relists) as soon as it is
+//!   [`MAX_LAG_BYTES`] of changes behind, or further than the watch cache
+//!   keeps, not only when it reads again. `setpoint_watches_closed_slow_total`
+//!   counts them.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use super::status::{ApiError, status_body};
 use super::table::{self, IncludeObject};
@@ -40,8 +48,27 @@ use setpoint::watch::{self, EventType};
 /// How long a stream may be quiet before a bookmark is sent.
 pub const BOOKMARK_INTERVAL: Duration = Duration::from_secs(5);
 
-/// Events buffered per stream before the writer waits for the client.
-const STREAM_BUFFER: usize = 256;
+/// Bytes of events a stream buffers for its client before it waits for
+/// the client to read (an event larger than this is buffered alone).
+/// Events' JSON is shared between watchers, so an unread stream mostly
+/// holds references; tables, rendered per watcher, are copies.
+pub const STREAM_BUFFER_BYTES: usize = 256 << 10;
+
+/// A watcher that has not read this many bytes of changes the watch
+/// cache received (objects as stored, all kinds) is closed: the cache
+/// would otherwise hold them for it.
+pub const MAX_LAG_BYTES: u64 = 16 << 20;
+
+/// Chunks buffered per stream (an event is up to three).
+const STREAM_CHUNKS: usize = 1024;
+
+/// Watch streams closed because their client fell too far behind
+/// (`setpoint_watches_closed_slow_total`).
+pub(super) static CLOSED_SLOW: AtomicU64 = AtomicU64::new(0);
+
+/// A piece of a stream, with the share of the stream's byte budget it
+/// holds until the HTTP connection takes it.
+type Chunk = (Bytes, Option<OwnedSemaphorePermit>);
 
 fn truthy(query: &HashMap<String, String>, key: &str) -> bool {
     matches!(query.get(key).map(String::as_str), Some("true" | "1"))
@@ -94,6 +121,21 @@ impl Filter {
     }
 }
 
+/// The `{"type":…,"object":…}` line of a watch event, around the event's
+/// shared JSON: three chunks, none of them copied per watcher.
+fn shared_event_line(kind: EventType, event: &watch::Event) -> [Bytes; 3] {
+    let start: &'static [u8] = match kind {
+        EventType::Added => br#"{"type":"ADDED","object":"#,
+        EventType::Modified => br#"{"type":"MODIFIED","object":"#,
+        EventType::Deleted => br#"{"type":"DELETED","object":"#,
+    };
+    [
+        Bytes::from_static(start),
+        event.json(),
+        Bytes::from_static(b"}\n"),
+    ]
+}
+
 fn event_line(kind: &str, object: &Value) -> Bytes {
     let mut line =
         serde_json::to_vec(&json!({"type": kind, "object": object})).expect("JSON serialises");
@@ -119,6 +161,7 @@ pub(super) async fn watch(
     namespace: Option<String>,
     query: &HashMap<String, String>,
     table: Option<IncludeObject>,
+    connection: Option<super::conn::Connection>,
 ) -> Response {
     let labels = match query
         .get("labelSelector")
@@ -156,7 +199,11 @@ pub(super) async fn watch(
     let api = host.api().clone();
     let prefix = Api::prefix(&kind, namespace.as_deref());
 
-    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(STREAM_BUFFER);
+    let (tx, rx) = mpsc::channel::<Chunk>(STREAM_CHUNKS);
+    let out = Outbox {
+        tx,
+        budget: Arc::new(Semaphore::new(STREAM_BUFFER_BYTES)),
+    };
     // Initial list (if asked for) and the starting revision.
     let mut initial_items = Vec::new();
     let start = match rv {
@@ -186,12 +233,19 @@ pub(super) async fn watch(
     };
     let subscription = api.hub().subscribe(&prefix, start);
     tokio::spawn(async move {
-        let mut subscription = match subscription {
+        let subscription = match subscription {
             Ok(s) => s,
             Err(err) => {
-                let _ = tx.send(Ok(expired(&err))).await;
+                let _ = out.send_now(expired(&err)).await;
                 return;
             }
+        };
+        let hub = api.hub();
+        let mut stream = Stream {
+            out,
+            subscription,
+            hub,
+            connection,
         };
         let render = |object: &Value| match table {
             Some(include) => table::table(
@@ -203,16 +257,13 @@ pub(super) async fn watch(
             None => object.clone(),
         };
         for item in initial_items.iter().filter(|o| filter.matches(o)) {
-            if tx
-                .send(Ok(event_line("ADDED", &render(item))))
-                .await
-                .is_err()
-            {
+            if !stream.send([event_line("ADDED", &render(item))]).await {
                 return;
             }
         }
-        if initial && bookmarks {
-            let _ = tx.send(Ok(bookmark(&kind, start, true))).await;
+        drop(initial_items);
+        if initial && bookmarks && !stream.send([bookmark(&kind, start, true)]).await {
+            return;
         }
         let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
         loop {
@@ -224,38 +275,47 @@ pub(super) async fn watch(
                 }
             };
             tokio::select! {
-                next = subscription.next() => match next {
+                next = stream.subscription.next() => match next {
                     Ok(event) => {
                         if !filter.matches(&event.object) {
                             continue;
                         }
-                        let kind = match event.kind {
-                            EventType::Added => "ADDED",
-                            EventType::Modified => "MODIFIED",
-                            EventType::Deleted => "DELETED",
+                        let sent = match table {
+                            Some(_) => {
+                                let kind = match event.kind {
+                                    EventType::Added => "ADDED",
+                                    EventType::Modified => "MODIFIED",
+                                    EventType::Deleted => "DELETED",
+                                };
+                                stream.send([event_line(kind, &render(&event.object))]).await
+                            }
+                            None => stream.send(shared_event_line(event.kind, &event)).await,
                         };
-                        let line = event_line(kind, &render(&event.object));
-                        if !send_or_cut_off(&tx, line, &subscription, api.hub()).await {
+                        if !sent {
                             return;
                         }
                     }
                     Err(err) => {
-                        let _ = tx.send(Ok(expired(&err))).await;
+                        let _ = stream.out.send_now(expired(&err)).await;
                         return;
                     }
                 },
                 () = quiet, if bookmarks => {
-                    let revision = subscription.progress(api.hub());
-                    if tx.send(Ok(bookmark(&kind, revision, false))).await.is_err() {
+                    let revision = stream.subscription.progress(stream.hub);
+                    if !stream.send([bookmark(&kind, revision, false)]).await {
                         return;
                     }
                 }
                 () = ended => return,
-                () = tx.closed() => return,
+                () = stream.out.tx.closed() => return,
             }
         }
     });
-    let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    // The budget a chunk holds is given back as the connection takes it.
+    let body = Body::from_stream(tokio_stream::StreamExt::map(
+        tokio_stream::wrappers::ReceiverStream::new(rx),
+        |(chunk, _budget)| Ok::<_, Infallible>(chunk),
+    ));
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/json")],
@@ -268,32 +328,69 @@ pub(super) async fn watch(
 /// too far behind to catch up.
 const SLOW_CLIENT_CHECK: Duration = Duration::from_millis(500);
 
-/// Send `line` once the client has room for it; false when the client is
-/// gone, or when, while it was not reading, the stream fell further behind
-/// than the watch cache keeps: such a client could only be told to relist
-/// once it read again, so it is cut off now (its connection ends and it
-/// watches again), as kube-apiserver closes an unresponsive consumer.
-async fn send_or_cut_off(
-    tx: &mpsc::Sender<Result<Bytes, Infallible>>,
-    line: Bytes,
-    subscription: &watch::Subscription,
-    hub: &setpoint::watch::WatchHub,
-) -> bool {
-    let mut check = tokio::time::interval(SLOW_CLIENT_CHECK);
-    check.tick().await;
-    loop {
-        tokio::select! {
-            permit = tx.reserve() => return match permit {
-                Ok(permit) => {
-                    permit.send(Ok(line));
-                    true
-                }
-                Err(_) => false,
-            },
-            _ = check.tick() => {
-                if subscription.fell_behind(hub) {
-                    tracing::info!("watch client too slow to catch up; closing its stream");
-                    return false;
+/// Where a stream's chunks go, and the byte budget they take there.
+struct Outbox {
+    tx: mpsc::Sender<Chunk>,
+    budget: Arc<Semaphore>,
+}
+
+impl Outbox {
+    /// Send one last chunk (an error), waiting as long as it takes.
+    async fn send_now(&self, chunk: Bytes) -> bool {
+        self.tx.send((chunk, None)).await.is_ok()
+    }
+}
+
+/// A watch stream's outbox and the subscription it follows.
+struct Stream<'h> {
+    out: Outbox,
+    subscription: watch::Subscription,
+    hub: &'h setpoint::watch::WatchHub,
+    connection: Option<super::conn::Connection>,
+}
+
+impl Stream<'_> {
+    /// Send `line` once the client has room for it; false when the client
+    /// is gone, or when, while it was not reading, it fell [`MAX_LAG_BYTES`]
+    /// behind or further than the watch cache keeps: such a client could
+    /// only be told to relist once it read again, and meanwhile the cache
+    /// holds what it has not read, so it is cut off now (its connection
+    /// ends and it watches again), as kube-apiserver closes an
+    /// unresponsive watcher.
+    async fn send<const N: usize>(&mut self, line: [Bytes; N]) -> bool {
+        let size: usize = line.iter().map(Bytes::len).sum();
+        let take = u32::try_from(size.clamp(1, STREAM_BUFFER_BYTES)).unwrap_or(u32::MAX);
+        let room = async {
+            let budget = self.out.budget.clone().acquire_many_owned(take).await;
+            let slots = self.out.tx.reserve_many(N).await;
+            budget.ok().zip(slots.ok())
+        };
+        let mut room = std::pin::pin!(room);
+        let mut check = tokio::time::interval(SLOW_CLIENT_CHECK);
+        check.tick().await;
+        loop {
+            tokio::select! {
+                room = &mut room => {
+                    let Some((budget, slots)) = room else { return false };
+                    let mut budget = Some(budget);
+                    let last = N - 1;
+                    for ((i, chunk), slot) in line.into_iter().enumerate().zip(slots) {
+                        slot.send((chunk, if i == last { budget.take() } else { None }));
+                    }
+                    return true;
+                },
+                _ = check.tick() => {
+                    let behind = self.subscription.bytes_behind(self.hub);
+                    if behind > MAX_LAG_BYTES || self.subscription.fell_behind(self.hub) {
+                        CLOSED_SLOW.fetch_add(1, Ordering::Relaxed);
+                        tracing::info!(behind, "watch client too slow to catch up; closing its connection");
+                        // Ending the response would wait for the client to
+                        // read what is queued: close the connection instead.
+                        if let Some(connection) = &self.connection {
+                            connection.cut();
+                        }
+                        return false;
+                    }
                 }
             }
         }

@@ -120,6 +120,39 @@ pub struct Event {
     pub size: usize,
     /// When the hub received it (for letting go of stale history).
     pub received: tokio::time::Instant,
+    /// The object as JSON, encoded by the first subscriber that asks.
+    json: std::sync::OnceLock<bytes::Bytes>,
+}
+
+impl Event {
+    /// The object as JSON, encoded once for every subscriber that sends it
+    /// on (HTTP watchers share these bytes instead of encoding, and
+    /// holding, a copy each, as kube-apiserver's watch cache serialises an
+    /// event once for all its watchers).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use setpoint::store::{Backend, Condition, MemoryBackend};
+    /// use setpoint::watch::WatchHub;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = Arc::new(MemoryBackend::new());
+    /// let hub = WatchHub::start(store.clone(), 16).await?;
+    /// let (mut one, mut two) = (hub.subscribe("/", 0)?, hub.subscribe("/", 0)?);
+    /// store.put("/k", br#"{"metadata": {"name": "k"}}"#.to_vec(), Condition::Any).await?;
+    /// let (a, b) = (one.next().await?.json(), two.next().await?.json());
+    /// assert_eq!(a.as_ptr(), b.as_ptr(), "one encoding, shared");
+    /// let back: serde_json::Value = serde_json::from_slice(&a)?;
+    /// assert_eq!(back["metadata"]["resourceVersion"], "1");
+    /// # Ok(()) }
+    /// ```
+    pub fn json(&self) -> bytes::Bytes {
+        self.json
+            .get_or_init(|| {
+                bytes::Bytes::from(serde_json::to_vec(&*self.object).expect("JSON serialises"))
+            })
+            .clone()
+    }
 }
 
 /// A subscription failure.
@@ -654,6 +687,7 @@ async fn follow(
                         object: Arc::new(object),
                         size,
                         received: tokio::time::Instant::now(),
+                        json: std::sync::OnceLock::new(),
                     }),
                     Err(err) => {
                         tracing::error!(key = %change.kv.key, %err, "undecodable object in store; skipped by watchers");

@@ -124,6 +124,45 @@ impl Subscription {
         self.receiver.len() > hub.max_lag()
     }
 
+    /// How many bytes of objects (as stored) the hub has received that
+    /// this subscriber has not read yet, to within about a MiB: changes
+    /// under other prefixes count too, as the hub holds them for it all
+    /// the same. For cutting off a subscriber that stopped reading while
+    /// fat objects are written, long before it is [`Self::fell_behind`] in
+    /// changes.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use setpoint::store::{Backend, Condition, MemoryBackend};
+    /// use setpoint::watch::WatchHub;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = Arc::new(MemoryBackend::new());
+    /// let hub = WatchHub::start(store.clone(), 1024).await?;
+    /// let mut reader = hub.subscribe("/", 0)?;
+    /// let idle = hub.subscribe("/", 0)?;
+    /// for i in 0..4 {
+    ///     let fat = format!(r#"{{"pad": "{}"}}"#, "x".repeat(1 << 20));
+    ///     store.put(&format!("/k{i}"), fat.into_bytes(), Condition::Any).await?;
+    /// }
+    /// hub.wait_for(4).await;
+    /// for _ in 0..4 {
+    ///     reader.next().await?;
+    /// }
+    /// assert!(idle.bytes_behind(&hub) >= 3 << 20);
+    /// assert_eq!(reader.bytes_behind(&hub), 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn bytes_behind(&self, hub: &WatchHub) -> u64 {
+        // What it read past `after` (other prefixes) it does not hold.
+        let read = if self.receiver.is_empty() && self.backlog.is_empty() {
+            self.last_seen.max(self.after)
+        } else {
+            self.after
+        };
+        hub.written_since(read)
+    }
+
     /// The revision of the last change delivered (or the starting point).
     ///
     /// ```

@@ -456,6 +456,28 @@ pub(super) fn render(numbers: &HostNumbers, requests: &RequestMetrics) -> String
     );
     header(
         &mut out,
+        "setpoint_watches_closed_slow_total",
+        "counter",
+        "Watch streams closed because their client fell too far behind (see the watch module).",
+    );
+    let _ = writeln!(
+        out,
+        "setpoint_watches_closed_slow_total {}",
+        super::watch::CLOSED_SLOW.load(Ordering::Relaxed)
+    );
+    header(
+        &mut out,
+        "setpoint_connections_closed_stalled_total",
+        "counter",
+        "Connections closed because their client read nothing of a response for a minute.",
+    );
+    let _ = writeln!(
+        out,
+        "setpoint_connections_closed_stalled_total {}",
+        super::conn::CLOSED_STALLED.load(Ordering::Relaxed)
+    );
+    header(
+        &mut out,
         "setpoint_watchers",
         "gauge",
         "Watch streams currently open, by group and resource.",

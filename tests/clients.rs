@@ -1,0 +1,194 @@
+//! Hostile HTTP clients through the real binary (issue #34): what one
+//! client can make the host hold or keep from others is bounded. The
+//! memory figures are measured by `scripts/bench clients`; these tests
+//! check the behaviour that bounds them.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::crash::NOTES;
+use crate::durability::{create_crd, note, serve};
+
+/// The server's address (`host:port`) from its URL.
+fn addr(url: &str) -> &str {
+    url.trim_start_matches("http://")
+}
+
+/// One number from the server's `/metrics`.
+async fn metric(url: &str, name: &str) -> f64 {
+    let text = reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in /metrics"))
+}
+
+/// Reads whatever `socket` holds until the server closes it; how many
+/// bytes came, or `None` if it stayed open for `wait`.
+async fn read_to_close(socket: &mut TcpStream, wait: Duration) -> Option<usize> {
+    let mut buf = vec![0u8; 1 << 16];
+    let mut total = 0;
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        match tokio::time::timeout_at(deadline, socket.read(&mut buf)).await {
+            Err(_) => return None,
+            Ok(Ok(0) | Err(_)) => return Some(total),
+            Ok(Ok(n)) => total += n,
+        }
+    }
+}
+
+/// A watcher that stops reading is closed once it is a bounded number of
+/// bytes of changes behind, not kept (with everything it has not read)
+/// until thousands of changes later; one that reads keeps its stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_that_stops_reading_is_closed_a_bounded_number_of_bytes_behind() {
+    let data = tempfile::tempdir().unwrap();
+    let server = serve(data.path());
+    create_crd(&server.url).await;
+    // A raw watch whose client never reads, on a small receive buffer so
+    // that the server's side fills after a few objects.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stalled = socket
+        .connect(addr(&server.url).parse().unwrap())
+        .await
+        .unwrap();
+    stalled
+        .write_all(format!("GET {NOTES}?watch=true HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    // A watcher that reads everything.
+    let mut reading = reqwest::get(format!("{}{NOTES}?watch=true", server.url))
+        .await
+        .unwrap();
+    assert_eq!(reading.status(), 200);
+    let (seen_tx, seen) = tokio::sync::watch::channel(0usize);
+    let reader = tokio::spawn(async move {
+        let mut lines = 0usize;
+        while let Ok(Some(chunk)) = reading.chunk().await {
+            lines += chunk.iter().filter(|b| **b == b'\n').count();
+            let _ = seen_tx.send(lines);
+            if lines == 40 {
+                break;
+            }
+        }
+        lines
+    });
+    // 40 notes of 1 MB: 40 MB of changes, far past the bound (16 MiB) but
+    // far below the watch cache's 8,192 changes, which was the only bound.
+    let http = reqwest::Client::new();
+    for i in 0..40 {
+        let response = http
+            .post(format!("{}{NOTES}", server.url))
+            .json(&note(&format!("fat-{i:02}"), 1_000_000))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 201);
+    }
+    crate::support::eventually(
+        "the watch of the client that stopped reading is closed",
+        Duration::from_secs(30),
+        || async {
+            match metric(&server.url, "setpoint_watches_closed_slow_total").await {
+                n if n >= 1.0 => Ok(()),
+                n => Err(format!("{n} closed")),
+            }
+        },
+    )
+    .await;
+    // What it is sent ends there: the kernel's buffers, then the close.
+    let read = read_to_close(&mut stalled, Duration::from_secs(30))
+        .await
+        .expect("the server closed the stream of the client that stopped reading");
+    assert!(
+        read < 20_000_000,
+        "it is closed before everything was sent ({read} bytes came)"
+    );
+    let seen = tokio::time::timeout(Duration::from_secs(30), reader)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "the reading watcher got {} of 40 changes in 30 s",
+                *seen.borrow()
+            )
+        })
+        .unwrap();
+    assert_eq!(seen, 40, "the reading watcher is not closed");
+}
+
+/// Connections that stall in their request hold no slot of the in-flight
+/// bound: 400 of them (the default bound) stalled in their bodies leave
+/// every other request served; the server gives up on a stalled body with
+/// a 408 and on stalled headers by closing the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_requests_keep_no_one_out_and_are_given_up_on() {
+    let data = tempfile::tempdir().unwrap();
+    let server = serve(data.path());
+    create_crd(&server.url).await;
+    let http = reqwest::Client::new();
+    let created = http
+        .post(format!("{}{NOTES}", server.url))
+        .json(&note("target", 10))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let mut bodies = Vec::new();
+    for i in 0..400 {
+        let mut socket = TcpStream::connect(addr(&server.url)).await.unwrap();
+        let head = format!(
+            "PUT {NOTES}/stall-{i} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{{"
+        );
+        socket.write_all(head.as_bytes()).await.unwrap();
+        bodies.push(socket);
+    }
+    let mut headers = TcpStream::connect(addr(&server.url)).await.unwrap();
+    headers
+        .write_all(format!("GET {NOTES} HTTP/1.1\r\nHost: x\r\n").as_bytes())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for _ in 0..50 {
+        let response = http
+            .get(format!("{}{NOTES}/target", server.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status(),
+            200,
+            "others are served while 400 bodies stall"
+        );
+    }
+    // Stalled headers: closed (hyper's header read timeout), no answer.
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(90), headers.read_to_end(&mut answer))
+        .await
+        .expect("a connection stalled in its headers is closed");
+    assert!(
+        read.is_ok() && answer.is_empty(),
+        "closed without an answer"
+    );
+    // A stalled body: 408, and the connection closed.
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(90), bodies[0].read_to_end(&mut answer))
+        .await
+        .expect("a connection stalled in its body is answered and closed");
+    assert!(read.is_ok());
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 408"),
+        "a stalled body gets 408: {answer}"
+    );
+    assert!(answer.contains("did not arrive within 60 s"), "{answer}");
+}
