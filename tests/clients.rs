@@ -192,3 +192,63 @@ async fn stalled_requests_keep_no_one_out_and_are_given_up_on() {
     );
     assert!(answer.contains("did not arrive within 60 s"), "{answer}");
 }
+
+/// A client inventing a new `fieldManager` for every apply makes neither
+/// the object nor the work of each request grow without end: past the
+/// bound the apply is refused with a 422 naming it, and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn applies_by_ever_new_managers_stop_at_the_bound() {
+    let data = tempfile::tempdir().unwrap();
+    let server = serve(data.path());
+    create_crd(&server.url).await;
+    let http = reqwest::Client::new();
+    let bound = setpoint::api::MAX_FIELD_MANAGERS;
+    let mut refused = Vec::new();
+    for i in 0..bound + 20 {
+        let body = serde_json::json!({"apiVersion": "test.setpoint.dev/v1", "kind": "Note",
+            "metadata": {"name": "managed", "namespace": "default",
+                "labels": {format!("by-{i}"): "x"}},
+            "spec": {"text": format!("from {i}")}});
+        let response = http
+            .patch(format!("{}{NOTES}/managed", server.url))
+            .query(&[
+                ("fieldManager", format!("manager-{i}").as_str()),
+                ("force", "true"),
+            ])
+            .header("content-type", "application/apply-patch+yaml")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        match response.status().as_u16() {
+            200 | 201 => assert!(i < bound, "apply {i} is past the bound"),
+            422 => refused.push(response.json::<serde_json::Value>().await.unwrap()),
+            other => panic!("apply {i}: {other}"),
+        }
+    }
+    assert_eq!(refused.len(), 20);
+    assert!(
+        refused[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("must have at most 100 field managers"),
+        "{}",
+        refused[0]
+    );
+    let object: serde_json::Value = http
+        .get(format!("{}{NOTES}/managed", server.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        object["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .len(),
+        bound
+    );
+    assert_eq!(object["spec"]["text"], format!("from {}", bound - 1));
+}

@@ -35,6 +35,14 @@
 use serde_json::{Map, Value};
 
 use super::{Api, Error, FieldConflict, Result, validate};
+
+/// The most `metadata.managedFields` entries an object may have: an apply
+/// by yet another manager is refused (422) past it. Every apply reads and
+/// rewrites every entry, so without a bound one client inventing a
+/// manager per request makes each request, and the object, grow without
+/// end (Kubernetes bounds its `Update` entries at 10 and the rest only by
+/// the object's size).
+pub const MAX_FIELD_MANAGERS: usize = 100;
 use crate::object::managed::{self, FieldSet, ManagedFieldsEntry};
 use crate::object::patch::json_equal;
 use crate::object::{KindInfo, Object, meta, time};
@@ -246,6 +254,20 @@ fn merge(
             e.manager == manager && e.operation == "Apply" && e.subresource.is_none()
         })
     });
+    if mine_at.is_none() && owners.len() >= MAX_FIELD_MANAGERS {
+        return Err(Error::Invalid {
+            kind: Api::resource(kind),
+            name: meta::name(live).to_owned(),
+            causes: vec![super::Cause {
+                field: "metadata.managedFields".into(),
+                message: format!(
+                    "Too many: {}: must have at most {MAX_FIELD_MANAGERS} field managers; apply as one of the managers listed, or remove stale entries from metadata.managedFields",
+                    owners.len() + 1
+                ),
+                reason: super::CauseType::TooMany,
+            }],
+        });
+    }
     let previous = mine_at.map(|i| owners[i].owned.clone()).unwrap_or_default();
 
     let mut next = live.clone();

@@ -27,6 +27,7 @@
 //! module is the object rules they call.
 
 mod apply;
+pub use apply::MAX_FIELD_MANAGERS;
 mod compact;
 mod crd;
 mod delete;

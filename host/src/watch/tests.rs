@@ -96,11 +96,12 @@ async fn stale_fat_history_is_let_go_after_the_freshness_window() {
             .unwrap();
     }
     hub.wait_for(3).await;
-    assert_eq!(hub.history_bytes(), 3 * fat.len(), "fresh: all kept");
+    let one = hub.history_bytes() / 3;
+    assert!(one >= fat.len(), "fresh: all kept");
     tokio::time::sleep(super::HISTORY_FRESH + std::time::Duration::from_secs(10)).await;
     assert_eq!(
         hub.history_bytes(),
-        fat.len(),
+        one,
         "stale: down to what the allowance of 4 MiB holds (the last)"
     );
     assert!(matches!(
@@ -143,4 +144,28 @@ async fn a_lagging_subscriber_is_told_the_oldest_revision_the_hub_holds() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn held_bytes_counts_decoded_maps_not_stored_bytes() {
+    let string = serde_json::json!({"blob": "x".repeat(100_000)});
+    let held = super::held_bytes(&string);
+    assert!(
+        (100_000..102_000).contains(&held),
+        "a long string: its length, {held}"
+    );
+    // What a long managedFields looks like: many small maps.
+    let entries: Vec<_> = (0..1000)
+        .map(|i| {
+            serde_json::json!({"manager": format!("m-{i}"), "operation": "Apply",
+            "fieldsV1": {"f:data": {format!("f:key-{i}"): {}}}})
+        })
+        .collect();
+    let managed = serde_json::json!({"metadata": {"managedFields": entries}});
+    let stored = serde_json::to_vec(&managed).unwrap().len();
+    let held = super::held_bytes(&managed);
+    assert!(
+        held > 10 * stored,
+        "{held} bytes decoded for {stored} stored"
+    );
 }

@@ -261,3 +261,43 @@ async fn updates_keep_managed_fields_they_do_not_mention() {
         "ownership survived: {err}"
     );
 }
+
+#[tokio::test]
+async fn managers_are_bounded_per_object_and_those_listed_still_apply() {
+    let api = api().await;
+    let kind = widgets(&api).await;
+    // Each manager owns a label of its own, and the image in turn.
+    let labelled = |manager: &str, image: &str| {
+        let mut applied = config(json!({"image": image}));
+        applied["metadata"]["labels"] = json!({manager: "x"});
+        applied
+    };
+    for i in 0..crate::api::MAX_FIELD_MANAGERS {
+        let manager = format!("m-{i}");
+        api.apply(&kind, labelled(&manager, &format!("v{i}")), &manager, true)
+            .await
+            .unwrap();
+    }
+    let before = api.get(&kind, Some("default"), "a").await.unwrap();
+    assert_eq!(managers(&before).len(), crate::api::MAX_FIELD_MANAGERS);
+    let err = api
+        .apply(&kind, labelled("one-too-many", "new"), "one-too-many", true)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 422, "{err}");
+    assert!(
+        err.to_string().contains(
+            "metadata.managedFields: Too many: 101: must have at most 100 field managers"
+        ),
+        "{err}"
+    );
+    let after = api.get(&kind, Some("default"), "a").await.unwrap();
+    assert_eq!(after, before, "a refused apply changes nothing");
+    // A manager already listed applies as before.
+    let taken = api
+        .apply(&kind, labelled("m-7", "again"), "m-7", true)
+        .await
+        .unwrap();
+    assert_eq!(taken["spec"]["image"], "again");
+    assert_eq!(managers(&taken).len(), crate::api::MAX_FIELD_MANAGERS);
+}
