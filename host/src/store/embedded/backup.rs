@@ -27,6 +27,12 @@ use super::wal::is_no_space;
 use crate::store::{Backup, Error, Result};
 
 /// The name a backup file has for a moment in the data directory.
+/// Keys and values copied per transaction of the backup's database.
+const BATCH_BYTES: usize = 16 << 20;
+
+/// The backup's database's page cache (redb's default is 1 GiB).
+const COPY_CACHE_BYTES: usize = 16 << 20;
+
 const PREFIX: &str = "backup-";
 const SUFFIX: &str = ".redb.tmp";
 
@@ -109,15 +115,16 @@ fn copy(txn: &ReadTransaction, file: &Path, out: &File) -> Result<crate::store::
     let target = out.try_clone().map_err(failed)?;
     let backend = FileBackend::new(target).ctx(&backup)?;
     let db = redb::Builder::new()
+        .set_cache_size(COPY_CACHE_BYTES)
         .create_with_backend(backend)
         .ctx(&backup)?;
     let meta = txn.open_table(META).ctx(file)?;
     let revision = read_meta(&meta, META_REVISION, file)?;
-    let write = db.begin_write().ctx(&backup)?;
+    let mut write = db.begin_write().ctx(&backup)?;
+    write = copy_table(txn, &db, write, REVISIONS, file, &backup)?;
+    write = copy_table(txn, &db, write, CURRENT, file, &backup)?;
+    write = copy_table(txn, &db, write, META, file, &backup)?;
     {
-        copy_table(txn, &write, REVISIONS, file, &backup)?;
-        copy_table(txn, &write, CURRENT, file, &backup)?;
-        copy_table(txn, &write, META, file, &backup)?;
         // A whole store: no log continues it.
         let mut meta = write.open_table(META).ctx(&backup)?;
         meta.insert(META_LOG_SEGMENT, 0).ctx(&backup)?;
@@ -129,18 +136,37 @@ fn copy(txn: &ReadTransaction, file: &Path, out: &File) -> Result<crate::store::
 }
 
 /// Copies table `table` of `txn` into `write`.
+/// Copy `table` into the backup, committing every [`BATCH_BYTES`] of keys
+/// and values: an uncommitted transaction keeps its pages in memory, and
+/// one transaction for the whole copy held as much as the store.
 fn copy_table<K: redb::Key + 'static, V: redb::Value + 'static>(
     txn: &ReadTransaction,
-    write: &redb::WriteTransaction,
+    db: &redb::Database,
+    mut write: redb::WriteTransaction,
     table: TableDefinition<K, V>,
     file: &Path,
     backup: &Path,
-) -> Result<()> {
+) -> Result<redb::WriteTransaction> {
     let from = txn.open_table(table).ctx(file)?;
-    let mut to = write.open_table(table).ctx(backup)?;
-    for row in from.iter().ctx(file)? {
-        let (key, value) = row.ctx(file)?;
-        to.insert(key.value(), value.value()).ctx(backup)?;
+    let mut rows = from.iter().ctx(file)?;
+    loop {
+        let mut batch = 0;
+        {
+            let mut to = write.open_table(table).ctx(backup)?;
+            for row in rows.by_ref() {
+                let (key, value) = row.ctx(file)?;
+                let (key, value) = (key.value(), value.value());
+                batch += K::as_bytes(&key).as_ref().len() + V::as_bytes(&value).as_ref().len();
+                to.insert(key, value).ctx(backup)?;
+                if batch >= BATCH_BYTES {
+                    break;
+                }
+            }
+        }
+        if batch < BATCH_BYTES {
+            return Ok(write);
+        }
+        write.commit().ctx(backup)?;
+        write = db.begin_write().ctx(backup)?;
     }
-    Ok(())
 }

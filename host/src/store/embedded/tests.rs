@@ -847,3 +847,39 @@ async fn random_damage_to_the_log_is_refused_or_loses_at_most_the_torn_end() {
     }
     assert!(outcomes.contains_key("refused"), "{outcomes:?}");
 }
+
+/// A backup larger than one copy batch (16 MiB) is copied over several
+/// transactions and still restores every key at the backup's revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_larger_than_a_copy_batch_restores_every_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedBackend::open(dir.path()).unwrap();
+    let value = vec![b'x'; 1 << 20];
+    for i in 0..40 {
+        store
+            .put(&format!("/big/{i:02}"), value.clone(), Condition::Any)
+            .await
+            .unwrap();
+    }
+    let mut backup = store.backup().await.unwrap();
+    assert_eq!(backup.revision, 40);
+    store.close().await.unwrap();
+    let restored = tempfile::tempdir().unwrap();
+    let file = restored.path().join(DB_FILE);
+    std::io::copy(&mut backup.file, &mut std::fs::File::create(&file).unwrap()).unwrap();
+    assert_eq!(EmbeddedBackend::check_backup(&file).unwrap(), 40);
+    let reopened = EmbeddedBackend::open(restored.path()).unwrap();
+    let listed = reopened
+        .range(Range {
+            prefix: "/big/".into(),
+            start_after: None,
+            limit: 0,
+            revision: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(listed.kvs.len(), 40);
+    assert!(listed.kvs.iter().all(|kv| *kv.value == *value));
+    assert_eq!(reopened.current_revision().await.unwrap(), 40);
+    reopened.close().await.unwrap();
+}
