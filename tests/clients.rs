@@ -252,3 +252,78 @@ async fn applies_by_ever_new_managers_stop_at_the_bound() {
     );
     assert_eq!(object["spec"]["text"], format!("from {}", bound - 1));
 }
+
+/// A LIST is streamed a page at a time (what it holds is a page, not the
+/// whole list), and still one snapshot: writes while a slow client reads
+/// it show in none of its pages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_list_is_one_snapshot_while_writes_go_on() {
+    let data = tempfile::tempdir().unwrap();
+    let server = serve(data.path());
+    create_crd(&server.url).await;
+    let http = reqwest::Client::new();
+    for i in 0..200 {
+        let response = http
+            .post(format!("{}{NOTES}", server.url))
+            .json(&note(&format!("n-{i:03}"), 20_000))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 201);
+    }
+    let mut list = http
+        .get(format!("{}{NOTES}", server.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(list.status(), 200);
+    let mut text = list.chunk().await.unwrap().unwrap().to_vec();
+    assert!(
+        text.len() < 4_000_000,
+        "the first chunk is a page, not the list"
+    );
+    // Meanwhile: every note changed, and more created.
+    for i in 0..200 {
+        let patched = http
+            .patch(format!("{}{NOTES}/n-{i:03}", server.url))
+            .header("content-type", "application/merge-patch+json")
+            .body(r#"{"spec": {"text": "changed"}}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(patched.status(), 200);
+    }
+    for i in 0..20 {
+        let created = http
+            .post(format!("{}{NOTES}", server.url))
+            .json(&note(&format!("late-{i}"), 10))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status(), 201);
+    }
+    while let Some(chunk) = list.chunk().await.unwrap() {
+        text.extend_from_slice(&chunk);
+    }
+    let list: serde_json::Value = serde_json::from_slice(&text).unwrap();
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(items.len(), 200, "none of the notes created later");
+    let revision: i64 = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    for item in items {
+        assert_eq!(
+            item["spec"]["text"].as_str().unwrap().len(),
+            20_000,
+            "as listed, not changed"
+        );
+        let rv: i64 = item["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(rv <= revision);
+    }
+}

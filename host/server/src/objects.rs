@@ -5,8 +5,6 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-
-use super::conn::Connection;
 use std::sync::Arc;
 
 use axum::Json;
@@ -16,6 +14,7 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
+use super::conn::Connection;
 use super::fields::{self, FieldValidation, Format, Write};
 use super::status::{ApiError, error_response};
 use super::table;
@@ -240,15 +239,7 @@ async fn handle(
         (&Method::GET, None) if table::requested(&headers, &query).is_none() => {
             // Written from the stored bytes, not decoded and encoded again.
             return match list_options(&target, &query) {
-                Ok(options) => match host.api().list_json(&target.kind, &options).await {
-                    Ok(body) => (
-                        StatusCode::OK,
-                        [(header::CONTENT_TYPE, "application/json")],
-                        body,
-                    )
-                        .into_response(),
-                    Err(err) => ApiError(err).into_response(),
-                },
+                Ok(options) => streamed_list(&host, &target.kind, &options).await,
                 Err(err) => ApiError(err).into_response(),
             };
         }
@@ -620,4 +611,67 @@ fn parse_yaml_or_json(body: &Bytes) -> Result<Value, Box<Response>> {
             &format!("request body is not valid YAML or JSON: {e}"),
         ))
     })
+}
+
+/// Chunks of a LIST buffered ahead of its client (each about a page).
+const LIST_CHUNKS_AHEAD: usize = 1;
+
+/// Pages of streamed LISTs written at once, one per core: hundreds of
+/// concurrent LISTs then take turns instead of all being runnable at once,
+/// and a health check or a small request waits for a page or two, not for
+/// a page of every LIST (`scripts/bench clients lists`).
+static LIST_PAGES_AT_ONCE: std::sync::LazyLock<tokio::sync::Semaphore> =
+    std::sync::LazyLock::new(|| {
+        tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(2, usize::from))
+    });
+
+/// The next chunk of `pages`, written in its turn.
+async fn next_page(
+    pages: &mut setpoint::api::JsonListPages,
+) -> setpoint::api::Result<Option<Vec<u8>>> {
+    let _turn = LIST_PAGES_AT_ONCE.acquire().await;
+    pages.next_chunk().await
+}
+
+/// A LIST's JSON streamed a page at a time as the client reads it
+/// ([`setpoint::api::JsonListPages`]): the first page is read before the
+/// answer starts, so its errors are answered as a `Status`; a later error
+/// (the revision compacted under a client that read too slowly) breaks
+/// the response off, and the client lists again.
+async fn streamed_list(host: &Host, kind: &KindInfo, options: &ListOptions) -> Response {
+    let mut pages = host.api().list_json_pages(kind, options);
+    let first = match next_page(&mut pages).await {
+        Ok(first) => first.unwrap_or_default(),
+        Err(err) => return ApiError(err).into_response(),
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(LIST_CHUNKS_AHEAD);
+    tokio::spawn(async move {
+        if tx.send(Ok(Bytes::from(first))).await.is_err() {
+            return;
+        }
+        loop {
+            let next = tokio::select! {
+                next = next_page(&mut pages) => next,
+                () = tx.closed() => return,
+            };
+            let chunk = match next {
+                Ok(Some(chunk)) => Ok(Bytes::from(chunk)),
+                Ok(None) => return,
+                Err(err) => {
+                    tracing::info!(%err, "a streamed list broke off");
+                    Err(std::io::Error::other(err.to_string()))
+                }
+            };
+            let failed = chunk.is_err();
+            if tx.send(chunk).await.is_err() || failed {
+                return;
+            }
+        }
+    });
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)),
+    )
+        .into_response()
 }

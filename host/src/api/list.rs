@@ -215,12 +215,12 @@ impl FieldSelector {
     }
 }
 
-fn encode_continue(revision: Revision, after: &str) -> String {
+pub(super) fn encode_continue(revision: Revision, after: &str) -> String {
     let raw = json!({"rv": revision, "start": after}).to_string();
     raw.bytes().map(|b| format!("{b:02x}")).collect()
 }
 
-fn decode_continue(token: &str) -> Result<(Revision, String)> {
+pub(super) fn decode_continue(token: &str) -> Result<(Revision, String)> {
     let bad = || Error::BadRequest(format!("invalid continue token {token:?}"));
     if !token.len().is_multiple_of(2) {
         return Err(bad());
@@ -414,14 +414,14 @@ impl Api {
 }
 
 /// A list's selectors.
-struct Filter {
+pub(super) struct Filter {
     labels: LabelSelector,
     fields: FieldSelector,
     everything: bool,
 }
 
 impl Filter {
-    fn parse(options: &ListOptions) -> Result<Self> {
+    pub(super) fn parse(options: &ListOptions) -> Result<Self> {
         let labels = match options.label_selector.as_deref() {
             Some(s) => LabelSelector::parse(s).map_err(|e| Error::BadRequest(e.to_string()))?,
             None => LabelSelector::default(),
@@ -436,17 +436,17 @@ impl Filter {
     }
 
     /// Whether every object passes (no object needs decoding to tell).
-    fn is_everything(&self) -> bool {
+    pub(super) fn is_everything(&self) -> bool {
         self.everything
     }
 
-    fn matches(&self, object: &Object) -> bool {
+    pub(super) fn matches(&self, object: &Object) -> bool {
         self.labels.matches(meta::labels(object)) && self.fields.matches(object)
     }
 }
 
 /// `value` as JSON at the end of `out`.
-fn write_json(out: &mut Vec<u8>, value: &impl serde::Serialize) {
+pub(super) fn write_json(out: &mut Vec<u8>, value: &impl serde::Serialize) {
     // Strings and JSON values always serialise.
     serde_json::to_writer(out, value).expect("JSON serialises");
 }

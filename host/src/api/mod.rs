@@ -34,6 +34,7 @@ mod delete;
 mod error;
 pub mod kinds;
 mod list;
+mod list_pages;
 mod patch;
 pub mod secret;
 mod validate;
@@ -49,6 +50,7 @@ pub use delete::{DeleteOptions, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, Propagat
 pub use error::{Cause, CauseType, Error, FieldConflict, MAX_LISTED_CONFLICTS};
 pub use kinds::KindRegistry;
 pub use list::{ListOptions, ObjectList};
+pub use list_pages::{JsonListPages, PAGE_BYTES};
 pub(crate) use write::Next;
 
 use crate::object::{KindInfo, Object, codec, meta, shape};

@@ -272,10 +272,16 @@ async fn list_json_is_the_list_object_byte_for_byte_for_pages_and_selectors() {
             let list = api.list(&kind, &options).await.unwrap();
             let text = api.list_json(&kind, &options).await.unwrap();
             assert_eq!(
-                String::from_utf8(text).unwrap(),
+                String::from_utf8(text.clone()).unwrap(),
                 serde_json::to_string(&list.to_json(&kind)).unwrap(),
                 "{options:?}"
             );
+            let mut pages = api.list_json_pages(&kind, &options);
+            let mut streamed = Vec::new();
+            while let Some(chunk) = pages.next_chunk().await.unwrap() {
+                streamed.extend_from_slice(&chunk);
+            }
+            assert_eq!(streamed, text, "streamed a page at a time: {options:?}");
             match list.continue_token {
                 Some(token) => options.continue_token = Some(token),
                 None => break,
@@ -288,6 +294,10 @@ async fn list_json_is_the_list_object_byte_for_byte_for_pages_and_selectors() {
     };
     assert!(matches!(
         api.list_json(&kind, &bad).await,
+        Err(Error::BadRequest(_))
+    ));
+    assert!(matches!(
+        api.list_json_pages(&kind, &bad).next_chunk().await,
         Err(Error::BadRequest(_))
     ));
 }

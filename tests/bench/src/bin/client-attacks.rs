@@ -535,21 +535,33 @@ async fn lists(n: usize, megabytes: usize) -> anyhow::Result<()> {
     let before = server.rss();
     let sampler = server.sample_rss();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // On a thread and runtime of its own, so that what it measures is the
+    // server, not this process's own queue of LIST readers.
     let health = {
         let (url, stop) = (server.url.clone(), stop.clone());
-        // Its own client, so that its connection is not queued behind a LIST.
-        let http = reqwest::Client::new();
-        tokio::spawn(async move {
-            let mut times = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                let t = Instant::now();
-                if http.get(format!("{url}/healthz")).send().await.is_err() {
-                    break;
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async move {
+                let http = reqwest::Client::new();
+                let mut times = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    if http.get(format!("{url}/healthz")).send().await.is_err() {
+                        break;
+                    }
+                    times.push(t.elapsed());
+                    if std::env::var_os("ATTACK_VERBOSE").is_some()
+                        && t.elapsed() > Duration::from_millis(100)
+                    {
+                        eprintln!("  /healthz took {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                 }
-                times.push(t.elapsed());
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            times
+                times
+            })
         })
     };
     let started = Instant::now();
@@ -576,7 +588,7 @@ async fn lists(n: usize, megabytes: usize) -> anyhow::Result<()> {
     }
     let elapsed = started.elapsed();
     stop.store(true, Ordering::Relaxed);
-    let health_times = health.await?;
+    let health_times = health.join().expect("the health probe");
     println!(
         "lists: {n} concurrent LISTs of {} in {:.1} s: answers {answers:?}; RSS before {}, peak {}; /healthz meanwhile {}",
         mb(bytes as f64),

@@ -1,0 +1,176 @@
+//! [`JsonListPages`]: a list's JSON text written a page of the store at a
+//! time, for a server that streams it to its client: what a LIST holds at
+//! once is a page (about [`PAGE_BYTES`]), not the whole list twice (the
+//! stored values and the text), whatever the list's size.
+
+use super::list::{Filter, decode_continue, encode_continue, write_json};
+use super::{Api, Error, ListOptions, Result};
+use crate::object::KindInfo;
+use crate::store::{self, Range, Revision};
+
+/// About how many bytes of stored objects one page reads: the number of
+/// keys per page adapts to the objects' size to stay near it.
+pub const PAGE_BYTES: usize = 1 << 20;
+
+const FIRST_PAGE_KEYS: usize = 128;
+const MAX_PAGE_KEYS: usize = 4096;
+
+/// The JSON text of a list (byte for byte what [`Api::list_json`] writes),
+/// in chunks of about a page each; see the module docs.
+///
+/// ```
+/// use std::sync::Arc;
+/// use serde_json::json;
+/// use setpoint::api::Api;
+/// use setpoint::store::MemoryBackend;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+/// let events = api.kinds().require("v1", "Event")?;
+/// for i in 0..300 {
+///     let note = "x".repeat(10_000);
+///     api.create(&events, json!({"apiVersion": "v1", "kind": "Event",
+///         "metadata": {"name": format!("e{i:03}"), "namespace": "default"}, "note": note})).await?;
+/// }
+/// let mut pages = api.list_json_pages(&events, &Default::default());
+/// let mut text: Vec<u8> = Vec::new();
+/// let mut chunks = 0;
+/// while let Some(chunk) = pages.next_chunk().await? {
+///     text.extend_from_slice(&chunk);
+///     chunks += 1;
+/// }
+/// assert!(chunks > 2, "a page at a time");
+/// assert_eq!(text, api.list_json(&events, &Default::default()).await?);
+/// # Ok(()) }
+/// ```
+pub struct JsonListPages {
+    api: Api,
+    kind: KindInfo,
+    options: ListOptions,
+    filter: Option<Filter>,
+    prefix: String,
+    revision: Option<Revision>,
+    start_after: Option<String>,
+    taken: usize,
+    page_keys: usize,
+    state: State,
+}
+
+#[derive(PartialEq)]
+enum State {
+    Start,
+    Items { first: bool },
+    Done,
+}
+
+impl Api {
+    /// A list's JSON text a page at a time: [`JsonListPages`].
+    pub fn list_json_pages(&self, kind: &KindInfo, options: &ListOptions) -> JsonListPages {
+        JsonListPages {
+            api: self.clone(),
+            kind: kind.clone(),
+            options: options.clone(),
+            filter: None,
+            prefix: Api::prefix(kind, options.namespace.as_deref()),
+            revision: None,
+            start_after: None,
+            taken: 0,
+            page_keys: FIRST_PAGE_KEYS,
+            state: State::Start,
+        }
+    }
+}
+
+impl JsonListPages {
+    /// The next chunk of the text, or `None` once it is all written. The
+    /// first call checks the options and reads the first page: its error
+    /// is the list's (a bad selector, a compacted continue token).
+    pub async fn next_chunk(&mut self) -> Result<Option<Vec<u8>>> {
+        let mut out = Vec::new();
+        if self.state == State::Start {
+            self.filter = Some(Filter::parse(&self.options)?);
+            if let Some(token) = &self.options.continue_token {
+                let (rv, start) = decode_continue(token)?;
+                self.revision = Some(rv);
+                self.start_after = Some(start);
+            }
+            out.extend_from_slice(br#"{"apiVersion":"#);
+            write_json(&mut out, &self.kind.api_version());
+            out.extend_from_slice(br#","items":["#);
+            self.state = State::Items { first: true };
+        }
+        let State::Items { mut first } = self.state else {
+            return Ok(None);
+        };
+        let limit = self.options.limit;
+        let want = if limit == 0 {
+            self.page_keys
+        } else {
+            (limit - self.taken).min(self.page_keys)
+        };
+        let page = self
+            .api
+            .backend
+            .range(Range {
+                prefix: self.prefix.clone(),
+                start_after: self.start_after.clone(),
+                limit: want,
+                revision: self.revision,
+            })
+            .await
+            .map_err(|e| match e {
+                store::Error::Compacted {
+                    requested,
+                    compacted,
+                } => Error::Gone {
+                    requested,
+                    oldest: compacted,
+                },
+                other => other.into(),
+            })?;
+        self.revision = Some(page.revision);
+        let filter = self.filter.as_ref().expect("parsed at the start");
+        let mut bytes = 0;
+        for kv in &page.kvs {
+            bytes += kv.value.len();
+            if !filter.is_everything() && !filter.matches(&Api::decode(kv)?) {
+                continue;
+            }
+            if !std::mem::take(&mut first) {
+                out.push(b',');
+            }
+            Api::write_stored(kv, &mut out)?;
+            self.taken += 1;
+        }
+        self.state = State::Items { first };
+        // Near PAGE_BYTES a page, whatever the objects' size.
+        if bytes > 2 * PAGE_BYTES && self.page_keys > 1 {
+            self.page_keys /= 2;
+        } else if bytes < PAGE_BYTES / 2 && self.page_keys < MAX_PAGE_KEYS {
+            self.page_keys *= 2;
+        }
+        let last_key = page.kvs.last().map(|kv| kv.key.clone());
+        let full = limit != 0 && self.taken >= limit;
+        let token = match (&last_key, page.more, full) {
+            (None, _, _) | (_, false, _) => None,
+            (Some(last), true, true) => Some(encode_continue(page.revision, last)),
+            (Some(_), true, false) => {
+                self.start_after = last_key;
+                return Ok(Some(out));
+            }
+        };
+        out.extend_from_slice(br#"],"kind":"#);
+        write_json(&mut out, &self.kind.list_kind);
+        out.extend_from_slice(br#","metadata":{"#);
+        if let Some(token) = &token {
+            out.extend_from_slice(br#""continue":"#);
+            write_json(&mut out, token);
+            out.push(b',');
+        }
+        out.extend_from_slice(br#""resourceVersion":""#);
+        out.extend_from_slice(page.revision.to_string().as_bytes());
+        out.extend_from_slice(br#""}}"#);
+        self.state = State::Done;
+        Ok(Some(out))
+    }
+}
