@@ -56,6 +56,11 @@ pub struct ServeArgs {
     /// How long an Event is kept after it last happened, in seconds.
     #[arg(long, default_value_t = 3600)]
     pub event_ttl_seconds: u64,
+    /// After a stop signal, how long reconciles in flight may take to
+    /// finish before the host stops without them (the store is closed
+    /// cleanly either way), in seconds.
+    #[arg(long, default_value_t = 30)]
+    pub stop_timeout_seconds: u64,
     /// Directory of `*.wasm` reconcile plugins.
     #[arg(long, default_value = "plugins")]
     pub plugins: PathBuf,
@@ -124,6 +129,9 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
+        // From the start: a stop while the store opens or plugins load is a
+        // clean stop too, not the signal's default (an unclean exit).
+        let mut stop_signal = StopSignal::new()?;
         let tokens = match &args.tokens {
             Some(path) => Some(Arc::new(load_or_generate_tokens(path)?)),
             None => None,
@@ -184,9 +192,22 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         } else {
             let dir = args.data.clone();
             // Opening checks the whole file: keep it off the async threads.
-            let store = tokio::task::spawn_blocking(move || setpoint::store::EmbeddedBackend::open(&dir))
-                .await?
-                .with_context(|| format!("cannot open the data directory {}", args.data.display()))?;
+            let mut opening = tokio::task::spawn_blocking(move || setpoint::store::EmbeddedBackend::open(&dir));
+            let (opened, stopping) = tokio::select! {
+                opened = &mut opening => (opened, None),
+                signal = stop_signal.next() => {
+                    eprintln!("{signal}: stopping once the store is open (it is being checked; a second signal exits at once)");
+                    tokio::select! {
+                        opened = &mut opening => (opened, Some(signal)),
+                        signal = stop_signal.next() => exit_at_once(signal),
+                    }
+                }
+            };
+            let store = opened?.with_context(|| format!("cannot open the data directory {}", args.data.display()))?;
+            if stopping.is_some() {
+                close_store(&store).await?;
+                return Ok(ExitCode::SUCCESS);
+            }
             embedded = Some(store.clone());
             (Arc::new(store), format!("embedded store in {}", args.data.display()))
         };
@@ -205,7 +226,19 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 shards: args.shards,
             });
         }
-        let host = match builder.build().await {
+        let built = tokio::select! {
+            built = builder.build() => built,
+            signal = stop_signal.next() => {
+                // What the build started is dropped with it; the runtime's
+                // end stops the rest.
+                eprintln!("{signal} while starting: stopping");
+                if let Some(store) = &embedded {
+                    close_store(store).await?;
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+        };
+        let host = match built {
             Ok(host) => host,
             Err(err) => {
                 // Nothing was served: leave the data directory as closed.
@@ -229,7 +262,6 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             eprintln!("Sharing work as cluster member {:?} (lease {} s, {} shards)", cluster.host_id(), args.lease_ttl, args.shards);
         }
         print_instructions(&args, addr, tokens.as_deref())?;
-        let mut stop_signal = StopSignal::new()?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let shutdown = async {
             let _ = stopped.await;
@@ -258,24 +290,43 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         // From here on a second signal ends the process at once.
         tokio::spawn(async move {
             let signal = stop_signal.next().await;
-            eprintln!("{signal} again: exiting without a clean stop; the store's log is replayed at the next start");
-            std::process::exit(130);
+            exit_at_once(signal);
         });
-        eprintln!("shutting down: letting in-flight reconciles finish");
-        host.shutdown().await;
+        let stop_timeout = Duration::from_secs(args.stop_timeout_seconds);
+        eprintln!("shutting down: letting in-flight reconciles finish (at most {} s)", stop_timeout.as_secs());
+        if tokio::time::timeout(stop_timeout, host.shutdown()).await.is_err() {
+            eprintln!(
+                "reconciles still in flight after {} s: stopping without them (their objects are reconciled again at the next start)",
+                stop_timeout.as_secs()
+            );
+        }
         if let Some(store) = embedded {
-            store.close().await.context("closing the store")?;
-            if store.log_kept() {
-                eprintln!(
-                    "store closed: its write-ahead log is kept (a write failed, or the disk was too full for a final checkpoint); the next start replays it, so {} alone is not a backup until then",
-                    store.file().display()
-                );
-            } else {
-                eprintln!("store closed: {} holds every write", store.file().display());
-            }
+            close_store(&store).await?;
         }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// A second stop signal: exit now, as safely as a crash.
+fn exit_at_once(signal: &str) -> ! {
+    eprintln!(
+        "{signal} again: exiting without a clean stop; the store's log is replayed at the next start"
+    );
+    std::process::exit(130);
+}
+
+/// Close the embedded store and say what it holds.
+async fn close_store(store: &setpoint::store::EmbeddedBackend) -> anyhow::Result<()> {
+    store.close().await.context("closing the store")?;
+    if store.log_kept() {
+        eprintln!(
+            "store closed: its write-ahead log is kept (a write failed, or the disk was too full for a final checkpoint); the next start replays it, so {} alone is not a backup until then",
+            store.file().display()
+        );
+    } else {
+        eprintln!("store closed: {} holds every write", store.file().display());
+    }
+    Ok(())
 }
 
 /// SIGTERM (what service managers send) and SIGINT (Ctrl-C), as a stream.

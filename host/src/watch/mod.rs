@@ -299,8 +299,8 @@ impl WatchHub {
         Self::start_with(backend, capacity, DEFAULT_HISTORY_BYTES).await
     }
 
-    /// [`WatchHub::start`] keeping at most `max_bytes` of objects in its
-    /// history (at least the last change, whatever its size).
+    /// [`WatchHub::start`] keeping at most `max_bytes` of decoded objects
+    /// in its history (at least the last change, whatever its size).
     ///
     /// ```
     /// use std::sync::Arc;
@@ -309,13 +309,14 @@ impl WatchHub {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let store = Arc::new(MemoryBackend::new());
-    /// let hub = WatchHub::start_with(store.clone(), 1024, 10_000).await?;
+    /// let hub = WatchHub::start_with(store.clone(), 1024, 12_000).await?;
     /// let fat = format!(r#"{{"blob": "{}"}}"#, "x".repeat(4_000)).into_bytes();
     /// for _ in 0..5 {
     ///     store.put("/fat", fat.clone(), Condition::Any).await?;
     /// }
     /// hub.wait_for(5).await;
-    /// assert!((2 * fat.len()..10_000).contains(&hub.history_bytes()), "two fit in 10,000 bytes");
+    /// // Decoded, each takes a little more than its 4 kB of text.
+    /// assert!((2 * fat.len()..12_000).contains(&hub.history_bytes()), "two fit in 12,000 bytes");
     /// assert!(matches!(hub.subscribe("/", 2), Err(Error::TooOldResourceVersion { .. })));
     /// assert!(hub.subscribe("/", 3).is_ok());
     /// # Ok(()) }
