@@ -770,3 +770,66 @@ async fn a_stop_signal_at_any_moment_of_start_up_stops_cleanly() {
         "every acknowledged write is there"
     );
 }
+
+/// A host stopped on a full disk (its log kept) starts again on it,
+/// read-only: reads are served, writes are answered 507 and `/readyz` is
+/// not ready, until space returns, when it takes writes without a restart.
+/// Not yet: a host stopped cleanly, whose disk then filled up, does not
+/// start until there is room for a log segment (issue #34's note).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_on_a_full_disk_starts_read_only_and_takes_writes_when_space_returns() {
+    let Some(disk) = Tmpfs::mount(64) else {
+        eprintln!("not run: mounting a tmpfs needs root (the I/O seam's tests cover the logic)");
+        return;
+    };
+    let data = disk.0.path().join("data");
+    let mut server = serve(&data);
+    create_crd(&server.url).await;
+    let mut created = write_notes(&server.url, "pre", 20, 1024).await;
+    let (ballast, refusal) = fill_up(&disk, &server.url, &mut created).await;
+    assert_eq!(refusal.status().as_u16(), 507);
+    send(&server, "TERM");
+    assert!(wait_exit(&mut server, Duration::from_secs(30)).success());
+    drop(server);
+    start_read_only(&data, &ballast, &created).await;
+}
+
+/// Start a host on `data` with the disk full (`ballast` filling it): it
+/// serves `created` and refuses writes until the ballast goes.
+async fn start_read_only(data: &Path, ballast: &Path, created: &[String]) {
+    // Start again with the disk still full.
+    let again = serve(data);
+    let present = names(&again.url).await;
+    let missing = lost(created, &present);
+    assert!(missing.is_empty(), "reads serve every write: {missing:?}");
+    let http = reqwest::Client::new();
+    let refused = http
+        .post(format!("{}{NOTES}", again.url))
+        .json(&note("while-full", 10))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 507);
+    let ready = reqwest::get(format!("{}/readyz", again.url)).await.unwrap();
+    assert_eq!(ready.status().as_u16(), 503);
+    std::fs::remove_file(&ballast).unwrap();
+    eventually(
+        "writes are taken again",
+        Duration::from_secs(20),
+        || async {
+            let response = reqwest::Client::new()
+                .post(format!("{}{NOTES}", again.url))
+                .json(&note("after", 10))
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            match response.status().as_u16() {
+                201 => Ok(()),
+                other => Err(format!("status {other}")),
+            }
+        },
+    )
+    .await;
+    let ready = reqwest::get(format!("{}/readyz", again.url)).await.unwrap();
+    assert_eq!(ready.status().as_u16(), 200);
+}
