@@ -812,7 +812,7 @@ async fn start_read_only(data: &Path, ballast: &Path, created: &[String]) {
     assert_eq!(refused.status().as_u16(), 507);
     let ready = reqwest::get(format!("{}/readyz", again.url)).await.unwrap();
     assert_eq!(ready.status().as_u16(), 503);
-    std::fs::remove_file(&ballast).unwrap();
+    std::fs::remove_file(ballast).unwrap();
     eventually(
         "writes are taken again",
         Duration::from_secs(20),
