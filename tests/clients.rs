@@ -327,3 +327,93 @@ async fn a_streamed_list_is_one_snapshot_while_writes_go_on() {
         assert!(rv <= revision);
     }
 }
+
+/// `resourceVersionMatch` is honoured, not ignored: `Exact` lists the
+/// objects as they were at that revision; the combinations Kubernetes
+/// forbids are refused with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_honours_resource_version_match() {
+    let data = tempfile::tempdir().unwrap();
+    let server = serve(data.path());
+    create_crd(&server.url).await;
+    let http = reqwest::Client::new();
+    let post = |name: &str| {
+        http.post(format!("{}{NOTES}", server.url))
+            .json(&note(name, 10))
+            .send()
+    };
+    assert_eq!(post("first").await.unwrap().status(), 201);
+    let listed: serde_json::Value = http
+        .get(format!("{}{NOTES}", server.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let then = listed["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(post("second").await.unwrap().status(), 201);
+    let list = |query: Vec<(&'static str, String)>| {
+        http.get(format!("{}{NOTES}", server.url))
+            .query(&query)
+            .send()
+    };
+    let names = |list: &serde_json::Value| -> Vec<String> {
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let exact: serde_json::Value = list(vec![
+        ("resourceVersion", then.clone()),
+        ("resourceVersionMatch", "Exact".into()),
+    ])
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(names(&exact), ["first"], "as it was at {then}");
+    assert_eq!(exact["metadata"]["resourceVersion"], then.as_str());
+    let newer: serde_json::Value = list(vec![
+        ("resourceVersion", then.clone()),
+        ("resourceVersionMatch", "NotOlderThan".into()),
+    ])
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(names(&newer), ["first", "second"]);
+    for (query, said) in [
+        (
+            vec![("resourceVersionMatch", "Exact".to_owned())],
+            "forbidden unless resourceVersion is provided",
+        ),
+        (
+            vec![
+                ("resourceVersion", "0".to_owned()),
+                ("resourceVersionMatch", "Exact".to_owned()),
+            ],
+            "forbidden for resourceVersion \"0\"",
+        ),
+        (
+            vec![
+                ("resourceVersion", then.clone()),
+                ("resourceVersionMatch", "Newest".to_owned()),
+            ],
+            "Unsupported value: \"Newest\"",
+        ),
+    ] {
+        let refused = list(query.clone()).await.unwrap();
+        assert_eq!(refused.status(), 422, "{query:?}");
+        let status: serde_json::Value = refused.json().await.unwrap();
+        let message = status["message"].as_str().unwrap();
+        assert!(message.contains(said), "{query:?}: {message}");
+    }
+}

@@ -346,20 +346,65 @@ fn list_options(target: &Target, query: &HashMap<String, String>) -> Result<List
     // (which no requested one is newer than): a bad value is a client bug
     // to report, not to ignore.
     super::watch::timeout_seconds(query)?;
-    super::watch::resource_version(query)?;
+    let resource_version = super::watch::resource_version(query)?;
     let limit = match query.get("limit") {
         Some(l) => l
             .parse::<usize>()
             .map_err(|_| Error::BadRequest(format!("limit {l:?} is not a number")))?,
         None => 0,
     };
+    let continue_token = query.get("continue").filter(|c| !c.is_empty()).cloned();
+    let revision = exact_revision(query, resource_version, limit, continue_token.is_some())?;
     Ok(ListOptions {
         namespace: target.namespace.clone(),
         label_selector: query.get("labelSelector").cloned(),
         field_selector: query.get("fieldSelector").cloned(),
         limit,
-        continue_token: query.get("continue").filter(|c| !c.is_empty()).cloned(),
+        continue_token,
+        revision,
     })
+}
+
+/// The revision a LIST must be served at exactly, as Kubernetes reads
+/// `resourceVersion` and `resourceVersionMatch`: `Exact` with a revision,
+/// or (the older rule) a revision other than 0 with a `limit`; otherwise
+/// the latest, which is not older than any revision there is.
+fn exact_revision(
+    query: &HashMap<String, String>,
+    resource_version: Option<i64>,
+    limit: usize,
+    continued: bool,
+) -> Result<Option<i64>, Error> {
+    let wanted = query
+        .get("resourceVersionMatch")
+        .filter(|m| !m.is_empty())
+        .map(String::as_str);
+    let Some(wanted) = wanted else {
+        return Ok(resource_version.filter(|rv| *rv > 0 && limit > 0 && !continued));
+    };
+    let invalid =
+        |message: String| Error::invalid("ListOptions", "", "resourceVersionMatch", message);
+    if continued {
+        return Err(invalid(
+            "Forbidden: resourceVersionMatch is forbidden when continue is provided".into(),
+        ));
+    }
+    let Some(rv) = resource_version else {
+        return Err(invalid(
+            "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"
+                .into(),
+        ));
+    };
+    match wanted {
+        "Exact" if rv == 0 => Err(invalid(format!(
+            "Forbidden: resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"{rv}\""
+        ))),
+        "Exact" => Ok(Some(rv)),
+        "NotOlderThan" => Ok(None),
+        other => Err(invalid(format!(
+            "Unsupported value: {other:?}: supported values: \"Exact\", \"NotOlderThan\""
+        ))),
+    }
 }
 
 async fn list(

@@ -29,6 +29,10 @@ pub struct ListOptions {
     pub limit: usize,
     /// The `continue` token of the previous page.
     pub continue_token: Option<String>,
+    /// List at exactly this revision (`resourceVersionMatch=Exact`);
+    /// `None` lists the latest. A revision compacted away is
+    /// [`Error::Gone`]; a continue token's revision wins over it.
+    pub revision: Option<Revision>,
 }
 
 impl ListOptions {
@@ -364,8 +368,11 @@ impl Api {
                 let (rv, start) = decode_continue(token)?;
                 (Some(rv), Some(start))
             }
-            None => (None, None),
+            None => (options.revision, None),
         };
+        if let Some(rv) = options.revision {
+            self.check_listable(rv).await?;
+        }
         let prefix = Self::prefix(kind, options.namespace.as_deref());
         let mut taken = 0;
         loop {
@@ -410,6 +417,19 @@ impl Api {
             }
             start_after = last_key;
         }
+    }
+}
+
+impl Api {
+    /// Refuse a list at a revision the store has not reached.
+    pub(super) async fn check_listable(&self, revision: Revision) -> Result<()> {
+        let current = self.backend.current_revision().await?;
+        if revision > current {
+            return Err(Error::BadRequest(format!(
+                "Too large resource version: {revision}, current: {current}"
+            )));
+        }
+        Ok(())
     }
 }
 

@@ -89,6 +89,10 @@ impl JsonListPages {
         let mut out = Vec::new();
         if self.state == State::Start {
             self.filter = Some(Filter::parse(&self.options)?);
+            self.revision = self.options.revision;
+            if let Some(rv) = self.revision {
+                self.api.check_listable(rv).await?;
+            }
             if let Some(token) = &self.options.continue_token {
                 let (rv, start) = decode_continue(token)?;
                 self.revision = Some(rv);

@@ -301,3 +301,42 @@ async fn list_json_is_the_list_object_byte_for_byte_for_pages_and_selectors() {
         Err(Error::BadRequest(_))
     ));
 }
+
+#[tokio::test]
+async fn a_list_at_an_exact_revision_shows_the_objects_as_they_were_then() {
+    let api = api().await;
+    let kind = widgets(&api).await;
+    for i in 0..3 {
+        api.create(&kind, widget(&format!("w{i}"))).await.unwrap();
+    }
+    let then = api.list(&kind, &ListOptions::default()).await.unwrap();
+    let at = then.resource_version;
+    api.create(&kind, widget("later")).await.unwrap();
+    let exact = ListOptions {
+        revision: Some(at),
+        ..Default::default()
+    };
+    let listed = api.list(&kind, &exact).await.unwrap();
+    assert_eq!(names(&listed.items), ["w0", "w1", "w2"]);
+    assert_eq!(listed.resource_version, then.resource_version);
+    let mut streamed = Vec::new();
+    let mut pages = api.list_json_pages(&kind, &exact);
+    while let Some(chunk) = pages.next_chunk().await.unwrap() {
+        streamed.extend_from_slice(&chunk);
+    }
+    assert_eq!(streamed, api.list_json(&kind, &exact).await.unwrap());
+    let future = ListOptions {
+        revision: Some(at + 1000),
+        ..Default::default()
+    };
+    let err = api.list(&kind, &future).await.unwrap_err();
+    assert!(
+        err.to_string().contains("Too large resource version"),
+        "{err}"
+    );
+    api.compact(at + 1).await.unwrap();
+    assert!(matches!(
+        api.list(&kind, &exact).await,
+        Err(Error::Gone { .. })
+    ));
+}
