@@ -130,7 +130,7 @@ pub(super) fn open<I: LogIo>(dir: &Path, io: I) -> Result<Opened<I>> {
             .map_err(|err| checked.blame(err, &file))?
     };
     if replay.torn_bytes > 0 {
-        tracing::info!(
+        tracing::warn!(
             dir = %dir.display(),
             bytes = replay.torn_bytes,
             "the write-ahead log ends before the end of its last segment: what follows is an \

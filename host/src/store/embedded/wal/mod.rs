@@ -351,6 +351,43 @@ fn parse_record<'a>(rest: &'a [u8], sequence: u64, file: &Path) -> Parsed<'a> {
     }
 }
 
+/// Whether the invalid record at the start of `rest` (of segment
+/// `sequence`) was written whole and changed afterwards, rather than torn
+/// by a crash. A crash leaves the sectors of the append it interrupted
+/// unwritten, which read as the zeros the segment was made with: a torn
+/// record ends in zeros (running on into the zeros after it) or holds a
+/// run of them. A record whose header is sound, which fits the file, ends
+/// in a byte that is not zero and holds no run of [`TORN_RUN`] zeros was
+/// written whole: its failing checksum is damage, and the writes it held
+/// were acknowledged. (Where this cannot tell, the record counts as torn.)
+fn written_whole(rest: &[u8], sequence: u64) -> bool {
+    let Some((header, tail)) = rest.split_first_chunk::<RECORD_HEADER>() else {
+        return false;
+    };
+    let word = |i: usize| u32::from_le_bytes(header[i..i + 4].try_into().expect("4 bytes"));
+    if crc32fast::hash(&header[..16]) != word(16)
+        || u64::from_le_bytes(header[4..12].try_into().expect("8 bytes")) != sequence
+    {
+        return false;
+    }
+    let len = word(0) as usize;
+    if len > MAX_PAYLOAD || tail.len() < len || len == 0 {
+        return false;
+    }
+    let record = &rest[..RECORD_HEADER + len];
+    let mut run = 0;
+    for &b in record {
+        run = if b == 0 { run + 1 } else { 0 };
+        if run >= TORN_RUN {
+            return false;
+        }
+    }
+    record.last() != Some(&0)
+}
+
+/// The shortest run of zeros taken for sectors a crash left unwritten.
+const TORN_RUN: usize = 32;
+
 /// The offset in `rest` of the first valid record of segment `sequence`
 /// after its first byte, if any. Records are appended one at a time, each
 /// synced before the next is written, so a valid record after an invalid

@@ -303,6 +303,15 @@ impl Found {
         }
         let mut torn_bytes = 0;
         for segment in parsed {
+            if let Some((offset, what)) = segment.invalid
+                && super::written_whole(&segment.segment.bytes[offset..], segment.segment.sequence)
+            {
+                return Err(Error::Corrupt(format!(
+                    "{} is damaged: its last record, at byte {offset}, {what} though it was                      written whole (a crash leaves part of a record unwritten): it changed                      after it was written; {}. It was left untouched: restore the data                      directory from a backup",
+                    segment.segment.path.display(),
+                    lost(expected.map_or(revision, |e| e - 1), None),
+                )));
+            }
             if let Some((offset, _)) = segment.invalid {
                 let rest = &segment.segment.bytes[offset..];
                 torn_bytes += rest.iter().rposition(|&b| b != 0).map_or(0, |end| end + 1);

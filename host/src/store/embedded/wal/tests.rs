@@ -505,3 +505,23 @@ fn a_record_larger_than_a_segment_gets_a_segment_of_its_own() {
     assert_eq!(replay.records[1].entries[0].key.len(), big.len());
     syncer.remove().unwrap();
 }
+
+#[test]
+fn a_last_record_written_whole_then_changed_is_damage_not_a_torn_append() {
+    // Two acknowledged writes in the last record, every byte of it written;
+    // one byte changed afterwards, anywhere in its payload.
+    let last = record(2, &["/b-acknowledged", "/c-acknowledged"], 0);
+    for at in [RECORD_HEADER + 3, last.len() / 2, last.len() - 2] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = segment(dir.path(), 1, &[record(1, &["/a"], 0), last.clone()], false);
+        let mut bytes = fs::read(&path).unwrap();
+        let start = used(&bytes) - last.len();
+        bytes[start + at] ^= 0x10;
+        fs::write(&path, &bytes).unwrap();
+        let msg = refused(dir.path(), 0, Some(1));
+        assert!(
+            msg.contains("written whole") && msg.contains("after revision 1 is lost"),
+            "byte {at}: {msg}"
+        );
+    }
+}
