@@ -947,8 +947,6 @@ async fn kubectl_creates_a_generic_secret_from_literals_and_reads_it_back_as_yam
     assert_eq!(header, ["NAME", "TYPE", "AGE"], "{table}");
 
     // stringData through a server-side apply lands in data, base64-encoded.
-    // (Client-side apply of a built-in kind sends a strategic merge patch,
-    // which the host does not take.)
     let out = kubectl
         .apply(
             &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "pdns-api"},
@@ -978,5 +976,51 @@ async fn kubectl_creates_a_generic_secret_from_literals_and_reads_it_back_as_yam
         .await;
     assert!(err.contains("data[apiKey]"), "{err}");
     assert!(!err.contains("not base64!"), "{err}");
+    host.stop().await;
+}
+
+/// Client-side `kubectl apply` and `kubectl patch` of a built-in kind send
+/// a strategic merge patch, which is taken; a custom resource's is
+/// refused with 415, as in Kubernetes.
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_applies_and_patches_a_secret_client_side_with_strategic_merge_patches() {
+    let host = TestHost::start(&[]).await;
+    let kubectl = Kubectl::new(&host.url);
+    let secret = |data: Value| {
+        json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "creds", "labels": {"team": "a"}}, "data": data})
+    };
+    let first = kubectl
+        .apply(&secret(json!({"user": "YWRtaW4=", "old": "eA=="})), &[])
+        .await;
+    assert!(first.status.success(), "{}", text(&first));
+    // Again, one key changed and one dropped: kubectl diffs against its
+    // last-applied annotation and sends a strategic merge patch.
+    let again = kubectl
+        .apply(&secret(json!({"user": "cm9vdA=="})), &[])
+        .await;
+    assert!(again.status.success(), "{}", text(&again));
+    assert!(
+        text(&again).contains("secret/creds configured"),
+        "{}",
+        text(&again)
+    );
+    let get = ["get", "secret", "creds", "-o", "json"];
+    let stored: Value = serde_json::from_str(&kubectl.ok(&get).await).unwrap();
+    assert_eq!(stored["data"], json!({"user": "cm9vdA=="}), "{stored}");
+    kubectl
+        .ok(&[
+            "patch",
+            "secret",
+            "creds",
+            "-p",
+            r#"{"metadata":{"labels":{"tier":"db"}}}"#,
+        ])
+        .await;
+    let stored: Value = serde_json::from_str(&kubectl.ok(&get).await).unwrap();
+    assert_eq!(
+        stored["metadata"]["labels"],
+        json!({"team": "a", "tier": "db"})
+    );
     host.stop().await;
 }

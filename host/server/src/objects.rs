@@ -547,8 +547,8 @@ impl From<Error> for PatchFailure {
 type Review<'a> =
     dyn Fn(Write<'_>, Format) -> Result<Vec<String>, Box<Response>> + Send + Sync + 'a;
 
-/// PATCH by content type: JSON merge patch, JSON patch (RFC 6902), or
-/// server-side apply (`fieldManager` required, `force` optional). The
+/// PATCH by content type: JSON merge patch, strategic merge patch (for
+/// Kubernetes' own kinds), JSON patch (RFC 6902), or server-side apply (`fieldManager` required, `force` optional). The
 /// patch's fields are reviewed first; what review warns about goes to
 /// `warnings`.
 #[allow(clippy::too_many_arguments)]
@@ -572,6 +572,26 @@ async fn patch(
             Ok((
                 StatusCode::OK,
                 api.merge_patch(&target.kind, namespace, name, &doc, target.status)
+                    .await?,
+            ))
+        }
+        "application/strategic-merge-patch+json" if !target.kind.takes_strategic_merge_patch() => {
+            Err(PatchFailure::Response(Box::new(error_response(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "UnsupportedMediaType",
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (strategic merge patch is for Kubernetes' own kinds, not custom resources)",
+            ))))
+        }
+        "application/strategic-merge-patch+json" => {
+            let doc = parse_body(body).map_err(PatchFailure::Response)?;
+            *warnings = review(
+                Write::MergePatch(&setpoint::object::patch::without_directives(&doc)),
+                Format::Json,
+            )
+            .map_err(PatchFailure::Response)?;
+            Ok((
+                StatusCode::OK,
+                api.strategic_merge_patch(&target.kind, namespace, name, &doc, target.status)
                     .await?,
             ))
         }

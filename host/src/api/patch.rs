@@ -69,6 +69,49 @@ impl Api {
         .await
     }
 
+    /// Apply a strategic merge patch (what kubectl sends for Kubernetes'
+    /// own kinds; see [`patch::strategic_merge`]) to an object, or to its
+    /// status, with the conflict rules of [`Api::merge_patch`]. Custom
+    /// resources refuse it, as in Kubernetes (415 on the API): they take a
+    /// merge patch.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::{Api, Error};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// api.create(&events, json!({"apiVersion": "v1", "kind": "Event",
+    ///     "metadata": {"name": "e", "labels": {"a": "1", "b": "2"}}})).await?;
+    /// let patched = api.strategic_merge_patch(&events, None, "e",
+    ///     &json!({"metadata": {"labels": {"$retainKeys": ["a"], "c": "3"}}}), false).await?;
+    /// assert_eq!(patched["metadata"]["labels"], json!({"a": "1", "c": "3"}));
+    /// # Ok(()) }
+    /// ```
+    pub async fn strategic_merge_patch(
+        &self,
+        kind: &KindInfo,
+        namespace: Option<&str>,
+        name: &str,
+        patch_doc: &Value,
+        status: bool,
+    ) -> Result<Object> {
+        if !kind.takes_strategic_merge_patch() {
+            return Err(Error::BadRequest(format!(
+                "strategic merge patch is not supported for {}: send a merge patch \
+                 (application/merge-patch+json) or apply",
+                Api::resource(kind)
+            )));
+        }
+        self.patch_with(kind, namespace, name, status, |object| {
+            patch::strategic_merge(object, patch_doc).map_err(|e| Error::BadRequest(e.to_string()))
+        })
+        .await
+    }
+
     /// Apply a JSON patch (RFC 6902) to an object, or to its status when
     /// `status` is true, with the conflict rules of [`Api::merge_patch`]: an
     /// operation writing `/metadata/resourceVersion` pins the version. An

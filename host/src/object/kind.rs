@@ -141,6 +141,21 @@ pub struct KindInfo {
 }
 
 impl KindInfo {
+    /// Whether clients patch it with a strategic merge patch: Kubernetes'
+    /// own kinds (the core group's Secret and Event, and
+    /// CustomResourceDefinition), which kubectl knows; custom resources
+    /// take a merge patch instead.
+    ///
+    /// ```
+    /// use setpoint::api::KindRegistry;
+    /// let kinds = KindRegistry::with_builtins();
+    /// assert!(kinds.require("v1", "Event").unwrap().takes_strategic_merge_patch());
+    /// assert!(!kinds.require("setpoint.dev/v1", "PluginGrant").unwrap().takes_strategic_merge_patch());
+    /// ```
+    pub fn takes_strategic_merge_patch(&self) -> bool {
+        self.group.is_empty() || self.group == "apiextensions.k8s.io"
+    }
+
     /// `group/version`, or `version` for the core group.
     ///
     /// ```

@@ -228,3 +228,40 @@ async fn a_patch_cannot_rename_or_move_an_object() {
         .unwrap_err();
     assert!(matches!(err, Error::BadRequest(_)));
 }
+
+#[tokio::test]
+async fn a_strategic_merge_patch_takes_directives_on_builtins_and_is_refused_for_custom_kinds() {
+    let api = api().await;
+    let events = api.kinds().require("v1", "Event").unwrap();
+    api.create(
+        &events,
+        json!({"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": "e", "labels": {"a": "1", "b": "2"}, "finalizers": ["x", "y"]}}),
+    )
+    .await
+    .unwrap();
+    let patched = api
+        .strategic_merge_patch(
+            &events,
+            None,
+            "e",
+            &json!({"metadata": {"labels": {"$patch": "replace", "c": "3"},
+                "$deleteFromPrimitiveList/finalizers": ["x"]}}),
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched["metadata"]["labels"], json!({"c": "3"}));
+    assert_eq!(patched["metadata"]["finalizers"], json!(["y"]));
+    let kind = widgets(&api).await;
+    api.create(&kind, widget("w")).await.unwrap();
+    let err = api
+        .strategic_merge_patch(&kind, Some("default"), "w", &json!({"spec": {}}), false)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("strategic merge patch is not supported"),
+        "{err}"
+    );
+}

@@ -4,10 +4,12 @@
 //! `api`'s.
 
 mod json;
+mod strategic;
 
 use serde_json::Value;
 
 pub use json::{Bounds, JsonPatch, MAX_OPERATIONS, PatchError, PatchOperation, json_equal};
+pub use strategic::{StrategicError, strategic_merge, without_directives};
 
 /// Apply `patch` to `target` as a JSON merge patch: objects merge key by key,
 /// `null` deletes a key, anything else replaces.
