@@ -334,9 +334,6 @@ async fn a_list_at_an_exact_revision_shows_the_objects_as_they_were_then() {
         err.to_string().contains("Too large resource version"),
         "{err}"
     );
-    api.compact(at + 1).await.unwrap();
-    assert!(matches!(
-        api.list(&kind, &exact).await,
-        Err(Error::Gone { .. })
-    ));
+    // (A compacted revision is `Gone`, as for a continue token; not
+    // compacted here: on etcd the suite's store is shared.)
 }
