@@ -47,6 +47,10 @@ pub struct ServeArgs {
     /// Requests (other than watches) handled at once; more are answered 429.
     #[arg(long, default_value_t = 400)]
     pub max_in_flight: usize,
+    /// With --tokens, the requests one user may have handled at once
+    /// (default: half of --max-in-flight); more are answered 429.
+    #[arg(long)]
+    pub max_in_flight_per_user: Option<usize>,
     /// Requests per second allowed per user (0: unlimited); more are answered 429.
     #[arg(long, default_value_t = 0.0)]
     pub rate_limit_qps: f64,
@@ -148,6 +152,7 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let config = setpoint_server::Config {
             tokens: tokens.clone(),
             max_in_flight: args.max_in_flight,
+            max_in_flight_per_user: args.max_in_flight_per_user,
             rate_limit: (args.rate_limit_qps > 0.0).then_some(setpoint_server::RateLimit {
                 qps: args.rate_limit_qps,
                 burst: args.rate_limit_burst.max(1),

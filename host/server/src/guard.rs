@@ -18,7 +18,9 @@
 //!    one else out.
 //! 7. A request that is not a watch takes a slot of the in-flight bound for
 //!    as long as its handler runs, else 429. Watches are long-running and,
-//!    as in Kubernetes, not counted.
+//!    as in Kubernetes, not counted. With tokens, one user may hold at most
+//!    half the slots ([`Config::max_in_flight_per_user`]), so that one
+//!    busy or hostile client leaves room for the others.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -42,6 +44,10 @@ pub struct Config {
     pub tokens: Option<Arc<Tokens>>,
     /// Requests (other than watches) handled at once; more get 429.
     pub max_in_flight: usize,
+    /// With tokens, the slots of `max_in_flight` one user may hold at once;
+    /// `None`: half of them (at least one). Without tokens every caller is
+    /// the same anonymous user, and only `max_in_flight` applies.
+    pub max_in_flight_per_user: Option<usize>,
     /// Per-user rate limit; `None` for none.
     pub rate_limit: Option<RateLimit>,
     /// The largest request body accepted; larger gets 413.
@@ -53,6 +59,7 @@ impl Default for Config {
         Self {
             tokens: None,
             max_in_flight: 400,
+            max_in_flight_per_user: None,
             rate_limit: None,
             max_body_bytes: super::MAX_BODY_BYTES,
         }
@@ -111,6 +118,26 @@ pub(super) struct Guard {
     pub(super) metrics: Arc<super::metrics::RequestMetrics>,
     in_flight: Arc<Semaphore>,
     buckets: Mutex<HashMap<String, Bucket>>,
+    /// Slots held per user (with tokens).
+    held: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+/// A user's share of the in-flight slots, given back when dropped.
+struct Share {
+    held: Arc<Mutex<HashMap<String, usize>>>,
+    user: String,
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = held.get_mut(&self.user) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.user);
+            }
+        }
+    }
 }
 
 impl Guard {
@@ -120,6 +147,27 @@ impl Guard {
             config,
             metrics: Arc::default(),
             buckets: Mutex::new(HashMap::new()),
+            held: Arc::default(),
+        })
+    }
+
+    /// Take one of `user`'s share of the in-flight slots, if it has one
+    /// left.
+    fn share(&self, user: &str) -> Option<Share> {
+        let most = self
+            .config
+            .max_in_flight_per_user
+            .unwrap_or(self.config.max_in_flight / 2)
+            .max(1);
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let n = held.entry(user.to_owned()).or_insert(0);
+        if *n >= most {
+            return None;
+        }
+        *n += 1;
+        Some(Share {
+            held: self.held.clone(),
+            user: user.to_owned(),
         })
     }
 
@@ -237,8 +285,9 @@ async fn gate(
     };
     let name = user
         .as_ref()
-        .map_or("system:anonymous", |u| u.name.as_str());
-    if let Err(wait) = guard.take(name) {
+        .map_or("system:anonymous", |u| u.name.as_str())
+        .to_owned();
+    if let Err(wait) = guard.take(&name) {
         return Refusal::TooManyRequests {
             message: format!("too many requests from user {name:?}, please try again later"),
             retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
@@ -267,6 +316,21 @@ async fn gate(
     let request = match read_body(request, limit).await {
         Ok(request) => request,
         Err(refusal) => return refusal.into_response(),
+    };
+    let _share = match (&guard.config.tokens, watch) {
+        (Some(_), false) => match guard.share(&name) {
+            Some(share) => Some(share),
+            None => {
+                return Refusal::TooManyRequests {
+                    message: format!(
+                        "too many requests in flight from user {name:?}, please try again later"
+                    ),
+                    retry_after_secs: 1,
+                }
+                .into_response();
+            }
+        },
+        _ => None,
     };
     let _permit = if watch {
         None
@@ -315,5 +379,87 @@ async fn read_body(request: Request, limit: usize) -> Result<Request, Refusal> {
             parts,
             axum::body::Body::from(collected.to_bytes()),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::Router;
+    use axum::body::Body;
+    use axum::routing::get;
+
+    fn user(name: &str) -> auth::User {
+        auth::User {
+            name: name.into(),
+            token: format!("{name}-token-0123456789"),
+            rules: vec![auth::Rule {
+                verbs: vec!["*".into()],
+                non_resource_urls: vec!["*".into()],
+                ..auth::Rule::default()
+            }],
+        }
+    }
+
+    /// One user holding its share of the slots is turned away; another
+    /// still gets in.
+    #[tokio::test]
+    async fn one_user_holds_at_most_its_share_of_the_in_flight_slots() {
+        let guard = Guard::new(Config {
+            tokens: Some(Arc::new(auth::Tokens {
+                users: vec![user("busy"), user("other")],
+            })),
+            max_in_flight: 4,
+            ..Config::default()
+        });
+        let release = Arc::new(Semaphore::new(0));
+        let router = Router::new()
+            .route(
+                "/setpoint/v1/slow",
+                get({
+                    let release = release.clone();
+                    move || async move {
+                        let _ = release.acquire().await;
+                        "done"
+                    }
+                }),
+            )
+            .layer(axum::middleware::from_fn_with_state(guard.clone(), check));
+        let call = |who: &str| {
+            let mut router = router.clone();
+            let request = Request::builder()
+                .uri("/setpoint/v1/slow")
+                .header(
+                    header::AUTHORIZATION,
+                    format!("Bearer {who}-token-0123456789"),
+                )
+                .body(Body::empty())
+                .unwrap();
+            async move {
+                tower_service::Service::call(&mut router, request)
+                    .await
+                    .unwrap()
+                    .status()
+            }
+        };
+        let held: Vec<_> = (0..2).map(|_| tokio::spawn(call("busy"))).collect();
+        while guard.held.lock().unwrap().get("busy") != Some(&2) {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            call("busy").await,
+            StatusCode::TOO_MANY_REQUESTS,
+            "past its share"
+        );
+        let other = tokio::spawn(call("other"));
+        while guard.held.lock().unwrap().get("other") != Some(&1) {
+            tokio::task::yield_now().await;
+        }
+        release.add_permits(3);
+        assert_eq!(other.await.unwrap(), StatusCode::OK);
+        for answer in held {
+            assert_eq!(answer.await.unwrap(), StatusCode::OK);
+        }
+        assert!(guard.held.lock().unwrap().is_empty(), "shares given back");
     }
 }
