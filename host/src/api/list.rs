@@ -311,34 +311,12 @@ impl Api {
     /// # Ok(()) }
     /// ```
     pub async fn list_json(&self, kind: &KindInfo, options: &ListOptions) -> Result<Vec<u8>> {
-        let filter = Filter::parse(options)?;
-        let mut body = br#"{"apiVersion":"#.to_vec();
-        write_json(&mut body, &kind.api_version());
-        body.extend_from_slice(br#","items":["#);
-        let mut first = true;
-        let (revision, token) = self
-            .walk(kind, options, |kv| {
-                if !filter.is_everything() && !filter.matches(&Self::decode(kv)?) {
-                    return Ok(false);
-                }
-                if !std::mem::take(&mut first) {
-                    body.push(b',');
-                }
-                Self::write_stored(kv, &mut body)?;
-                Ok(true)
-            })
-            .await?;
-        body.extend_from_slice(br#"],"kind":"#);
-        write_json(&mut body, &kind.list_kind);
-        body.extend_from_slice(br#","metadata":{"#);
-        if let Some(token) = &token {
-            body.extend_from_slice(br#""continue":"#);
-            write_json(&mut body, token);
-            body.push(b',');
+        // The streamed text, gathered: one writer of a list's JSON.
+        let mut pages = self.list_json_pages(kind, options);
+        let mut body = Vec::new();
+        while let Some(chunk) = pages.next_chunk().await? {
+            body.extend_from_slice(&chunk);
         }
-        body.extend_from_slice(br#""resourceVersion":""#);
-        body.extend_from_slice(revision.to_string().as_bytes());
-        body.extend_from_slice(br#""}}"#);
         Ok(body)
     }
 
@@ -390,16 +368,7 @@ impl Api {
                     revision,
                 })
                 .await
-                .map_err(|e| match e {
-                    store::Error::Compacted {
-                        requested,
-                        compacted,
-                    } => Error::Gone {
-                        requested,
-                        oldest: compacted,
-                    },
-                    other => other.into(),
-                })?;
+                .map_err(compacted_is_gone)?;
             revision = Some(page.revision);
             for kv in &page.kvs {
                 if take(kv)? {
@@ -430,6 +399,20 @@ impl Api {
             )));
         }
         Ok(())
+    }
+}
+
+/// A store error for a list: a compacted revision is [`Error::Gone`] (410).
+pub(super) fn compacted_is_gone(err: store::Error) -> Error {
+    match err {
+        store::Error::Compacted {
+            requested,
+            compacted,
+        } => Error::Gone {
+            requested,
+            oldest: compacted,
+        },
+        other => other.into(),
     }
 }
 

@@ -3,10 +3,10 @@
 //! once is a page (about [`PAGE_BYTES`]), not the whole list twice (the
 //! stored values and the text), whatever the list's size.
 
-use super::list::{Filter, decode_continue, encode_continue, write_json};
-use super::{Api, Error, ListOptions, Result};
+use super::list::{Filter, compacted_is_gone, decode_continue, encode_continue, write_json};
+use super::{Api, ListOptions, Result};
 use crate::object::KindInfo;
-use crate::store::{self, Range, Revision};
+use crate::store::{Range, Revision};
 
 /// About how many bytes of stored objects one page reads: the number of
 /// keys per page adapts to the objects' size to stay near it.
@@ -15,8 +15,9 @@ pub const PAGE_BYTES: usize = 1 << 20;
 const FIRST_PAGE_KEYS: usize = 128;
 const MAX_PAGE_KEYS: usize = 4096;
 
-/// The JSON text of a list (byte for byte what [`Api::list_json`] writes),
-/// in chunks of about a page each; see the module docs.
+/// The JSON text of a list (byte for byte the `…List` object of
+/// [`Api::list`]; [`Api::list_json`] gathers it), in chunks of about a
+/// page each; see the module docs.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -122,16 +123,7 @@ impl JsonListPages {
                 revision: self.revision,
             })
             .await
-            .map_err(|e| match e {
-                store::Error::Compacted {
-                    requested,
-                    compacted,
-                } => Error::Gone {
-                    requested,
-                    oldest: compacted,
-                },
-                other => other.into(),
-            })?;
+            .map_err(compacted_is_gone)?;
         self.revision = Some(page.revision);
         let filter = self.filter.as_ref().expect("parsed at the start");
         let mut bytes = 0;
