@@ -13,6 +13,7 @@ mod discovery;
 mod fields;
 pub mod guard;
 mod host_info;
+mod list;
 mod metrics;
 mod objects;
 mod openapi;

@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use super::conn::Connection;
 use super::fields::{self, FieldValidation, Format, Write};
+use super::list;
 use super::status::{ApiError, error_response};
 use super::table;
 use setpoint::Host;
@@ -238,12 +239,21 @@ async fn handle(
         }
         (&Method::GET, None) if table::requested(&headers, &query).is_none() => {
             // Written from the stored bytes, not decoded and encoded again.
-            return match list_options(&target, &query) {
-                Ok(options) => streamed_list(&host, &target.kind, &options).await,
+            return match list::options(target.namespace.clone(), &query) {
+                Ok(options) => list::streamed(&host, &target.kind, &options).await,
                 Err(err) => ApiError(err).into_response(),
             };
         }
-        (&Method::GET, None) => list(&host, &target, &query, &headers).await,
+        (&Method::GET, None) => {
+            list::values(
+                &host,
+                &target.kind,
+                target.namespace.clone(),
+                &query,
+                &headers,
+            )
+            .await
+        }
         (&Method::GET, Some(name)) => host
             .api()
             .get(&target.kind, target.namespace.as_deref(), name)
@@ -338,93 +348,6 @@ async fn handle(
     };
     fields::add_warnings(response.headers_mut(), &warnings);
     response
-}
-
-/// A list request's options, its query checked.
-fn list_options(target: &Target, query: &HashMap<String, String>) -> Result<ListOptions, Error> {
-    // Checked though a list answers at once and from the latest revision
-    // (which no requested one is newer than): a bad value is a client bug
-    // to report, not to ignore.
-    super::watch::timeout_seconds(query)?;
-    let resource_version = super::watch::resource_version(query)?;
-    let limit = match query.get("limit") {
-        Some(l) => l
-            .parse::<usize>()
-            .map_err(|_| Error::BadRequest(format!("limit {l:?} is not a number")))?,
-        None => 0,
-    };
-    let continue_token = query.get("continue").filter(|c| !c.is_empty()).cloned();
-    let revision = exact_revision(query, resource_version, limit, continue_token.is_some())?;
-    Ok(ListOptions {
-        namespace: target.namespace.clone(),
-        label_selector: query.get("labelSelector").cloned(),
-        field_selector: query.get("fieldSelector").cloned(),
-        limit,
-        continue_token,
-        revision,
-    })
-}
-
-/// The revision a LIST must be served at exactly, as Kubernetes reads
-/// `resourceVersion` and `resourceVersionMatch`: `Exact` with a revision,
-/// or (the older rule) a revision other than 0 with a `limit`; otherwise
-/// the latest, which is not older than any revision there is.
-fn exact_revision(
-    query: &HashMap<String, String>,
-    resource_version: Option<i64>,
-    limit: usize,
-    continued: bool,
-) -> Result<Option<i64>, Error> {
-    let wanted = query
-        .get("resourceVersionMatch")
-        .filter(|m| !m.is_empty())
-        .map(String::as_str);
-    let Some(wanted) = wanted else {
-        return Ok(resource_version.filter(|rv| *rv > 0 && limit > 0 && !continued));
-    };
-    let invalid =
-        |message: String| Error::invalid("ListOptions", "", "resourceVersionMatch", message);
-    if continued {
-        return Err(invalid(
-            "Forbidden: resourceVersionMatch is forbidden when continue is provided".into(),
-        ));
-    }
-    let Some(rv) = resource_version else {
-        return Err(invalid(
-            "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"
-                .into(),
-        ));
-    };
-    match wanted {
-        "Exact" if rv == 0 => Err(invalid(format!(
-            "Forbidden: resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"{rv}\""
-        ))),
-        "Exact" => Ok(Some(rv)),
-        "NotOlderThan" => Ok(None),
-        other => Err(invalid(format!(
-            "Unsupported value: {other:?}: supported values: \"Exact\", \"NotOlderThan\""
-        ))),
-    }
-}
-
-async fn list(
-    host: &Host,
-    target: &Target,
-    query: &HashMap<String, String>,
-    headers: &HeaderMap,
-) -> Result<(StatusCode, Value), Error> {
-    let options = list_options(target, query)?;
-    let list = host.api().list(&target.kind, &options).await?;
-    let json = list.to_json(&target.kind);
-    Ok((
-        StatusCode::OK,
-        match table::requested(headers, query) {
-            Some(include) => {
-                table::table(&target.kind, &list.items, json["metadata"].clone(), include)
-            }
-            None => json,
-        },
-    ))
 }
 
 /// The API a request writes through: the host's own, or in a dry run a
@@ -676,67 +599,4 @@ fn parse_yaml_or_json(body: &Bytes) -> Result<Value, Box<Response>> {
             &format!("request body is not valid YAML or JSON: {e}"),
         ))
     })
-}
-
-/// Chunks of a LIST buffered ahead of its client (each about a page).
-const LIST_CHUNKS_AHEAD: usize = 1;
-
-/// Pages of streamed LISTs written at once, one per core: hundreds of
-/// concurrent LISTs then take turns instead of all being runnable at once,
-/// and a health check or a small request waits for a page or two, not for
-/// a page of every LIST (`scripts/bench clients lists`).
-static LIST_PAGES_AT_ONCE: std::sync::LazyLock<tokio::sync::Semaphore> =
-    std::sync::LazyLock::new(|| {
-        tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(2, usize::from))
-    });
-
-/// The next chunk of `pages`, written in its turn.
-async fn next_page(
-    pages: &mut setpoint::api::JsonListPages,
-) -> setpoint::api::Result<Option<Vec<u8>>> {
-    let _turn = LIST_PAGES_AT_ONCE.acquire().await;
-    pages.next_chunk().await
-}
-
-/// A LIST's JSON streamed a page at a time as the client reads it
-/// ([`setpoint::api::JsonListPages`]): the first page is read before the
-/// answer starts, so its errors are answered as a `Status`; a later error
-/// (the revision compacted under a client that read too slowly) breaks
-/// the response off, and the client lists again.
-async fn streamed_list(host: &Host, kind: &KindInfo, options: &ListOptions) -> Response {
-    let mut pages = host.api().list_json_pages(kind, options);
-    let first = match next_page(&mut pages).await {
-        Ok(first) => first.unwrap_or_default(),
-        Err(err) => return ApiError(err).into_response(),
-    };
-    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(LIST_CHUNKS_AHEAD);
-    tokio::spawn(async move {
-        if tx.send(Ok(Bytes::from(first))).await.is_err() {
-            return;
-        }
-        loop {
-            let next = tokio::select! {
-                next = next_page(&mut pages) => next,
-                () = tx.closed() => return,
-            };
-            let chunk = match next {
-                Ok(Some(chunk)) => Ok(Bytes::from(chunk)),
-                Ok(None) => return,
-                Err(err) => {
-                    tracing::info!(%err, "a streamed list broke off");
-                    Err(std::io::Error::other(err.to_string()))
-                }
-            };
-            let failed = chunk.is_err();
-            if tx.send(chunk).await.is_err() || failed {
-                return;
-            }
-        }
-    });
-    (
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/json")],
-        axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)),
-    )
-        .into_response()
 }

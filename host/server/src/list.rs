@@ -1,0 +1,169 @@
+//! LIST requests: their options (`limit`, `continue`, `resourceVersion`
+//! and `resourceVersionMatch`, selectors) and their answers, JSON streamed
+//! a page at a time, or a value (a table) built whole.
+
+use std::collections::HashMap;
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+use super::status::ApiError;
+use super::table;
+use setpoint::Host;
+use setpoint::api::{Error, ListOptions};
+use setpoint::object::KindInfo;
+
+/// A list request's options, its query checked.
+pub(super) fn options(
+    namespace: Option<String>,
+    query: &HashMap<String, String>,
+) -> Result<ListOptions, Error> {
+    // Checked though a list answers at once and from the latest revision
+    // (which no requested one is newer than): a bad value is a client bug
+    // to report, not to ignore.
+    super::watch::timeout_seconds(query)?;
+    let resource_version = super::watch::resource_version(query)?;
+    let limit = match query.get("limit") {
+        Some(l) => l
+            .parse::<usize>()
+            .map_err(|_| Error::BadRequest(format!("limit {l:?} is not a number")))?,
+        None => 0,
+    };
+    let continue_token = query.get("continue").filter(|c| !c.is_empty()).cloned();
+    let revision = exact_revision(query, resource_version, limit, continue_token.is_some())?;
+    Ok(ListOptions {
+        namespace,
+        label_selector: query.get("labelSelector").cloned(),
+        field_selector: query.get("fieldSelector").cloned(),
+        limit,
+        continue_token,
+        revision,
+    })
+}
+
+/// The revision a LIST must be served at exactly, as Kubernetes reads
+/// `resourceVersion` and `resourceVersionMatch`: `Exact` with a revision,
+/// or (the older rule) a revision other than 0 with a `limit`; otherwise
+/// the latest, which is not older than any revision there is.
+fn exact_revision(
+    query: &HashMap<String, String>,
+    resource_version: Option<i64>,
+    limit: usize,
+    continued: bool,
+) -> Result<Option<i64>, Error> {
+    let wanted = query
+        .get("resourceVersionMatch")
+        .filter(|m| !m.is_empty())
+        .map(String::as_str);
+    let Some(wanted) = wanted else {
+        return Ok(resource_version.filter(|rv| *rv > 0 && limit > 0 && !continued));
+    };
+    let invalid =
+        |message: String| Error::invalid("ListOptions", "", "resourceVersionMatch", message);
+    if continued {
+        return Err(invalid(
+            "Forbidden: resourceVersionMatch is forbidden when continue is provided".into(),
+        ));
+    }
+    let Some(rv) = resource_version else {
+        return Err(invalid(
+            "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"
+                .into(),
+        ));
+    };
+    match wanted {
+        "Exact" if rv == 0 => Err(invalid(format!(
+            "Forbidden: resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"{rv}\""
+        ))),
+        "Exact" => Ok(Some(rv)),
+        "NotOlderThan" => Ok(None),
+        other => Err(invalid(format!(
+            "Unsupported value: {other:?}: supported values: \"Exact\", \"NotOlderThan\""
+        ))),
+    }
+}
+
+/// A LIST answered as a value: a table when asked for one.
+pub(super) async fn values(
+    host: &Host,
+    kind: &KindInfo,
+    namespace: Option<String>,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+) -> Result<(StatusCode, Value), Error> {
+    let options = options(namespace, query)?;
+    let list = host.api().list(kind, &options).await?;
+    let json = list.to_json(kind);
+    Ok((
+        StatusCode::OK,
+        match table::requested(headers, query) {
+            Some(include) => table::table(kind, &list.items, json["metadata"].clone(), include),
+            None => json,
+        },
+    ))
+}
+
+/// Chunks of a LIST buffered ahead of its client (each about a page).
+const LIST_CHUNKS_AHEAD: usize = 1;
+
+/// Pages of streamed LISTs written at once, one per core: hundreds of
+/// concurrent LISTs then take turns instead of all being runnable at once,
+/// and a health check or a small request waits for a page or two, not for
+/// a page of every LIST (`scripts/bench clients lists`).
+static LIST_PAGES_AT_ONCE: std::sync::LazyLock<tokio::sync::Semaphore> =
+    std::sync::LazyLock::new(|| {
+        tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(2, usize::from))
+    });
+
+/// The next chunk of `pages`, written in its turn.
+async fn next_page(
+    pages: &mut setpoint::api::JsonListPages,
+) -> setpoint::api::Result<Option<Vec<u8>>> {
+    let _turn = LIST_PAGES_AT_ONCE.acquire().await;
+    pages.next_chunk().await
+}
+
+/// A LIST's JSON streamed a page at a time as the client reads it
+/// ([`setpoint::api::JsonListPages`]): the first page is read before the
+/// answer starts, so its errors are answered as a `Status`; a later error
+/// (the revision compacted under a client that read too slowly) breaks
+/// the response off, and the client lists again.
+pub(super) async fn streamed(host: &Host, kind: &KindInfo, options: &ListOptions) -> Response {
+    let mut pages = host.api().list_json_pages(kind, options);
+    let first = match next_page(&mut pages).await {
+        Ok(first) => first.unwrap_or_default(),
+        Err(err) => return ApiError(err).into_response(),
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(LIST_CHUNKS_AHEAD);
+    tokio::spawn(async move {
+        if tx.send(Ok(Bytes::from(first))).await.is_err() {
+            return;
+        }
+        loop {
+            let next = tokio::select! {
+                next = next_page(&mut pages) => next,
+                () = tx.closed() => return,
+            };
+            let chunk = match next {
+                Ok(Some(chunk)) => Ok(Bytes::from(chunk)),
+                Ok(None) => return,
+                Err(err) => {
+                    tracing::info!(%err, "a streamed list broke off");
+                    Err(std::io::Error::other(err.to_string()))
+                }
+            };
+            let failed = chunk.is_err();
+            if tx.send(chunk).await.is_err() || failed {
+                return;
+            }
+        }
+    });
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)),
+    )
+        .into_response()
+}
