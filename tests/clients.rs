@@ -11,6 +11,17 @@ use tokio::net::TcpStream;
 use crate::crash::NOTES;
 use crate::durability::{create_crd, note, serve};
 
+/// Create a note of `text_len` bytes, which must be acknowledged.
+async fn create_note(http: &reqwest::Client, url: &str, name: &str, text_len: usize) {
+    let response = http
+        .post(format!("{url}{NOTES}"))
+        .json(&note(name, text_len))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201, "creating {name}");
+}
+
 /// The server's address (`host:port`) from its URL.
 fn addr(url: &str) -> &str {
     url.trim_start_matches("http://")
@@ -87,13 +98,7 @@ async fn a_watcher_that_stops_reading_is_closed_a_bounded_number_of_bytes_behind
     // far below the watch cache's 8,192 changes, which was the only bound.
     let http = reqwest::Client::new();
     for i in 0..40 {
-        let response = http
-            .post(format!("{}{NOTES}", server.url))
-            .json(&note(&format!("fat-{i:02}"), 1_000_000))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 201);
+        create_note(&http, &server.url, &format!("fat-{i:02}"), 1_000_000).await;
     }
     crate::support::eventually(
         "the watch of the client that stopped reading is closed",
@@ -136,13 +141,7 @@ async fn stalled_requests_keep_no_one_out_and_are_given_up_on() {
     let server = serve(data.path());
     create_crd(&server.url).await;
     let http = reqwest::Client::new();
-    let created = http
-        .post(format!("{}{NOTES}", server.url))
-        .json(&note("target", 10))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(created.status(), 201);
+    create_note(&http, &server.url, "target", 10).await;
     let mut bodies = Vec::new();
     for i in 0..400 {
         let mut socket = TcpStream::connect(addr(&server.url)).await.unwrap();
@@ -263,13 +262,7 @@ async fn a_streamed_list_is_one_snapshot_while_writes_go_on() {
     create_crd(&server.url).await;
     let http = reqwest::Client::new();
     for i in 0..200 {
-        let response = http
-            .post(format!("{}{NOTES}", server.url))
-            .json(&note(&format!("n-{i:03}"), 20_000))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 201);
+        create_note(&http, &server.url, &format!("n-{i:03}"), 20_000).await;
     }
     let mut list = http
         .get(format!("{}{NOTES}", server.url))
@@ -294,13 +287,7 @@ async fn a_streamed_list_is_one_snapshot_while_writes_go_on() {
         assert_eq!(patched.status(), 200);
     }
     for i in 0..20 {
-        let created = http
-            .post(format!("{}{NOTES}", server.url))
-            .json(&note(&format!("late-{i}"), 10))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(created.status(), 201);
+        create_note(&http, &server.url, &format!("late-{i}"), 10).await;
     }
     while let Some(chunk) = list.chunk().await.unwrap() {
         text.extend_from_slice(&chunk);

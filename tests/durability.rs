@@ -670,15 +670,12 @@ async fn a_stop_on_a_full_disk_keeps_the_log_and_says_so() {
         eprintln!("not run: mounting a tmpfs needs root (the I/O seam's tests cover the logic)");
         return;
     };
-    let data = disk.0.path().join("data");
-    let mut server = serve(&data);
-    create_crd(&server.url).await;
-    let mut created = write_notes(&server.url, "pre", 20, 1024).await;
-    let (ballast, refusal) = fill_up(&disk, &server.url, &mut created).await;
-    assert_eq!(refusal.status().as_u16(), 507);
-    send(&server, "TERM");
-    assert!(wait_exit(&mut server, Duration::from_secs(30)).success());
-    let said = server.log.lock().unwrap().join("\n");
+    let StoppedFull {
+        data,
+        ballast,
+        created,
+        said,
+    } = stop_on_a_full_disk(&disk).await;
     assert!(
         said.contains("write-ahead log is kept") && !said.contains("holds every write"),
         "{said}"
@@ -782,16 +779,38 @@ async fn a_host_on_a_full_disk_starts_read_only_and_takes_writes_when_space_retu
         eprintln!("not run: mounting a tmpfs needs root (the I/O seam's tests cover the logic)");
         return;
     };
+    let stopped = stop_on_a_full_disk(&disk).await;
+    start_read_only(&stopped.data, &stopped.ballast, &stopped.created).await;
+}
+
+/// A host stopped by SIGTERM on `disk` once it was full.
+struct StoppedFull {
+    data: PathBuf,
+    /// The file filling the disk.
+    ballast: PathBuf,
+    /// The notes it acknowledged.
+    created: Vec<String>,
+    /// What it said on stderr.
+    said: String,
+}
+
+/// Serve on `disk`, write notes until it is full (507), stop with SIGTERM.
+async fn stop_on_a_full_disk(disk: &Tmpfs) -> StoppedFull {
     let data = disk.0.path().join("data");
     let mut server = serve(&data);
     create_crd(&server.url).await;
     let mut created = write_notes(&server.url, "pre", 20, 1024).await;
-    let (ballast, refusal) = fill_up(&disk, &server.url, &mut created).await;
+    let (ballast, refusal) = fill_up(disk, &server.url, &mut created).await;
     assert_eq!(refusal.status().as_u16(), 507);
     send(&server, "TERM");
     assert!(wait_exit(&mut server, Duration::from_secs(30)).success());
-    drop(server);
-    start_read_only(&data, &ballast, &created).await;
+    let said = server.log.lock().unwrap().join("\n");
+    StoppedFull {
+        data,
+        ballast,
+        created,
+        said,
+    }
 }
 
 /// Start a host on `data` with the disk full (`ballast` filling it): it
