@@ -771,8 +771,6 @@ async fn a_stop_signal_at_any_moment_of_start_up_stops_cleanly() {
 /// A host stopped on a full disk (its log kept) starts again on it,
 /// read-only: reads are served, writes are answered 507 and `/readyz` is
 /// not ready, until space returns, when it takes writes without a restart.
-/// Not yet: a host stopped cleanly, whose disk then filled up, does not
-/// start until there is room for a log segment (issue #34's note).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_on_a_full_disk_starts_read_only_and_takes_writes_when_space_returns() {
     let Some(disk) = Tmpfs::mount(64) else {
@@ -781,6 +779,37 @@ async fn a_host_on_a_full_disk_starts_read_only_and_takes_writes_when_space_retu
     };
     let stopped = stop_on_a_full_disk(&disk).await;
     start_read_only(&stopped.data, &stopped.ballast, &stopped.created).await;
+}
+
+/// A host stopped cleanly (no log left), whose disk then filled up to the
+/// last byte, starts on it read-only as well: the log makes its first
+/// segment only once there is room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_stopped_cleanly_starts_read_only_on_a_disk_that_filled_up_since() {
+    let Some(disk) = Tmpfs::mount(64) else {
+        eprintln!("not run: mounting a tmpfs needs root (the I/O seam's tests cover the logic)");
+        return;
+    };
+    let data = disk.0.path().join("data");
+    let mut server = serve(&data);
+    create_crd(&server.url).await;
+    let created = write_notes(&server.url, "pre", 20, 1024).await;
+    send(&server, "TERM");
+    assert!(wait_exit(&mut server, Duration::from_secs(30)).success());
+    assert!(
+        log_files(&data).is_empty(),
+        "a clean stop leaves no log: {:?}",
+        log_files(&data)
+    );
+    let ballast = disk.0.path().join("ballast");
+    let fill = Command::new("dd")
+        .args(["if=/dev/zero", "bs=64k"])
+        .arg(format!("of={}", ballast.display()))
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!fill.success(), "dd stops when the disk is full");
+    start_read_only(&data, &ballast, &created).await;
 }
 
 /// A host stopped by SIGTERM on `disk` once it was full.

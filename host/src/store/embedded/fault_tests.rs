@@ -480,3 +480,149 @@ async fn on_a_full_disk_writes_are_507_reads_go_on_and_the_store_says_not_writab
     host.shutdown().await;
     store.close().await.unwrap();
 }
+
+/// The files of `dir` as they are on disk now (the store still open): what
+/// a crash at this moment leaves, in a new directory.
+fn crash_copy(dir: &Path) -> tempfile::TempDir {
+    let image = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() && entry.file_name() != "LOCK" {
+            std::fs::copy(entry.path(), image.path().join(entry.file_name())).unwrap();
+        }
+    }
+    image
+}
+
+fn log_files(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("wal-") && name.ends_with(".log"))
+        .collect()
+}
+
+/// A store closed cleanly (no log left) on a disk that then filled up
+/// opens read-only: no log segment can be made, reads are served, writes
+/// are refused with nothing written, and once there is room the first
+/// write makes the segment. A crash at each of those moments loses
+/// nothing acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_closed_cleanly_opens_read_only_on_a_full_disk_and_writes_once_there_is_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = Faulty::default();
+    let store = open(dir.path(), &plan);
+    for key in ["/a", "/b"] {
+        store.put(key, b"v".to_vec(), Condition::Any).await.unwrap();
+    }
+    store.close().await.unwrap();
+    assert!(
+        log_files(dir.path()).is_empty(),
+        "a clean close leaves no log"
+    );
+
+    plan.0.full.store(true, Ordering::Release);
+    let store = open(dir.path(), &plan);
+    assert!(
+        log_files(dir.path()).is_empty(),
+        "no segment without room: {:?}",
+        log_files(dir.path())
+    );
+    let why = store.writable().unwrap_err().to_string();
+    assert!(
+        why.contains("wal-") && why.contains("writes are refused"),
+        "{why}"
+    );
+    assert_eq!(keys(&store).await, ["/a", "/b"]);
+    let refused = store.put("/c", b"v".to_vec(), Condition::Any).await;
+    assert!(
+        matches!(refused, Err(Error::InsufficientStorage(_))),
+        "{refused:?}"
+    );
+    assert_eq!(store.current_revision().await.unwrap(), 2);
+    // A crash while read-only: the database alone holds everything.
+    let while_full = crash_copy(dir.path());
+
+    plan.0.full.store(false, Ordering::Release);
+    writable_again(&store).await;
+    let kv = store
+        .put("/c", b"v".to_vec(), Condition::Any)
+        .await
+        .unwrap();
+    assert_eq!(kv.mod_revision, 3);
+    assert_eq!(
+        log_files(dir.path()).len(),
+        1,
+        "{:?}",
+        log_files(dir.path())
+    );
+    // A crash after the first write: only the log holds it.
+    let after_write = crash_copy(dir.path());
+    store.close().await.unwrap();
+
+    let reopened = EmbeddedBackend::open(while_full.path()).unwrap();
+    assert_eq!(keys(&reopened).await, ["/a", "/b"]);
+    reopened.close().await.unwrap();
+    let reopened = EmbeddedBackend::open(after_write.path()).unwrap();
+    assert_eq!(keys(&reopened).await, ["/a", "/b", "/c"]);
+    assert_eq!(reopened.current_revision().await.unwrap(), 3);
+    reopened.close().await.unwrap();
+    let reopened = EmbeddedBackend::open(dir.path()).unwrap();
+    assert_eq!(keys(&reopened).await, ["/a", "/b", "/c"]);
+    reopened.close().await.unwrap();
+}
+
+/// After a crash, on a full disk: the log's records are replayed into the
+/// database, the old segments go (their room with them), and the store
+/// opens read-only if there is still no room for a new segment; a crash
+/// then, and after writes resume, loses nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_store_recovers_on_a_full_disk_and_its_log_starts_again_once_there_is_room() {
+    let live = tempfile::tempdir().unwrap();
+    let store = EmbeddedBackend::open(live.path()).unwrap();
+    let mut written = Vec::new();
+    for i in 0..50 {
+        let key = format!("/k/{i:03}");
+        store
+            .put(&key, vec![b'x'; 4096], Condition::Any)
+            .await
+            .unwrap();
+        written.push(key);
+    }
+    let crashed = crash_copy(live.path());
+    store.close().await.unwrap();
+    assert!(!log_files(crashed.path()).is_empty());
+
+    let plan = Faulty::default();
+    plan.0.full.store(true, Ordering::Release);
+    let store = open(crashed.path(), &plan);
+    assert_eq!(keys(&store).await, written, "every logged write replayed");
+    assert!(
+        log_files(crashed.path()).is_empty(),
+        "replayed segments are gone"
+    );
+    assert!(matches!(
+        store.writable(),
+        Err(Error::InsufficientStorage(_))
+    ));
+    let again = crash_copy(crashed.path());
+
+    plan.0.full.store(false, Ordering::Release);
+    writable_again(&store).await;
+    store
+        .put("/later", b"v".to_vec(), Condition::Any)
+        .await
+        .unwrap();
+    written.push("/later".into());
+    let after = crash_copy(crashed.path());
+    store.close().await.unwrap();
+
+    let reopened = EmbeddedBackend::open(again.path()).unwrap();
+    assert_eq!(keys(&reopened).await, written[..50]);
+    reopened.close().await.unwrap();
+    let reopened = EmbeddedBackend::open(after.path()).unwrap();
+    let mut expected = written.clone();
+    expected.sort();
+    assert_eq!(keys(&reopened).await, expected);
+    reopened.close().await.unwrap();
+}

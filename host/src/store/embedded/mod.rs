@@ -240,6 +240,10 @@ impl EmbeddedBackend {
             log_kept: AtomicBool::new(false),
             stats: Stats::default(),
         });
+        if let Some(why) = opened.wal.no_room() {
+            // Read-only from the start (`/readyz` says so) until the log finds room.
+            shared.set_out_of_space(why);
+        }
         let (requests, receiver) = std::sync::mpsc::channel();
         let syncer = Syncer::spawn(opened.wal, shared.stats.log_nanos.clone(), checkpoint_bytes)?;
         let writer = Writer::new(shared.clone(), receiver, counters, syncer)?;

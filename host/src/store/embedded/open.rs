@@ -144,10 +144,17 @@ pub(super) fn open<I: LogIo>(dir: &Path, io: I) -> Result<Opened<I>> {
             "recovering writes from the write-ahead log"
         );
     }
-    // The new segment is there before the database names it; the old ones
-    // go once the database holds their records, durably.
+    // The new segment is there before the database names it (on a disk too
+    // full for one it names none: once replayed, it holds every write); the
+    // old ones go once the database holds their records, durably.
     let wal = Wal::create(io, dir, &found)?;
-    let counters = commit::replay(&db, &replay.records, stored.counters, wal.sequence(), &file)?;
+    let counters = commit::replay(
+        &db,
+        &replay.records,
+        stored.counters,
+        wal.named_segment(),
+        &file,
+    )?;
     wal.forget(&found)?;
     let replayed_at = started.elapsed();
     let history = load_history(&db, &file)?;

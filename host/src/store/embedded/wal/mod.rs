@@ -40,7 +40,10 @@
 //! or checkpoint records, and are still read.
 //!
 //! The segment written after open is new; the next ones are made ready in
-//! the background and taken when the current one is full. When a checkpoint
+//! the background and taken when the current one is full. On a disk too
+//! full for that first segment the store opens read-only with no segment
+//! (the database, replayed, names none: `log_segment` 0) and makes it once
+//! there is room, before the first record. When a checkpoint
 //! starts the log moves to the next segment, and the checkpoint's durable
 //! commit records that segment's sequence in the database (`log_segment` in
 //! `meta`: the first segment whose writes the database may lack; 0 after a

@@ -44,6 +44,12 @@ impl LogError {
         }
     }
 
+    /// The same error for an operation that touched only files the log
+    /// never uses: nothing was written, whatever the failure.
+    fn nothing_written(self) -> Self {
+        LogError::NotWritten(self.into_error())
+    }
+
     /// An I/O failure while `doing`: nothing written if it says the disk is
     /// full, possibly written otherwise.
     fn write(err: io::Error, doing: String) -> Self {
@@ -116,7 +122,11 @@ enum Next<F> {
 pub(in crate::store::embedded) struct Wal<I: LogIo> {
     io: Arc<I>,
     dir: PathBuf,
-    file: I::File,
+    /// The segment being appended to; `None` until the log can make its
+    /// first one (a store opened on a disk too full for it: the database
+    /// then holds every write and names no segment, so none is needed
+    /// until a write comes).
+    file: Option<I::File>,
     path: PathBuf,
     pub(super) sequence: u64,
     /// Where the next record goes.
@@ -129,40 +139,104 @@ pub(in crate::store::embedded) struct Wal<I: LogIo> {
     /// Segment `sequence + 1`; `None` after preparing it failed.
     next: Option<Next<I::File>>,
     next_size: u64,
+    /// Why there is no segment yet, while there is none.
+    no_room: Option<String>,
 }
 
 impl<I: LogIo> Wal<I> {
     /// Starts a segment after every one `found` in `dir` and prepares the
     /// next one meanwhile, once the temporary files left by an earlier
-    /// run's preparing are gone.
+    /// run's preparing are gone. On a disk too full for a segment the log
+    /// starts without one ([`Wal::no_room`]) and makes it when a write
+    /// comes and there is room: a store stopped cleanly on a disk that
+    /// filled up afterwards still opens, to serve reads.
     pub(in crate::store::embedded) fn create(io: I, dir: &Path, found: &Found) -> Result<Self> {
         let io = Arc::new(io);
         for leftover in found.leftover_files() {
             remove(&*io, leftover)?;
         }
         let sequence = found.last_sequence() + 1;
-        let (file, path, size) = prepare(&*io, &tmp_name(dir, sequence), SEGMENT_FIRST)
-            .and_then(|prepared| publish(&*io, dir, prepared, sequence))
-            .map_err(|e| {
-                io_context(
-                    e,
-                    format!("creating log segment {sequence} in {}", dir.display()),
-                )
-            })?;
         let mut wal = Self {
             io,
             dir: dir.to_owned(),
-            file,
-            path,
+            file: None,
+            path: dir.join(segment_name(sequence)),
             sequence,
             offset: SEGMENT_HEADER as u64,
-            size,
+            size: 0,
             older: Vec::new(),
             next: None,
             next_size: SEGMENT_FIRST * 2,
+            no_room: None,
         };
-        wal.prepare_next();
-        Ok(wal)
+        match wal.start_segment(0) {
+            Ok(()) => Ok(wal),
+            Err(LogError::NotWritten(Error::InsufficientStorage(why))) => {
+                tracing::warn!(dir = %dir.display(), error = %why, "no room for the write-ahead log: the store opens read-only until there is");
+                wal.no_room = Some(why);
+                Ok(wal)
+            }
+            Err(err) => Err(err.into_error()),
+        }
+    }
+
+    /// Why the log has no segment yet (the disk was too full to make
+    /// one), while it has none: writes wait for room.
+    pub(in crate::store::embedded) fn no_room(&self) -> Option<&str> {
+        self.no_room.as_deref()
+    }
+
+    /// The segment the database must name as continuing it: this one, or 0
+    /// (no log: the database holds every write) while there is none yet.
+    pub(in crate::store::embedded) fn named_segment(&self) -> u64 {
+        if self.file.is_some() {
+            self.sequence
+        } else {
+            0
+        }
+    }
+
+    /// Makes the log's first segment (`sequence`) with room for a record of
+    /// `len` bytes and starts preparing the next one. Failing writes
+    /// nothing a reader would take for the log: at most a segment with no
+    /// record.
+    fn start_segment(&mut self, len: usize) -> Result<(), LogError> {
+        let needed = (SEGMENT_HEADER + len + NEXT_RECORD) as u64;
+        let sequence = self.sequence;
+        let (file, path, size) = prepare(
+            &*self.io,
+            &tmp_name(&self.dir, sequence),
+            needed.max(SEGMENT_FIRST),
+        )
+        .and_then(|prepared| publish(&*self.io, &self.dir, prepared, sequence))
+        .map_err(|err| {
+            LogError::write(
+                err,
+                format!(
+                    "creating log segment {} in {}",
+                    segment_name(sequence),
+                    self.dir.display()
+                ),
+            )
+            .nothing_written()
+        })?;
+        self.file = Some(file);
+        self.path = path;
+        self.size = size;
+        self.offset = SEGMENT_HEADER as u64;
+        self.no_room = None;
+        self.prepare_next();
+        Ok(())
+    }
+
+    /// The error for a log asked to write with no segment (never after
+    /// [`Wal::start_segment`] succeeded).
+    fn no_segment(&self) -> LogError {
+        LogError::NotWritten(Error::InsufficientStorage(
+            self.no_room
+                .clone()
+                .unwrap_or_else(|| "the write-ahead log has no segment".into()),
+        ))
     }
 
     /// Deletes the segments `found` at open, oldest first: call it only
@@ -172,11 +246,6 @@ impl<I: LogIo> Wal<I> {
             remove(&*self.io, file)?;
         }
         Ok(())
-    }
-
-    /// The sequence of the segment being appended to.
-    pub(in crate::store::embedded) fn sequence(&self) -> u64 {
-        self.sequence
     }
 
     /// Starts preparing segment `sequence + 1` on another thread.
@@ -232,12 +301,9 @@ impl<I: LogIo> Wal<I> {
                 segment_name(sequence),
                 self.dir.display()
             );
-            match LogError::write(err, doing) {
-                // Nothing was named or appended to: only a file that is
-                // never used was touched.
-                LogError::MaybeWritten(err) => LogError::NotWritten(err),
-                not_written => not_written,
-            }
+            // Nothing was named or appended to: only a file that is never
+            // used was touched.
+            LogError::write(err, doing).nothing_written()
         })
     }
 
@@ -246,6 +312,9 @@ impl<I: LogIo> Wal<I> {
     /// current one ends with the next record naming it, so that a next
     /// record always names a file that was there.
     fn rotate(&mut self, len: usize) -> Result<(), LogError> {
+        if self.file.is_none() {
+            return self.start_segment(len);
+        }
         let prepared = self.ready_next(len)?;
         let sequence = self.sequence + 1;
         let path = self.dir.join(segment_name(sequence));
@@ -262,9 +331,12 @@ impl<I: LogIo> Wal<I> {
             LogError::MaybeWritten(io_context(e, format!("syncing {}", self.dir.display())))
         })?;
         let next = next_record(self.sequence, sequence);
-        self.file
+        let Some(current) = self.file.as_mut() else {
+            return Err(self.no_segment());
+        };
+        current
             .write_at(&next, self.offset)
-            .and_then(|()| self.file.sync_data())
+            .and_then(|()| current.sync_data())
             .map_err(|e| {
                 LogError::MaybeWritten(io_context(
                     e,
@@ -273,7 +345,7 @@ impl<I: LogIo> Wal<I> {
             })?;
         let old = std::mem::replace(&mut self.path, path);
         self.older.push((self.sequence, old));
-        self.file = prepared.file;
+        self.file = Some(prepared.file);
         self.sequence = sequence;
         self.offset = SEGMENT_HEADER as u64;
         self.size = prepared.size;
@@ -286,17 +358,20 @@ impl<I: LogIo> Wal<I> {
     /// not fit the current segment (with room left for a next record) goes
     /// to the next one.
     fn append(&mut self, record: &mut [u8]) -> Result<(), LogError> {
-        if self.offset + (record.len() + NEXT_RECORD) as u64 > self.size {
+        if self.file.is_none() || self.offset + (record.len() + NEXT_RECORD) as u64 > self.size {
             self.rotate(record.len())?;
         }
         seal(record, self.sequence);
         // A write that found the disk full left at most part of the record,
         // which the next record overwrites (the offset stays), and a crash
         // meanwhile leaves as a torn append.
-        self.file
+        let Some(current) = self.file.as_mut() else {
+            return Err(self.no_segment());
+        };
+        current
             .write_at(record, self.offset)
             .map_err(|e| LogError::write(e, format!("writing {}", self.path.display())))?;
-        self.file.sync_data().map_err(|e| {
+        current.sync_data().map_err(|e| {
             LogError::MaybeWritten(io_context(e, format!("syncing {}", self.path.display())))
         })?;
         self.offset += record.len() as u64;
@@ -306,6 +381,9 @@ impl<I: LogIo> Wal<I> {
     /// Makes sure the next segment can be had: after the disk was full,
     /// whether there is room again.
     fn make_room(&mut self) -> Result<(), LogError> {
+        if self.file.is_none() {
+            return self.start_segment(0);
+        }
         let prepared = self.ready_next(0)?;
         self.next = Some(Next::Ready(prepared));
         Ok(())
