@@ -288,10 +288,35 @@ pub enum Command {
     },
 }
 
+/// What the binary's global allocator offers the host: the library picks
+/// no allocator, so the binary that does hands its hooks in.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Allocator {
+    /// Gives memory freed on the calling thread back to the OS. `serve`
+    /// calls it on each runtime worker as the worker goes idle (at most
+    /// once a second a thread), so that memory a burst of clients took is
+    /// returned once they go, not only when the thread next allocates
+    /// (BENCHMARKS.md, "Hostile clients").
+    pub collect: Option<fn()>,
+}
+
 /// Run a parsed command line.
+///
+/// ```no_run
+/// use clap::Parser;
+///
+/// let cli = setpoint_cli::Cli::parse_from(["setpoint", "serve", "--addr", "127.0.0.1:0"]);
+/// setpoint_cli::run(cli)?;
+/// # Ok::<(), anyhow::Error>(())
+/// ```
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    run_with(cli, Allocator::default())
+}
+
+/// [`run`], with the binary's allocator hooks.
+pub fn run_with(cli: Cli, allocator: Allocator) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Serve(args) => serve::run(*args),
+        Command::Serve(args) => serve::run(*args, allocator),
         Command::Apply { files, server } => block_on(async move {
             let client = server.client()?;
             let mut manifests = Vec::new();

@@ -119,7 +119,28 @@ pub struct ServeArgs {
 /// signal before their connections are closed.
 const GRACE: Duration = Duration::from_secs(5);
 
-pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+/// How often, at most, an idle runtime worker gives freed memory back.
+const COLLECT_EVERY: Duration = Duration::from_secs(1);
+
+/// On a runtime worker going idle: gives back what its thread freed, at
+/// most every [`COLLECT_EVERY`].
+fn collect_when_idle(collect: fn()) {
+    thread_local! {
+        static LAST: std::cell::Cell<Option<std::time::Instant>> = const { std::cell::Cell::new(None) };
+    }
+    LAST.with(|last| {
+        let now = std::time::Instant::now();
+        if last
+            .get()
+            .is_none_or(|at| now.duration_since(at) >= COLLECT_EVERY)
+        {
+            last.set(Some(now));
+            collect();
+        }
+    });
+}
+
+pub(super) fn run(args: ServeArgs, allocator: crate::Allocator) -> anyhow::Result<ExitCode> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SETPOINT_LOG").unwrap_or_else(|_| {
@@ -128,10 +149,12 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all();
+    if let Some(collect) = allocator.collect {
+        runtime.on_thread_park(move || collect_when_idle(collect));
+    }
+    let runtime = runtime.build().context("starting the async runtime")?;
     runtime.block_on(async move {
         // From the start: a stop while the store opens or plugins load is a
         // clean stop too, not the signal's default (an unclean exit).
