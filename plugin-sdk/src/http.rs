@@ -39,6 +39,11 @@ impl SecretKeyRef {
 pub enum SecretTarget {
     /// A header named `name` whose value is `template` with every `{}`
     /// replaced by the secret (`"Bearer {}"`; `"{}"` is the value alone).
+    /// Three templates stand for parts of HTTP Basic credentials instead
+    /// ([`HttpRequest::secret_basic_auth`]): [`BASIC_AUTH_USERNAME`],
+    /// [`BASIC_AUTH_PASSWORD`], and `BASIC_AUTH_PASSWORD` followed by `:`
+    /// and a literal user name; the host joins the parts of one header into
+    /// `Basic` and the base64 of `username:password`.
     Header {
         /// The header's name.
         name: String,
@@ -50,6 +55,15 @@ pub enum SecretTarget {
     /// A string in the JSON body at this JSON pointer (`"/auth/token"`).
     BodyPointer(String),
 }
+
+/// The header template of a secret that is the user name of HTTP Basic
+/// credentials ([`HttpRequest::secret_basic_auth`]).
+pub const BASIC_AUTH_USERNAME: &str = "basic-auth:username";
+
+/// The header template of a secret that is the password of HTTP Basic
+/// credentials; followed by `:` and a user name, the user name is that
+/// literal ([`HttpRequest::secret_basic_auth_as`]).
+pub const BASIC_AUTH_PASSWORD: &str = "basic-auth:password";
 
 /// One secret placed into a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -177,6 +191,45 @@ impl HttpRequest {
             },
         });
         self
+    }
+
+    /// Has the host send HTTP Basic credentials (`Authorization: Basic`
+    /// and the base64 of `username:password`) made of two secrets, such as
+    /// the `username` and `password` keys of a Secret of Kubernetes' type
+    /// `kubernetes.io/basic-auth`. Neither value enters the plugin; both
+    /// keys must be declared and granted.
+    ///
+    /// ```
+    /// use setpoint_plugin_sdk::{HttpRequest, SecretKeyRef};
+    ///
+    /// let read = HttpRequest::get("http://127.0.0.1:15672/api/overview").secret_basic_auth(
+    ///     SecretKeyRef::new("rabbitmq-admin", "username"),
+    ///     SecretKeyRef::new("rabbitmq-admin", "password"),
+    /// );
+    /// assert_eq!(read.secrets.len(), 2);
+    /// ```
+    pub fn secret_basic_auth(self, username: SecretKeyRef, password: SecretKeyRef) -> Self {
+        self.secret_header("Authorization", BASIC_AUTH_USERNAME, username)
+            .secret_header("Authorization", BASIC_AUTH_PASSWORD, password)
+    }
+
+    /// Has the host send HTTP Basic credentials for user `username` (not a
+    /// secret; it must not contain `:`) with the password `password`:
+    /// a check that a password works, say.
+    ///
+    /// ```
+    /// use setpoint_plugin_sdk::{HttpRequest, SecretKeyRef};
+    ///
+    /// let whoami = HttpRequest::get("http://127.0.0.1:15672/api/whoami")
+    ///     .secret_basic_auth_as("app", SecretKeyRef::new("app-password", "password"));
+    /// assert_eq!(whoami.secrets.len(), 1);
+    /// ```
+    pub fn secret_basic_auth_as(self, username: &str, password: SecretKeyRef) -> Self {
+        self.secret_header(
+            "Authorization",
+            format!("{BASIC_AUTH_PASSWORD}:{username}"),
+            password,
+        )
     }
 
     /// Has the host append `secret` as query parameter `name`.

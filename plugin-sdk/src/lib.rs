@@ -189,8 +189,8 @@ pub use ctx::{Ctx, Host, LogLevel};
 pub use definition::{Definition, PrinterColumn};
 pub use error::Error;
 pub use http::{
-    HttpError, HttpErrorKind, HttpRequest, HttpResponse, HttpResult, SecretKeyRef, SecretTarget,
-    SecretUse,
+    BASIC_AUTH_PASSWORD, BASIC_AUTH_USERNAME, HttpError, HttpErrorKind, HttpRequest, HttpResponse,
+    HttpResult, SecretKeyRef, SecretTarget, SecretUse,
 };
 pub use manifest::Manifest;
 pub use object::{

@@ -316,6 +316,7 @@ mod tests {
                 ("X-Setpoint-Batch".into(), "/rrsets".into()),
             ],
             body: Some(json!({"rrsets": [{"name": name}]}).to_string().into_bytes()),
+            derived: Vec::new(),
         }
     }
 

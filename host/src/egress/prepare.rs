@@ -137,6 +137,9 @@ impl Egress {
         }
         let wire = secrets::substitute(request, &values)
             .map_err(|e| ("BadRequest", format!("{what}: {}", masker.text(&e))))?;
+        for derived in &wire.derived {
+            masker.add(derived);
+        }
         if let Some(explicit_ip) = destination.ip()
             && policy::is_special(explicit_ip)
             && !explicit

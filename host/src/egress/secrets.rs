@@ -103,12 +103,45 @@ pub fn url_encode(value: &str) -> String {
     out
 }
 
+/// The parts of HTTP Basic credentials one header is made of.
+#[derive(Default)]
+struct BasicAuth {
+    username: Option<String>,
+    password: Option<String>,
+}
+
+/// What a header template asks for.
+enum HeaderSlot<'a> {
+    /// `{}` replaced by the value.
+    Template,
+    /// The user name of Basic credentials.
+    BasicUsername,
+    /// The password of Basic credentials, with a literal user name if given.
+    BasicPassword(Option<&'a str>),
+}
+
+fn header_slot(template: &str) -> HeaderSlot<'_> {
+    use setpoint_plugin_sdk::{BASIC_AUTH_PASSWORD, BASIC_AUTH_USERNAME};
+    if template == BASIC_AUTH_USERNAME {
+        return HeaderSlot::BasicUsername;
+    }
+    match template.strip_prefix(BASIC_AUTH_PASSWORD) {
+        Some("") => HeaderSlot::BasicPassword(None),
+        Some(rest) => match rest.strip_prefix(':') {
+            Some(username) => HeaderSlot::BasicPassword(Some(username)),
+            None => HeaderSlot::Template,
+        },
+        None => HeaderSlot::Template,
+    }
+}
+
 /// The request as it goes on the wire: secrets in place. `values` holds
 /// each [`crate::contract::SecretUse`]'s value, in order.
 pub fn substitute(request: &HttpRequest, values: &[String]) -> Result<Wire, String> {
     let mut url = request.url.clone();
     let mut headers = request.headers.clone();
     let mut body = request.body.clone();
+    let mut basic: Vec<(String, BasicAuth)> = Vec::new();
     for (use_, value) in request.secrets.iter().zip(values) {
         if value.len() < 4 {
             return Err(format!(
@@ -117,6 +150,31 @@ pub fn substitute(request: &HttpRequest, values: &[String]) -> Result<Wire, Stri
             ));
         }
         match &use_.target {
+            SecretTarget::Header { name, template }
+                if !matches!(header_slot(template), HeaderSlot::Template) =>
+            {
+                let at = match basic.iter().position(|(n, _)| n.eq_ignore_ascii_case(name)) {
+                    Some(at) => at,
+                    None => {
+                        basic.push((name.clone(), BasicAuth::default()));
+                        basic.len() - 1
+                    }
+                };
+                let parts = &mut basic[at].1;
+                let (slot, literal) = match header_slot(template) {
+                    HeaderSlot::BasicUsername => (&mut parts.username, None),
+                    HeaderSlot::BasicPassword(literal) => (&mut parts.password, literal),
+                    HeaderSlot::Template => unreachable!("matched above"),
+                };
+                if slot.replace(value.clone()).is_some() {
+                    return Err(format!("header {name} names two Basic {template} secrets"));
+                }
+                if let Some(username) = literal
+                    && parts.username.replace(username.to_owned()).is_some()
+                {
+                    return Err(format!("header {name} names two Basic user names"));
+                }
+            }
             SecretTarget::Header { name, template } => {
                 if !template.contains("{}") {
                     return Err(format!("the template of header {name} has no {{}}"));
@@ -154,7 +212,31 @@ pub fn substitute(request: &HttpRequest, values: &[String]) -> Result<Wire, Stri
             }
         }
     }
-    Ok(Wire { url, headers, body })
+    let mut derived = Vec::new();
+    for (name, parts) in basic {
+        let (Some(username), Some(password)) = (parts.username, parts.password) else {
+            return Err(format!(
+                "header {name} has only part of Basic credentials: a user name and a password \
+                 are both needed"
+            ));
+        };
+        if username.contains(':') {
+            return Err(format!(
+                "header {name}: a Basic user name cannot contain ':'"
+            ));
+        }
+        use base64::Engine as _;
+        let encoded =
+            base64::engine::general_purpose::STANDARD.encode(format!("{username}:{password}"));
+        headers.push((name, format!("Basic {encoded}")));
+        derived.push(encoded);
+    }
+    Ok(Wire {
+        url,
+        headers,
+        body,
+        derived,
+    })
 }
 
 /// A request with its secrets in place: never logged, never stored.
@@ -166,6 +248,9 @@ pub struct Wire {
     pub headers: Vec<(String, String)>,
     /// The body, body secrets in place.
     pub body: Option<Vec<u8>>,
+    /// Forms of the secrets made here (Basic credentials' base64), to be
+    /// masked like the values themselves.
+    pub derived: Vec<String>,
 }
 
 impl std::fmt::Debug for Wire {
@@ -210,6 +295,46 @@ mod tests {
             masker.bytes(b"xs3cr\"et valuey".to_vec()),
             b"x***y".to_vec()
         );
+    }
+
+    #[test]
+    fn basic_credentials_are_joined_from_two_secrets_or_a_literal_user() {
+        let request = HttpRequest::get("http://x/api").secret_basic_auth(
+            SecretKeyRef::new("a", "username"),
+            SecretKeyRef::new("a", "password"),
+        );
+        let wire = substitute(&request, &["guest".into(), "p@ss:word".into()]).unwrap();
+        // base64("guest:p@ss:word"), as `curl -u guest:p@ss:word` sends it.
+        let expected = "Z3Vlc3Q6cEBzczp3b3Jk";
+        assert_eq!(
+            wire.headers,
+            [("Authorization".to_owned(), format!("Basic {expected}"))]
+        );
+        assert_eq!(wire.derived, [expected]);
+        let as_user = HttpRequest::get("http://x/api/whoami")
+            .secret_basic_auth_as("app", SecretKeyRef::new("p", "password"));
+        let wire = substitute(&as_user, &["s3cret".into()]).unwrap();
+        assert_eq!(wire.headers[0].1, "Basic YXBwOnMzY3JldA==");
+    }
+
+    #[test]
+    fn half_of_basic_credentials_or_a_user_with_a_colon_is_refused() {
+        let password_only = HttpRequest::get("http://x/").secret_header(
+            "Authorization",
+            setpoint_plugin_sdk::BASIC_AUTH_PASSWORD,
+            SecretKeyRef::new("a", "password"),
+        );
+        let err = substitute(&password_only, &["s3cret".into()]).unwrap_err();
+        assert!(err.contains("only part of Basic credentials"), "{err}");
+        let colon = HttpRequest::get("http://x/")
+            .secret_basic_auth_as("a:b", SecretKeyRef::new("p", "password"));
+        let err = substitute(&colon, &["s3cret".into()]).unwrap_err();
+        assert!(err.contains("cannot contain ':'"), "{err}");
+        let twice = HttpRequest::get("http://x/")
+            .secret_basic_auth_as("app", SecretKeyRef::new("p", "password"))
+            .secret_basic_auth_as("app", SecretKeyRef::new("p", "password"));
+        let err = substitute(&twice, &["s3cret".into(), "s3cret".into()]).unwrap_err();
+        assert!(err.contains("two Basic"), "{err}");
     }
 
     #[test]

@@ -363,6 +363,7 @@ mod tests {
             url: url.into(),
             headers: vec![("X-API-Key".into(), key.into())],
             body: None,
+            derived: Vec::new(),
         }
     }
 
