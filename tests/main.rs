@@ -58,6 +58,8 @@ mod ownership;
 mod plan;
 /// A plugin written in Python (componentize-py) on a real host.
 mod python_plugin;
+/// The RabbitMQ provider plugins against a real broker.
+mod rabbitmq;
 /// The reconcile loop's guarantees with native reconcilers: coalescing,
 /// per-key exclusion, the hot-loop breaker, inline calls, stale statuses.
 mod reconcile_loop;

@@ -3,6 +3,7 @@
 
 pub mod logs;
 pub mod pdns;
+pub mod rabbitmq;
 pub mod recorder;
 
 use std::path::{Path, PathBuf};

@@ -108,8 +108,13 @@ pub fn render(plan: &Plan, options: RenderOptions) -> String {
             "\n{}",
             paint.bold("External writes (listed, not sent):")
         );
-        for write in &plan.writes {
-            render_request(&mut out, &paint, write);
+        let mut writes = plan.writes.iter().peekable();
+        while let Some(write) = writes.next() {
+            if let Some(create) = writes.next_if(|next| replaces(write, next)) {
+                render_replacement(&mut out, &paint, write, create);
+            } else {
+                render_request(&mut out, &paint, write);
+            }
         }
     }
     if !plan.observations.is_empty() {
@@ -262,6 +267,51 @@ fn render_request(out: &mut String, paint: &Paint, request: &ExternalRequest) {
     }
 }
 
+/// Whether `create` right after `delete` (the same plugin and object)
+/// makes again what `delete` removes: a replacement, as a provider asks for
+/// one when the external system cannot change a property in place (the
+/// host sends effects in order and stops at the first failure).
+fn replaces(delete: &ExternalRequest, create: &ExternalRequest) -> bool {
+    let path = |url: &str| url.split(['?', '#']).next().unwrap_or_default().to_owned();
+    delete.method.eq_ignore_ascii_case("DELETE")
+        && ["PUT", "POST"]
+            .iter()
+            .any(|m| create.method.eq_ignore_ascii_case(m))
+        && delete.plugin == create.plugin
+        && delete.object == create.object
+        && path(&delete.url) == path(&create.url)
+}
+
+/// A delete and the create that follows it, as one replacement (Terraform
+/// shows `-/+` for the same).
+fn render_replacement(
+    out: &mut String,
+    paint: &Paint,
+    delete: &ExternalRequest,
+    create: &ExternalRequest,
+) {
+    let _ = writeln!(
+        out,
+        "  {} replace {} {}",
+        paint.sign("-/+"),
+        create.url,
+        paint.dim(&format!(
+            "({} then {}; plugin {}, {}, ids {} and {})",
+            delete.method, create.method, create.plugin, create.object, delete.id, create.id
+        ))
+    );
+    if let Some(body) = &create.body {
+        let _ = writeln!(out, "      {}", cut(body));
+    }
+    if create.hidden {
+        let _ = writeln!(
+            out,
+            "      {}",
+            paint.dim("(body and answer hidden: you may not read this object)")
+        );
+    }
+}
+
 fn cut(text: &str) -> String {
     if text.chars().count() <= MAX_VALUE_CHARS {
         return text.to_owned();
@@ -395,6 +445,51 @@ mod tests {
             text.contains("… 20 more field(s); `-o json` shows all"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_delete_then_a_create_of_the_same_url_shows_as_a_replacement() {
+        let queue = ObjectRef {
+            api_version: "rabbitmq.setpoint.dev/v1".into(),
+            kind: "Queue".into(),
+            namespace: Some("default".into()),
+            name: "orders".into(),
+        };
+        let request = |method: &str, url: &str, id: &str, object: &ObjectRef| ExternalRequest {
+            plugin: "rabbitmq_queue".into(),
+            object: object.clone(),
+            id: id.into(),
+            method: method.into(),
+            url: url.into(),
+            body: (method != "DELETE").then(|| r#"{"durable":false}"#.to_owned()),
+            result: None,
+            hidden: false,
+        };
+        let url = "http://127.0.0.1:15672/api/queues/%2F/orders";
+        let other = ObjectRef {
+            name: "audit".into(),
+            ..queue.clone()
+        };
+        let plan = Plan {
+            writes: vec![
+                request("DELETE", url, "delete", &queue),
+                request("PUT", url, "create", &queue),
+                // Not a replacement: another object's create after a delete.
+                request("DELETE", &format!("{url}-a"), "delete", &queue),
+                request("PUT", &format!("{url}-a"), "create", &other),
+            ],
+            ..Plan::default()
+        };
+        let text = render(&plan, RenderOptions::default());
+        assert!(
+            text.contains(&format!(
+                "  -/+ replace {url} (DELETE then PUT; plugin rabbitmq_queue, Queue default/orders, ids delete and create)\n      {{\"durable\":false}}"
+            )),
+            "{text}"
+        );
+        assert!(text.contains(&format!("  DELETE {url}-a ")), "{text}");
+        assert!(text.contains(&format!("  PUT {url}-a ")), "{text}");
+        assert_eq!(text.matches("replace").count(), 1, "{text}");
     }
 
     #[test]
