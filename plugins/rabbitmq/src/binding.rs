@@ -1,0 +1,314 @@
+//! `Binding`: a binding from an exchange to a queue or another exchange.
+//! RabbitMQ names a binding by its `properties_key`, which it derives from
+//! the routing key and arguments; the plugin never remembers it but finds
+//! the binding again at every look (after a host restart too):
+//! `GET /api/bindings/{vhost}/e/{source}/{q|e}/{destination}` lists the
+//! bindings between the two, and the one with the spec's routing key and
+//! arguments is this object's. `POST` to the same URL creates it;
+//! `DELETE …/{properties_key}` removes it.
+//!
+//! That list is empty, not 404, when an end does not exist: only when the
+//! binding is not found are the ends read (`GET /api/exchanges/{vhost}/
+//! {source}`, and the destination's), so the object waits
+//! (`ExchangeMissing`, `DestinationMissing`) rather than having its
+//! `POST` refused. A binding is never updated: a spec that changes the
+//! routing key or arguments names another binding.
+
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use setpoint_plugin_sdk::serde_json::{self, Map, Value, json};
+use setpoint_plugin_sdk::{
+    Ctx, Definition, Error, HttpRequest, HttpResult, KindRef, PrinterColumn,
+};
+
+use crate::broker::{self, Api, check_name, encode, same_json};
+use crate::decide::{DELETE_ID, Diff, Failure, Topology, WRITE_ID};
+use crate::vhost::vhost_missing;
+use crate::{API_VERSION, BrokerRef, default_resync, default_vhost};
+
+/// What a binding leads to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DestinationType {
+    /// A queue.
+    #[default]
+    Queue,
+    /// An exchange.
+    Exchange,
+}
+
+impl DestinationType {
+    /// As the API's paths name it.
+    fn letter(self) -> &'static str {
+        match self {
+            DestinationType::Queue => "q",
+            DestinationType::Exchange => "e",
+        }
+    }
+
+    /// As RabbitMQ names it.
+    fn as_str(self) -> &'static str {
+        match self {
+            DestinationType::Queue => "queue",
+            DestinationType::Exchange => "exchange",
+        }
+    }
+}
+
+/// A RabbitMQ binding.
+#[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BindingSpec {
+    /// The vhost of both ends.
+    #[serde(default = "default_vhost")]
+    pub vhost: String,
+    /// The exchange messages come from.
+    pub source: String,
+    /// The queue or exchange they go to.
+    pub destination: String,
+    /// queue (default) or exchange.
+    #[serde(default)]
+    pub destination_type: DestinationType,
+    /// The routing key.
+    #[serde(default)]
+    pub routing_key: String,
+    /// Optional arguments (a headers exchange's x-match, ...).
+    #[serde(default)]
+    pub arguments: Map<String, Value>,
+    /// The broker.
+    pub broker: BrokerRef,
+    /// How often RabbitMQ is looked at again to repair changes made behind the object's back.
+    #[serde(default = "default_resync")]
+    #[schemars(range(min = 1))]
+    pub resync_seconds: u64,
+}
+
+/// The binding as RabbitMQ has it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BindingObserved {
+    /// Its routing key.
+    pub routing_key: String,
+    /// Its arguments.
+    pub arguments: Map<String, Value>,
+    /// The name RabbitMQ gives it.
+    pub properties_key: String,
+}
+
+/// A `Binding` object's target.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Binding {
+    /// The vhost.
+    pub vhost: String,
+    /// The source exchange.
+    pub source: String,
+    /// The destination.
+    pub destination: String,
+    /// What the destination is.
+    pub destination_type: DestinationType,
+    /// The routing key.
+    pub routing_key: String,
+    /// The arguments.
+    pub arguments: Map<String, Value>,
+    /// The broker.
+    pub api: Api,
+    /// The resync period.
+    pub resync: Duration,
+}
+
+/// The id of the read of the bindings between the two ends.
+pub const READ_ID: &str = "bindings";
+/// The id of the read of the source exchange.
+pub const SOURCE_ID: &str = "source";
+/// The id of the read of the destination.
+pub const DESTINATION_ID: &str = "destination";
+
+#[derive(Deserialize)]
+struct BindingView {
+    #[serde(default)]
+    routing_key: String,
+    #[serde(default)]
+    arguments: Map<String, Value>,
+    #[serde(default)]
+    properties_key: String,
+}
+
+impl Binding {
+    fn path(&self) -> String {
+        format!(
+            "/bindings/{}/e/{}/{}/{}",
+            encode(&self.vhost),
+            encode(&self.source),
+            self.destination_type.letter(),
+            encode(&self.destination)
+        )
+    }
+
+    /// Find this binding among those between its ends, as the API lists
+    /// them: the one with the spec's routing key and arguments.
+    pub fn find(&self, list: &[u8]) -> Result<Option<BindingObserved>, String> {
+        let bindings: Vec<BindingView> = serde_json::from_slice(list).map_err(|e| e.to_string())?;
+        let wanted = Value::Object(self.arguments.clone());
+        Ok(bindings
+            .into_iter()
+            .find(|b| {
+                b.routing_key == self.routing_key
+                    && same_json(&Value::Object(b.arguments.clone()), &wanted)
+            })
+            .map(|b| BindingObserved {
+                routing_key: b.routing_key,
+                arguments: b.arguments,
+                properties_key: b.properties_key,
+            }))
+    }
+
+    /// The reads of both ends, asked for when the binding is not found.
+    pub fn end_reads(&self, max_age: Duration) -> [HttpRequest; 2] {
+        let vhost = encode(&self.vhost);
+        let destination = match self.destination_type {
+            DestinationType::Queue => "queues",
+            DestinationType::Exchange => "exchanges",
+        };
+        [
+            self.api.read(
+                SOURCE_ID,
+                &format!("/exchanges/{vhost}/{}?columns=name", encode(&self.source)),
+                max_age,
+            ),
+            self.api.read(
+                DESTINATION_ID,
+                &format!(
+                    "/{destination}/{vhost}/{}?columns=name",
+                    encode(&self.destination)
+                ),
+                max_age,
+            ),
+        ]
+    }
+
+    /// What the reads of the ends tell: `Ok` when both exist.
+    pub fn ends(&self, source: &HttpResult, destination: &HttpResult) -> Result<(), Failure> {
+        if self.api.read_answer(source)?.is_none() {
+            return Err(Failure::ExchangeMissing(format!(
+                "the source exchange {:?} does not exist in vhost {:?} (yet)",
+                self.source, self.vhost
+            )));
+        }
+        if self.api.read_answer(destination)?.is_none() {
+            return Err(Failure::DestinationMissing(format!(
+                "the destination {} {:?} does not exist in vhost {:?} (yet)",
+                self.destination_type.as_str(),
+                self.destination,
+                self.vhost
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Topology for Binding {
+    const KIND: &'static str = "Binding";
+    type Spec = BindingSpec;
+    type Observed = BindingObserved;
+
+    fn definition() -> Definition {
+        crate::ready_columns(
+            Definition::of::<BindingSpec, Value>(KindRef::new(API_VERSION, Self::KIND))
+                .short_name("rmqb")
+                .column(PrinterColumn::string("Vhost", ".spec.vhost"))
+                .column(PrinterColumn::string("Source", ".spec.source"))
+                .column(PrinterColumn::string("Destination", ".spec.destination"))
+                .column(PrinterColumn::string("RoutingKey", ".spec.routingKey")),
+        )
+    }
+
+    fn from_spec(_: &str, spec: &BindingSpec) -> Result<Self, Failure> {
+        check_name("spec.vhost", &spec.vhost)?;
+        if spec.source.is_empty() {
+            return Err(Failure::InvalidSpec(
+                "spec.source is empty: the default exchange cannot be bound".into(),
+            ));
+        }
+        check_name("spec.source", &spec.source)?;
+        check_name("spec.destination", &spec.destination)?;
+        Ok(Self {
+            vhost: spec.vhost.clone(),
+            source: spec.source.clone(),
+            destination: spec.destination.clone(),
+            destination_type: spec.destination_type,
+            routing_key: spec.routing_key.clone(),
+            arguments: spec.arguments.clone(),
+            api: Api::from_spec(&spec.broker)?,
+            resync: Duration::from_secs(spec.resync_seconds.max(1)),
+        })
+    }
+
+    fn api(&self) -> &Api {
+        &self.api
+    }
+
+    fn resync(&self) -> Duration {
+        self.resync
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "binding from exchange {:?} to {} {:?} with routing key {:?} in vhost {:?}",
+            self.source,
+            self.destination_type.as_str(),
+            self.destination,
+            self.routing_key,
+            self.vhost
+        )
+    }
+
+    fn observe(
+        &self,
+        ctx: &Ctx,
+        max_age: Duration,
+    ) -> Result<Result<Option<BindingObserved>, Failure>, Error> {
+        let answer = broker::fetch(ctx, &self.api.read(READ_ID, &self.path(), max_age))?;
+        let found = match self.api.read_answer(&answer) {
+            Ok(Some(list)) => self
+                .find(&list.body)
+                .map_err(|e| self.api.garbled("the bindings", e)),
+            Ok(None) => Err(vhost_missing(&self.vhost, &self.api)),
+            Err(failure) => Err(failure),
+        };
+        // Not there: whether it can be made is known only from its ends.
+        // (Deleting, nothing is made: no need to know.)
+        if !matches!(found, Ok(None)) || ctx.finalizing() {
+            return Ok(found);
+        }
+        let answers = broker::fetch_all(ctx, &self.end_reads(max_age))?;
+        Ok(self.ends(&answers[0], &answers[1]).map(|()| None))
+    }
+
+    fn diff(&self, _: &BindingObserved) -> Diff {
+        // Found means found with the spec's routing key and arguments.
+        Diff::Same
+    }
+
+    fn put(&self) -> HttpRequest {
+        self.api.write(
+            "POST",
+            WRITE_ID,
+            &self.path(),
+            &json!({"routing_key": self.routing_key, "arguments": self.arguments}),
+        )
+    }
+
+    fn delete(&self, observed: &BindingObserved) -> HttpRequest {
+        // The key as listed is already in the form RabbitMQ puts in its
+        // URLs (`a%2Fb`); encoded once more, as the official clients do,
+        // RabbitMQ decodes it back to that form. Both find the binding,
+        // checked against RabbitMQ 3.10.
+        self.api.request(
+            "DELETE",
+            DELETE_ID,
+            &format!("{}/{}", self.path(), encode(&observed.properties_key)),
+        )
+    }
+}
