@@ -11,7 +11,9 @@
 use std::time::Duration;
 
 use setpoint_plugin_sdk::serde_json::{self, Value};
-use setpoint_plugin_sdk::{Ctx, Error, HttpErrorKind, HttpRequest, HttpResponse, HttpResult, SecretKeyRef};
+use setpoint_plugin_sdk::{
+    Ctx, Error, HttpErrorKind, HttpRequest, HttpResponse, HttpResult, SecretKeyRef,
+};
 
 use crate::{BrokerRef, Failure};
 
@@ -253,8 +255,7 @@ pub fn same_json(a: &Value, b: &Value) -> bool {
         }
         (Value::Object(x), Value::Object(y)) => {
             x.len() == y.len()
-                && x
-                    .iter()
+                && x.iter()
                     .all(|(k, v)| y.get(k).is_some_and(|w| same_json(v, w)))
         }
         _ => a == b,

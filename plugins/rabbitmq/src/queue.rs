@@ -171,8 +171,7 @@ fn split_type(mut arguments: Map<String, Value>) -> (Map<String, Value>, Option<
 impl Queue {
     /// Find this queue in the vhost's list as the API answers it.
     pub fn find(&self, list: &[u8]) -> Result<Option<QueueObserved>, String> {
-        let queues: Vec<QueueView<'_>> =
-            serde_json::from_slice(list).map_err(|e| e.to_string())?;
+        let queues: Vec<QueueView<'_>> = serde_json::from_slice(list).map_err(|e| e.to_string())?;
         let Some(queue) = queues.into_iter().find(|q| q.name == self.name) else {
             return Ok(None);
         };
@@ -201,7 +200,11 @@ impl Queue {
 }
 
 /// `field (RabbitMQ: x, spec: y)`.
-pub fn field_diff(field: &str, broker: impl std::fmt::Display, spec: impl std::fmt::Display) -> String {
+pub fn field_diff(
+    field: &str,
+    broker: impl std::fmt::Display,
+    spec: impl std::fmt::Display,
+) -> String {
     format!("{field} (RabbitMQ: {broker}, spec: {spec})")
 }
 

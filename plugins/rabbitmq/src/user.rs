@@ -115,10 +115,9 @@ fn normalise(tags: impl IntoIterator<Item = String>) -> Vec<String> {
 /// a comma-separated string (before).
 pub fn tags_of(user: &Value) -> Vec<String> {
     match user.get("tags") {
-        Some(Value::Array(tags)) => normalise(
-            tags.iter()
-                .filter_map(|t| t.as_str().map(str::to_owned)),
-        ),
+        Some(Value::Array(tags)) => {
+            normalise(tags.iter().filter_map(|t| t.as_str().map(str::to_owned)))
+        }
         Some(Value::String(tags)) => normalise(tags.split(',').map(str::to_owned)),
         _ => Vec::new(),
     }
@@ -236,12 +235,12 @@ impl Topology for User {
             })));
         }
         let check = broker::fetch(ctx, &self.whoami(max_age))?;
-        Ok(self
-            .password_current(&check)
-            .map(|password_current| Some(UserObserved {
+        Ok(self.password_current(&check).map(|password_current| {
+            Some(UserObserved {
                 tags,
                 password_current,
-            })))
+            })
+        }))
     }
 
     fn diff(&self, observed: &UserObserved) -> Diff {

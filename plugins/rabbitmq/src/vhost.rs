@@ -58,7 +58,11 @@ pub const READ_ID: &str = "vhost";
 /// The read that tells whether vhost `name` exists (`columns=name`: the
 /// full answer carries message statistics the check does not need).
 pub fn vhost_read(api: &Api, id: &str, name: &str, max_age: Duration) -> HttpRequest {
-    api.read(id, &format!("/vhosts/{}?columns=name", encode(name)), max_age)
+    api.read(
+        id,
+        &format!("/vhosts/{}?columns=name", encode(name)),
+        max_age,
+    )
 }
 
 /// `VhostMissing` naming it.
@@ -132,8 +136,11 @@ impl Topology for Vhost {
     }
 
     fn delete(&self, _: &VhostObserved) -> HttpRequest {
-        self.api
-            .request("DELETE", DELETE_ID, &format!("/vhosts/{}", encode(&self.name)))
+        self.api.request(
+            "DELETE",
+            DELETE_ID,
+            &format!("/vhosts/{}", encode(&self.name)),
+        )
     }
 
     fn deletion_policy(&self) -> DeletionPolicy {

@@ -25,6 +25,9 @@ mod tests {
         assert_eq!(manifest.destinations, ["http://*:*", "https://*:*"]);
         assert_eq!(manifest.secrets, ["*"]);
         assert_eq!(manifest.definitions.len(), 1);
-        assert_eq!(manifest.definitions[0]["spec"]["names"]["kind"], "Permission");
+        assert_eq!(
+            manifest.definitions[0]["spec"]["names"]["kind"],
+            "Permission"
+        );
     }
 }
