@@ -379,7 +379,7 @@ mod queue {
             json!({}),
         );
         let seen = listed("jobs", true, json!({"x-max-length": 10}), "classic", 12);
-        let ctx = FakeCtx::new().with_observation(READ_ID, list(&[seen.clone()]));
+        let ctx = FakeCtx::new().with_observation(READ_ID, list(std::slice::from_ref(&seen)));
         let response = run::<Queue>(&q, &ctx);
         assert!(response.effects.is_empty());
         let (status, why, message) = ready(&response);
