@@ -269,7 +269,11 @@ pub fn decide<T: Topology>(
 ) -> Step<T::Observed> {
     if finalizing {
         if target.deletion_policy() == DeletionPolicy::Retain {
-            return Step::Retain(observed);
+            return match observed {
+                // Its vhost is gone, and it with it: nothing is retained.
+                Err(failure) if failure.is_missing_dependency() => Step::Release,
+                observed => Step::Retain(observed),
+            };
         }
         return match observed {
             // What it lived in is gone, and it with it.

@@ -120,7 +120,7 @@ pub fn ready_columns(
 /// operator's grant narrowing them; the finalizer
 /// `rabbitmq.setpoint.dev/<kind>`), and the Wasm export.
 ///
-/// ```ignore
+/// ```text
 /// rabbitmq::topology_plugin!(QueueReconciler, rabbitmq::queue::Queue);
 /// ```
 #[macro_export]

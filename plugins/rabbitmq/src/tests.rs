@@ -480,6 +480,14 @@ mod queue {
             response.events
         );
 
+        // Its vhost gone: nothing to retain, released without an event.
+        let ctx = FakeCtx::new()
+            .with_finalizing(true)
+            .with_observation(READ_ID, refused(404, "Object Not Found", "Not Found"));
+        let response = run::<Queue>(&q, &ctx);
+        assert!(response.remove_finalizer);
+        assert!(response.events.is_empty());
+
         // Broker unreachable: still released (nothing is written either way).
         let ctx = FakeCtx::new()
             .with_finalizing(true)
