@@ -12,7 +12,9 @@
 //! {source}`, and the destination's), so the object waits
 //! (`ExchangeMissing`, `DestinationMissing`) rather than having its
 //! `POST` refused. A binding is never updated: a spec that changes the
-//! routing key or arguments names another binding.
+//! routing key, arguments or ends names another binding, which is created;
+//! once it exists, the one the status showed before is deleted (the status
+//! is the only record of it: RabbitMQ does not say whose a binding is).
 
 use std::time::Duration;
 
@@ -89,6 +91,14 @@ pub struct BindingSpec {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BindingObserved {
+    /// Its vhost.
+    pub vhost: String,
+    /// Its source exchange.
+    pub source: String,
+    /// Its destination.
+    pub destination: String,
+    /// What the destination is.
+    pub destination_type: DestinationType,
     /// Its routing key.
     pub routing_key: String,
     /// Its arguments.
@@ -135,14 +145,29 @@ struct BindingView {
     properties_key: String,
 }
 
+/// The URL path of the bindings between two ends.
+fn bindings_path(
+    vhost: &str,
+    source: &str,
+    destination_type: DestinationType,
+    destination: &str,
+) -> String {
+    format!(
+        "/bindings/{}/e/{}/{}/{}",
+        encode(vhost),
+        encode(source),
+        destination_type.letter(),
+        encode(destination)
+    )
+}
+
 impl Binding {
     fn path(&self) -> String {
-        format!(
-            "/bindings/{}/e/{}/{}/{}",
-            encode(&self.vhost),
-            encode(&self.source),
-            self.destination_type.letter(),
-            encode(&self.destination)
+        bindings_path(
+            &self.vhost,
+            &self.source,
+            self.destination_type,
+            &self.destination,
         )
     }
 
@@ -158,6 +183,10 @@ impl Binding {
                     && same_json(&Value::Object(b.arguments.clone()), &wanted)
             })
             .map(|b| BindingObserved {
+                vhost: self.vhost.clone(),
+                source: self.source.clone(),
+                destination: self.destination.clone(),
+                destination_type: self.destination_type,
                 routing_key: b.routing_key,
                 arguments: b.arguments,
                 properties_key: b.properties_key,
@@ -308,7 +337,27 @@ impl Topology for Binding {
         self.api.request(
             "DELETE",
             DELETE_ID,
-            &format!("{}/{}", self.path(), encode(&observed.properties_key)),
+            &format!(
+                "{}/{}",
+                bindings_path(
+                    &observed.vhost,
+                    &observed.source,
+                    observed.destination_type,
+                    &observed.destination
+                ),
+                encode(&observed.properties_key)
+            ),
         )
+    }
+
+    fn superseded(
+        &self,
+        previous: &BindingObserved,
+        current: &BindingObserved,
+    ) -> Option<HttpRequest> {
+        // A binding is never changed, only replaced: once the spec's
+        // binding exists, the one the status last showed (another routing
+        // key, arguments or ends) is this object's no more.
+        (previous != current).then(|| self.delete(previous))
     }
 }

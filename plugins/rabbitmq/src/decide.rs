@@ -187,6 +187,18 @@ pub trait Topology: Sized {
     /// The write that deletes the observed object; id [`DELETE_ID`].
     fn delete(&self, observed: &Self::Observed) -> HttpRequest;
 
+    /// A write that removes what the object had before and has no more
+    /// (a binding whose spec now names another): `previous` is what the
+    /// status showed, `current` what is in sync now.
+    fn superseded(
+        &self,
+        previous: &Self::Observed,
+        current: &Self::Observed,
+    ) -> Option<HttpRequest> {
+        let _ = (previous, current);
+        None
+    }
+
     /// Whether deleting the object leaves the broker's.
     fn deletion_policy(&self) -> DeletionPolicy {
         DeletionPolicy::Delete

@@ -72,6 +72,11 @@ pub fn reconcile<T: Topology>(
     let step = decide(&target, ctx.finalizing(), observed, &memory);
     match step {
         Step::InSync(seen) => {
+            let superseded = object
+                .status
+                .observed
+                .as_ref()
+                .and_then(|previous| target.superseded(previous, &seen));
             let message = format!("RabbitMQ has {} as specified", target.describe());
             let status = status_with(
                 object,
@@ -80,7 +85,23 @@ pub fn reconcile<T: Topology>(
                 Condition::new("Ready", true, "InSync", message),
                 None,
             );
-            Ok(Response::new().status(status).requeue_after(resync))
+            let mut response = Response::new().status(status).requeue_after(resync);
+            // Best effort: the status now shows the new one, so a delete
+            // that fails is not tried again (a leftover binding routes
+            // more, never less).
+            if let Some(delete) = superseded {
+                response = response
+                    .event(Event::normal(
+                        "DeletingSuperseded",
+                        format!(
+                            "deleting what {} replaces: {}",
+                            target.describe(),
+                            delete.url
+                        ),
+                    ))
+                    .effect(delete);
+            }
+            Ok(response)
         }
         Step::Create => write(
             object,

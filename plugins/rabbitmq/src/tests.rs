@@ -791,6 +791,41 @@ mod binding {
     }
 
     #[test]
+    fn a_binding_replaced_by_a_spec_change_is_deleted_once_the_new_one_exists() {
+        let previous = json!({"observed": {"vhost": "orders", "source": "events",
+            "destination": "jobs", "destinationType": "queue", "routingKey": "old",
+            "arguments": {}, "propertiesKey": "old"}});
+        let b = object::<Binding>("b", spec(), previous);
+        let ctx = FakeCtx::new().with_observation(
+            READ_ID,
+            answer(
+                200,
+                json!([
+                    listed("old", json!({}), "old"),
+                    listed("a/b", json!({"x-match": "all"}), "a%2Fb~p4Z0Ag")
+                ]),
+            ),
+        );
+        let response = run::<Binding>(&b, &ctx);
+        assert_eq!(reason(&response), "InSync");
+        assert_eq!(response.effects.len(), 1);
+        assert_eq!(
+            (
+                response.effects[0].method.as_str(),
+                response.effects[0].url.as_str()
+            ),
+            (
+                "DELETE",
+                format!("{BASE}/api/bindings/orders/e/events/q/jobs/old").as_str()
+            )
+        );
+        // The status now shows the new one: nothing more is deleted.
+        let b = object::<Binding>("b", spec(), reported(&response));
+        let response = run::<Binding>(&b, &ctx);
+        assert!(response.effects.is_empty());
+    }
+
+    #[test]
     fn a_binding_to_an_exchange_reads_the_destination_exchange() {
         let mut s = spec();
         s["destinationType"] = json!("exchange");
