@@ -218,6 +218,8 @@ const LONG_WINDOW: Duration = Duration::from_secs(1);
 pub(crate) struct Gate {
     limit: watch::Sender<usize>,
     max: usize,
+    /// Set by [`Gate::open`]: the limit stays at `max` from then on.
+    opened: std::sync::atomic::AtomicBool,
     /// `None` when fixed.
     sampler: Option<Mutex<Sampler>>,
 }
@@ -243,6 +245,7 @@ impl Gate {
         Self {
             limit: watch::Sender::new(initial),
             max,
+            opened: std::sync::atomic::AtomicBool::new(false),
             sampler: rule.map(|rule| {
                 Mutex::new(Sampler {
                     rule,
@@ -305,15 +308,31 @@ impl Gate {
         s.overflow_mark = overflowed;
         drop(s);
         if after != before {
-            tracing::debug!(before, after, ?window, "concurrency limit moved");
-            self.limit.send_replace(after);
+            // Under the channel's lock, as `open` sets the flag: a turn
+            // that ends after the gate opened must not close it again
+            // (a worker parked then never saw the queue shut down, and a
+            // stop waited out its whole timeout).
+            let moved = self.limit.send_if_modified(|limit| {
+                if self.opened.load(std::sync::atomic::Ordering::Acquire) {
+                    return false;
+                }
+                *limit = after;
+                true
+            });
+            if moved {
+                tracing::debug!(before, after, ?window, "concurrency limit moved");
+            }
         }
     }
 
-    /// Let every worker through (stopping: they must all see the queue
-    /// shut down).
+    /// Let every worker through, for good (stopping: they must all see
+    /// the queue shut down).
     pub(crate) fn open(&self) {
-        self.limit.send_replace(self.max);
+        self.limit.send_modify(|limit| {
+            self.opened
+                .store(true, std::sync::atomic::Ordering::Release);
+            *limit = self.max;
+        });
     }
 }
 
@@ -518,6 +537,24 @@ mod tests {
             fixed.record(true, 0);
         }
         assert_eq!(fixed.limit(), 3, "a fixed gate never moves");
+    }
+
+    #[tokio::test]
+    async fn an_opened_gate_stays_open_when_a_turn_ends_after_it() {
+        let gate = Gate::new(Concurrency::Adaptive, 64);
+        // Turns that would move the limit once their window closes.
+        for _ in 0..WINDOW_TURNS {
+            gate.record(true, 0);
+        }
+        gate.open();
+        std::thread::sleep(WINDOW);
+        // A turn that was in flight when the gate opened ends now.
+        gate.record(true, 0);
+        assert_eq!(gate.limit(), 64, "the limit moved after the gate opened");
+        tokio::time::timeout(Duration::from_secs(5), spawn_admit(&gate, 63))
+            .await
+            .expect("the last worker is let through")
+            .unwrap();
     }
 
     fn spawn_admit(gate: &Gate, index: usize) -> tokio::task::JoinHandle<()> {

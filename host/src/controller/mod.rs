@@ -443,9 +443,11 @@ impl Controller {
         self.stop_handlers();
         self.shared.queue.shutdown();
         self.shared.gate.open();
-        for worker in self.workers {
+        for (index, worker) in self.workers.into_iter().enumerate() {
             let _ = worker.await;
+            tracing::trace!(plugin = %self.shared.kind.kind, index, "shutdown: worker done");
         }
+        tracing::debug!(kind = %self.shared.kind.kind, "shutdown: workers done; stopping parked requests");
         self.shared.parked.stop().await;
     }
 

@@ -374,12 +374,16 @@ impl Host {
         for task in std::mem::take(&mut *self.background_tasks()) {
             task.abort();
         }
+        tracing::debug!("shutdown: waiting for a plugin sync in progress");
         let _sync = self.shared.sync.lock().await;
         let controllers = std::mem::take(&mut *self.shared.controllers.lock().await);
-        for (_, controller) in controllers {
+        for (name, controller) in controllers {
+            tracing::debug!(plugin = %name, "shutdown: stopping the controller");
             controller.shutdown().await;
         }
+        tracing::debug!("shutdown: stopping the plugin pool");
         self.shared.pool.shutdown().await;
+        tracing::debug!("shutdown: controllers stopped");
         if let Some(cluster) = &self.shared.cluster {
             cluster.leave().await;
         }
