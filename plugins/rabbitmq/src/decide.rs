@@ -10,7 +10,7 @@
 //! | absent | `Create` (drift: deleted behind the object's back is re-created) |
 //! | differs in what can change in place | `Update` |
 //! | differs in what cannot, no opt-in | `Fail(ImmutableChange)`: nothing written |
-//! | differs in what cannot, `recreateOnChange` | `Recreate`: delete now, create at the next look |
+//! | differs in what cannot, `recreateOnChange` | `Recreate`: delete, then create, in one response |
 //! | the last write was refused, or a refusal holds writes | `Fail` with it |
 //! | the last write succeeded but the broker still differs | `Fail(NotConverging)` |
 //! | being deleted, `Retain` | `Retain`: say so in an event, let the object go |
@@ -220,6 +220,17 @@ pub trait Topology: Sized {
         )
     }
 
+    /// What is said when the object opts into re-creating what cannot
+    /// change in place, before it is deleted.
+    fn recreate_message(&self, _observed: &Self::Observed, fields: &[String]) -> String {
+        format!(
+            "re-creating {} (recreateOnChange): deleting it, then creating it again, as \
+             RabbitMQ cannot change {} in place",
+            self.describe(),
+            fields.join(", ")
+        )
+    }
+
     /// What is said when the object goes and the broker's stays.
     fn retained_message(&self, observed: Option<&Self::Observed>) -> String {
         let _ = observed;
@@ -246,7 +257,7 @@ pub enum Step<O> {
     /// Differs in place: write it; says what differs.
     Update(O, String),
     /// Differs in what cannot change, and the object opts in: delete it
-    /// now, the next look (seeing it gone) creates it.
+    /// and create it again (in that order, in one response).
     Recreate(O, Vec<String>),
     /// Being deleted and present: delete it.
     Delete(O),

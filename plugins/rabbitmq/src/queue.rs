@@ -361,6 +361,16 @@ impl Topology for Queue {
         )
     }
 
+    fn recreate_message(&self, observed: &QueueObserved, fields: &[String]) -> String {
+        format!(
+            "re-creating {} (recreateOnChange): RabbitMQ cannot change {} in place; it holds \
+             {}, which are lost: deleting it, then declaring it again",
+            self.describe(),
+            fields.join(", "),
+            messages(Some(observed))
+        )
+    }
+
     fn retained_message(&self, observed: Option<&QueueObserved>) -> String {
         match observed {
             Some(observed) => format!(

@@ -125,14 +125,13 @@ pub fn reconcile<T: Topology>(
             )
         }
         Step::Recreate(seen, fields) => {
-            let message = format!(
-                "re-creating {} (recreateOnChange): deleting it first, as RabbitMQ cannot \
-                 change {} in place",
-                target.describe(),
-                fields.join(", ")
-            );
+            // The delete and the declaration go in one response: the host
+            // sends effects in order and stops at the first that fails, so
+            // the new one is declared only once the old one is gone, and
+            // `setpoint plan` shows the pair as one replacement.
+            let message = target.recreate_message(&seen, &fields);
             let delete = target.delete(&seen);
-            write(
+            let response = write(
                 object,
                 ctx,
                 &target,
@@ -140,7 +139,8 @@ pub fn reconcile<T: Topology>(
                 "Recreating",
                 message,
                 delete,
-            )
+            )?;
+            Ok(response.effect(target.put()))
         }
         Step::Delete(seen) => {
             let message = format!("deleting {} from RabbitMQ", target.describe());

@@ -449,17 +449,44 @@ mod queue {
                 DELETE_ID
             )
         );
-        // The next look sees it gone: declared with the new type.
-        let q = object::<Queue>("jobs", s, reported(&response));
-        let ctx = FakeCtx::new()
-            .with_observation(READ_ID, list(&[]))
-            .with_outcome(DELETE_ID, ok());
-        let response = run::<Queue>(&q, &ctx);
-        assert_eq!(response.effects[0].method, "PUT");
+        assert!(
+            ready(&response).2.contains("3 messages"),
+            "the condition says what is lost first: {}",
+            ready(&response).2
+        );
+        // Then, in the same response (sent in order, the second only if the
+        // first succeeded), the declaration with the new type.
+        assert_eq!(response.effects.len(), 2);
         assert_eq!(
-            body(&response.effects[0])["arguments"]["x-queue-type"],
+            (
+                response.effects[1].method.as_str(),
+                response.effects[1].id.as_str()
+            ),
+            ("PUT", WRITE_ID)
+        );
+        assert_eq!(response.effects[1].url, delete.url);
+        assert_eq!(
+            body(&response.effects[1])["arguments"]["x-queue-type"],
             "quorum"
         );
+        // The next look sees the new queue: in sync.
+        let q = object::<Queue>("jobs", s, reported(&response));
+        let ctx = FakeCtx::new()
+            .with_observation(
+                READ_ID,
+                list(&[listed(
+                    "jobs",
+                    true,
+                    json!({"x-queue-type": "quorum"}),
+                    "quorum",
+                    0,
+                )]),
+            )
+            .with_outcome(DELETE_ID, ok())
+            .with_outcome(WRITE_ID, ok());
+        let response = run::<Queue>(&q, &ctx);
+        assert_eq!(reason(&response), "InSync");
+        assert!(response.effects.is_empty());
     }
 
     #[test]
