@@ -43,6 +43,13 @@ const PLUGINS: &[&str] = &[
     "effector2",
     "dns",
     "world01",
+    "rabbitmq_vhost",
+    "rabbitmq_queue",
+    "rabbitmq_exchange",
+    "rabbitmq_binding",
+    "rabbitmq_user",
+    "rabbitmq_permission",
+    "rabbitmq_policy",
 ];
 
 /// The plugins [`plugins_dir`] takes from the WASI build: the zoo's escape
@@ -82,7 +89,8 @@ fn build_plugins(target: &str, plugins: &[&str]) -> PathBuf {
         ])
         .arg(&target_dir);
     for p in plugins {
-        cmd.args(["-p", p]);
+        // A crate `rabbitmq-queue` builds `rabbitmq_queue.wasm`.
+        cmd.args(["-p", &p.replace('_', "-")]);
     }
     let status = cmd.status().expect("running cargo to build the plugins");
     assert!(

@@ -73,6 +73,7 @@ impl RabbitMq {
              management.tcp.port = {web_port}\n\
              management.tcp.ip = 127.0.0.1\n\
              loopback_users = none\n\
+             collect_statistics_interval = 500\n\
              log.console = true\n\
              log.console.level = warning\n\
              log.file = false\n"

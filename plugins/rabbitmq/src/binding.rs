@@ -350,6 +350,8 @@ impl Topology for Binding {
         )
     }
 
+    const REPLACED_BY_SPEC: bool = true;
+
     fn superseded(
         &self,
         previous: &BindingObserved,

@@ -187,6 +187,12 @@ pub trait Topology: Sized {
     /// The write that deletes the observed object; id [`DELETE_ID`].
     fn delete(&self, observed: &Self::Observed) -> HttpRequest;
 
+    /// Whether the broker's object is never changed, only replaced by the
+    /// one a new spec names (a binding): while that one is created, the
+    /// status keeps showing the one it replaces, so that
+    /// [`Topology::superseded`] can delete it once the new one exists.
+    const REPLACED_BY_SPEC: bool = false;
+
     /// A write that removes what the object had before and has no more
     /// (a binding whose spec now names another): `previous` is what the
     /// status showed, `current` what is in sync now.

@@ -35,7 +35,6 @@ fn direct() -> String {
 #[serde(rename_all = "camelCase")]
 pub struct ExchangeSpec {
     /// The exchange's name in RabbitMQ (default: the object's name).
-    #[serde(default)]
     pub name: Option<String>,
     /// The vhost it lives in.
     #[serde(default = "default_vhost")]

@@ -46,7 +46,6 @@ impl ApplyTo {
 #[serde(rename_all = "camelCase")]
 pub struct PolicySpec {
     /// The policy's name in RabbitMQ (default: the object's name).
-    #[serde(default)]
     pub name: Option<String>,
     /// The vhost.
     #[serde(default = "default_vhost")]

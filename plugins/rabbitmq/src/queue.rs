@@ -65,7 +65,6 @@ fn yes() -> bool {
 #[serde(rename_all = "camelCase")]
 pub struct QueueSpec {
     /// The queue's name in RabbitMQ (default: the object's name).
-    #[serde(default)]
     pub name: Option<String>,
     /// The vhost it lives in.
     #[serde(default = "default_vhost")]

@@ -107,7 +107,11 @@ pub fn reconcile<T: Topology>(
             object,
             ctx,
             &target,
-            None,
+            object
+                .status
+                .observed
+                .clone()
+                .filter(|_| T::REPLACED_BY_SPEC),
             "Creating",
             format!("creating {}", target.describe()),
             target.put(),

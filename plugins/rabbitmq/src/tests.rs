@@ -823,6 +823,20 @@ mod binding {
             "destination": "jobs", "destinationType": "queue", "routingKey": "old",
             "arguments": {}, "propertiesKey": "old"}});
         let b = object::<Binding>("b", spec(), previous);
+        // First the new one is posted; the status still shows the old one,
+        // which is this object's until the new one exists.
+        let ctx = FakeCtx::new()
+            .with_observation(
+                READ_ID,
+                answer(200, json!([listed("old", json!({}), "old")])),
+            )
+            .with_observation(SOURCE_ID, answer(200, json!({"name": "events"})))
+            .with_observation(DESTINATION_ID, answer(200, json!({"name": "jobs"})));
+        let response = run::<Binding>(&b, &ctx);
+        assert_eq!(reason(&response), "Creating");
+        assert_eq!(response.effects[0].method, "POST");
+        let b = object::<Binding>("b", spec(), reported(&response));
+        assert_eq!(b.status.observed.as_ref().unwrap().properties_key, "old");
         let ctx = FakeCtx::new().with_observation(
             READ_ID,
             answer(

@@ -54,7 +54,6 @@ pub struct PasswordSecret {
 #[serde(rename_all = "camelCase")]
 pub struct UserSpec {
     /// The user's name in RabbitMQ (default: the object's name).
-    #[serde(default)]
     pub name: Option<String>,
     /// Its tags: management, monitoring, policymaker, administrator, ...
     #[serde(default)]

@@ -19,7 +19,6 @@ use crate::{API_VERSION, BrokerRef, DeletionPolicy, default_resync};
 #[serde(rename_all = "camelCase")]
 pub struct VhostSpec {
     /// The vhost's name in RabbitMQ (default: the object's name).
-    #[serde(default)]
     pub name: Option<String>,
     /// The broker.
     pub broker: BrokerRef,
