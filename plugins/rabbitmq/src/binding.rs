@@ -1,20 +1,25 @@
 //! `Binding`: a binding from an exchange to a queue or another exchange.
 //! RabbitMQ names a binding by its `properties_key`, which it derives from
 //! the routing key and arguments; the plugin never remembers it but finds
-//! the binding again at every look (after a host restart too):
-//! `GET /api/bindings/{vhost}/e/{source}/{q|e}/{destination}` lists the
-//! bindings between the two, and the one with the spec's routing key and
-//! arguments is this object's. `POST` to the same URL creates it;
-//! `DELETE …/{properties_key}` removes it.
+//! the binding again at every look (after a host restart too) among the
+//! vhost's bindings, `GET /api/bindings/{vhost}?columns=…`: the one
+//! between the spec's ends with its routing key and arguments is this
+//! object's. That read is one for every binding of the vhost (the host
+//! shares it, as the queues' list), so a thousand bindings cost the broker
+//! about two reads a resync period, not a thousand.
 //!
-//! That list is empty, not 404, when an end does not exist: only when the
-//! binding is not found are the ends read (`GET /api/exchanges/{vhost}/
-//! {source}`, and the destination's), so the object waits
-//! (`ExchangeMissing`, `DestinationMissing`) rather than having its
-//! `POST` refused. A binding is never updated: a spec that changes the
-//! routing key, arguments or ends names another binding, which is created;
-//! once it exists, the one the status showed before is deleted (the status
-//! is the only record of it: RabbitMQ does not say whose a binding is).
+//! Only when the binding is not found are the ends looked for, in the
+//! vhost's lists of exchanges and queues (shared too), so the object
+//! waits (`ExchangeMissing`, `DestinationMissing`) rather than having its
+//! write refused. It is created through the vhost's definitions
+//! (`POST /api/definitions/{vhost}` with `{"bindings": [...]}`), which the
+//! host sends for many bindings waiting at once as one request
+//! (`.batch("/bindings")`); `DELETE /api/bindings/{vhost}/e/{source}/
+//! {q|e}/{destination}/{properties_key}` removes it. A binding is never
+//! updated: a spec that changes the routing key, arguments or ends names
+//! another binding, which is created; once it exists, the one the status
+//! showed before is deleted (the status is the only record of it: RabbitMQ
+//! does not say whose a binding is).
 
 use std::time::Duration;
 
@@ -138,6 +143,12 @@ pub const DESTINATION_ID: &str = "destination";
 #[derive(Deserialize)]
 struct BindingView {
     #[serde(default)]
+    source: String,
+    #[serde(default)]
+    destination: String,
+    #[serde(default)]
+    destination_type: String,
+    #[serde(default)]
     routing_key: String,
     #[serde(default)]
     arguments: Map<String, Value>,
@@ -161,25 +172,27 @@ fn bindings_path(
     )
 }
 
+/// The columns of the vhost's bindings the plugin reads.
+const COLUMNS: &str = "source,destination,destination_type,routing_key,arguments,properties_key";
+
 impl Binding {
-    fn path(&self) -> String {
-        bindings_path(
-            &self.vhost,
-            &self.source,
-            self.destination_type,
-            &self.destination,
-        )
+    /// The read of every binding of the vhost, shared by its bindings.
+    fn list_path(&self) -> String {
+        format!("/bindings/{}?columns={COLUMNS}", encode(&self.vhost))
     }
 
-    /// Find this binding among those between its ends, as the API lists
-    /// them: the one with the spec's routing key and arguments.
+    /// Find this binding among the vhost's, as the API lists them: the one
+    /// between the spec's ends with its routing key and arguments.
     pub fn find(&self, list: &[u8]) -> Result<Option<BindingObserved>, String> {
         let bindings: Vec<BindingView> = serde_json::from_slice(list).map_err(|e| e.to_string())?;
         let wanted = Value::Object(self.arguments.clone());
         Ok(bindings
             .into_iter()
             .find(|b| {
-                b.routing_key == self.routing_key
+                b.source == self.source
+                    && b.destination == self.destination
+                    && b.destination_type == self.destination_type.as_str()
+                    && b.routing_key == self.routing_key
                     && same_json(&Value::Object(b.arguments.clone()), &wanted)
             })
             .map(|b| BindingObserved {
@@ -193,7 +206,9 @@ impl Binding {
             }))
     }
 
-    /// The reads of both ends, asked for when the binding is not found.
+    /// The reads of both ends, asked for when the binding is not found:
+    /// the vhost's lists of exchanges and of queues (or exchanges again),
+    /// names only, shared by every binding that looks.
     pub fn end_reads(&self, max_age: Duration) -> [HttpRequest; 2] {
         let vhost = encode(&self.vhost);
         let destination = match self.destination_type {
@@ -203,29 +218,36 @@ impl Binding {
         [
             self.api.read(
                 SOURCE_ID,
-                &format!("/exchanges/{vhost}/{}?columns=name", encode(&self.source)),
+                &format!("/exchanges/{vhost}?columns=name"),
                 max_age,
             ),
             self.api.read(
                 DESTINATION_ID,
-                &format!(
-                    "/{destination}/{vhost}/{}?columns=name",
-                    encode(&self.destination)
-                ),
+                &format!("/{destination}/{vhost}?columns=name"),
                 max_age,
             ),
         ]
     }
 
+    /// Whether a list of names (`[{"name": ...}]`) holds `name`.
+    fn lists(&self, answer: &HttpResult, name: &str) -> Result<bool, Failure> {
+        let Some(response) = self.api.read_answer(answer)? else {
+            return Err(vhost_missing(&self.vhost, &self.api));
+        };
+        let names: Vec<Value> = serde_json::from_slice(&response.body)
+            .map_err(|e| self.api.garbled("the vhost's list", e.to_string()))?;
+        Ok(names.iter().any(|n| n["name"] == name))
+    }
+
     /// What the reads of the ends tell: `Ok` when both exist.
     pub fn ends(&self, source: &HttpResult, destination: &HttpResult) -> Result<(), Failure> {
-        if self.api.read_answer(source)?.is_none() {
+        if !self.lists(source, &self.source)? {
             return Err(Failure::ExchangeMissing(format!(
                 "the source exchange {:?} does not exist in vhost {:?} (yet)",
                 self.source, self.vhost
             )));
         }
-        if self.api.read_answer(destination)?.is_none() {
+        if !self.lists(destination, &self.destination)? {
             return Err(Failure::DestinationMissing(format!(
                 "the destination {} {:?} does not exist in vhost {:?} (yet)",
                 self.destination_type.as_str(),
@@ -298,7 +320,7 @@ impl Topology for Binding {
         ctx: &Ctx,
         max_age: Duration,
     ) -> Result<Result<Option<BindingObserved>, Failure>, Error> {
-        let answer = broker::fetch(ctx, &self.api.read(READ_ID, &self.path(), max_age))?;
+        let answer = broker::fetch(ctx, &self.api.read(READ_ID, &self.list_path(), max_age))?;
         let found = match self.api.read_answer(&answer) {
             Ok(Some(list)) => self
                 .find(&list.body)
@@ -321,12 +343,24 @@ impl Topology for Binding {
     }
 
     fn put(&self) -> HttpRequest {
-        self.api.write(
-            "POST",
-            WRITE_ID,
-            &self.path(),
-            &json!({"routing_key": self.routing_key, "arguments": self.arguments}),
-        )
+        // Through the vhost's definitions, so that the host can send the
+        // bindings waiting at once as one request. (A definition RabbitMQ
+        // cannot take fails the whole request, which the host then sends
+        // again one binding at a time, so each learns its own answer.)
+        self.api
+            .write(
+                "POST",
+                WRITE_ID,
+                &format!("/definitions/{}", encode(&self.vhost)),
+                &json!({"bindings": [{
+                    "source": self.source,
+                    "destination": self.destination,
+                    "destination_type": self.destination_type.as_str(),
+                    "routing_key": self.routing_key,
+                    "arguments": self.arguments,
+                }]}),
+            )
+            .batch("/bindings")
     }
 
     fn delete(&self, observed: &BindingObserved) -> HttpRequest {

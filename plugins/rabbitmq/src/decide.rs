@@ -184,6 +184,15 @@ pub trait Topology: Sized {
     /// The write that creates (or updates) the object; id [`WRITE_ID`].
     fn put(&self) -> HttpRequest;
 
+    /// The write that declares the object again right after deleting it
+    /// (a replacement); id [`WRITE_ID`]. The same as [`Topology::put`]
+    /// unless that goes through a shared path (a vhost's definitions):
+    /// a replacement names the object's own URL, as `setpoint plan` shows
+    /// a delete and a create of the same URL as one replacement.
+    fn redeclare(&self) -> HttpRequest {
+        self.put()
+    }
+
     /// The write that deletes the observed object; id [`DELETE_ID`].
     fn delete(&self, observed: &Self::Observed) -> HttpRequest;
 

@@ -5,7 +5,7 @@
 //! it. Its type, `durable`, `autoDelete` and arguments are fixed once
 //! declared: a change is reported (`ImmutableChange`) unless the object
 //! sets `recreateOnChange` (which deletes it, and so its bindings, and
-//! declares it again at the next look).
+//! declares it again right after, in the same response).
 
 use std::borrow::Cow;
 use std::time::Duration;

@@ -144,7 +144,7 @@ pub fn reconcile<T: Topology>(
                 message,
                 delete,
             )?;
-            Ok(response.effect(target.put()))
+            Ok(response.effect(target.redeclare()))
         }
         Step::Delete(seen) => {
             let message = format!("deleting {} from RabbitMQ", target.describe());
@@ -177,7 +177,14 @@ pub fn reconcile<T: Topology>(
                 .remove_finalizer())
         }
         Step::Fail(failure, seen) => {
-            // What was seen, when the broker could be read at all.
+            // What was seen, when the broker could be read at all. A kind
+            // replaced by its spec keeps showing the one it replaces until
+            // the new one exists, failures included: it is the only record
+            // of what to delete then.
+            let seen = match seen {
+                None if T::REPLACED_BY_SPEC => object.status.observed.clone(),
+                seen => seen,
+            };
             let observed = read_ok.then_some(seen);
             report::<T>(object, ctx, Some(&target), observed, failure)
         }

@@ -279,13 +279,16 @@ mod queue {
         );
         let response = run::<Queue>(&q, &ctx);
         assert_eq!(reason(&response), "Creating");
+        // Declared through the vhost's definitions, batched by the host
+        // with the other queues waiting at once.
         let put = &response.effects[0];
-        assert_eq!(put.method, "PUT");
-        assert_eq!(put.url, format!("{BASE}/api/queues/orders/jobs"));
+        assert_eq!(put.method, "POST");
+        assert_eq!(put.url, format!("{BASE}/api/definitions/orders"));
+        assert_eq!(put.header_value("x-setpoint-batch"), Some("/queues"));
         assert_eq!(
             body(put),
-            json!({"durable": true, "auto_delete": false,
-                   "arguments": {"x-max-length": 10, "x-queue-type": "quorum"}})
+            json!({"queues": [{"name": "jobs", "durable": true, "auto_delete": false,
+                   "arguments": {"x-max-length": 10, "x-queue-type": "quorum"}}]})
         );
         assert_eq!(response.events[0].reason, "Creating");
 
@@ -331,7 +334,7 @@ mod queue {
         let ctx = FakeCtx::new().with_observation(READ_ID, list(&[]));
         let response = run::<Queue>(&q, &ctx);
         assert_eq!(response.effects.len(), 1);
-        assert_eq!(response.effects[0].method, "PUT");
+        assert_eq!(response.effects[0].method, "POST");
     }
 
     #[test]
@@ -368,7 +371,7 @@ mod queue {
         // The vhost exists: declared.
         let ctx = FakeCtx::new().with_observation(READ_ID, list(&[]));
         let response = run::<Queue>(&q, &ctx);
-        assert_eq!(response.effects[0].method, "PUT");
+        assert_eq!(response.effects[0].method, "POST");
     }
 
     #[test]
@@ -464,7 +467,7 @@ mod queue {
             ),
             ("PUT", WRITE_ID)
         );
-        assert_eq!(response.effects[1].url, delete.url);
+        assert_eq!(response.effects[1].url, delete.url, "the queue's own URL");
         assert_eq!(
             body(&response.effects[1])["arguments"]["x-queue-type"],
             "quorum"
@@ -719,7 +722,11 @@ mod binding {
         assert!(reconcile::<Binding>(&b, &ctx).is_err());
         assert_eq!(
             ctx.pending_reads()[0].url,
-            format!("{BASE}/api/bindings/orders/e/events/q/jobs")
+            format!(
+                "{BASE}/api/bindings/orders?columns=source,destination,destination_type,\
+                 routing_key,arguments,properties_key"
+            ),
+            "one read for every binding of the vhost"
         );
         let ctx = FakeCtx::new().with_observation(
             READ_ID,
@@ -750,12 +757,13 @@ mod binding {
         assert_eq!(
             urls,
             [
-                format!("{BASE}/api/exchanges/orders/events?columns=name"),
-                format!("{BASE}/api/queues/orders/jobs?columns=name")
+                format!("{BASE}/api/exchanges/orders?columns=name"),
+                format!("{BASE}/api/queues/orders?columns=name")
             ]
         );
-        let missing = refused(404, "Object Not Found", "Not Found");
-        let found = answer(200, json!({"name": "x"}));
+        // The vhost's lists, without and with the end.
+        let missing = answer(200, json!([{"name": "other"}]));
+        let found = answer(200, json!([{"name": "events"}, {"name": "jobs"}]));
         let ctx = FakeCtx::new()
             .with_observation(READ_ID, none.clone())
             .with_observation(SOURCE_ID, missing.clone())
@@ -779,13 +787,13 @@ mod binding {
         let response = run::<Binding>(&b, &ctx);
         let post = &response.effects[0];
         assert_eq!(post.method, "POST");
-        assert_eq!(
-            post.url,
-            format!("{BASE}/api/bindings/orders/e/events/q/jobs")
-        );
+        assert_eq!(post.url, format!("{BASE}/api/definitions/orders"));
+        assert_eq!(post.header_value("x-setpoint-batch"), Some("/bindings"));
         assert_eq!(
             body(post),
-            json!({"routing_key": "a/b", "arguments": {"x-match": "all"}})
+            json!({"bindings": [{"source": "events", "destination": "jobs",
+                "destination_type": "queue", "routing_key": "a/b",
+                "arguments": {"x-match": "all"}}]})
         );
     }
 
@@ -830,13 +838,36 @@ mod binding {
                 READ_ID,
                 answer(200, json!([listed("old", json!({}), "old")])),
             )
-            .with_observation(SOURCE_ID, answer(200, json!({"name": "events"})))
-            .with_observation(DESTINATION_ID, answer(200, json!({"name": "jobs"})));
+            .with_observation(SOURCE_ID, answer(200, json!([{"name": "events"}])))
+            .with_observation(DESTINATION_ID, answer(200, json!([{"name": "jobs"}])));
         let response = run::<Binding>(&b, &ctx);
         assert_eq!(reason(&response), "Creating");
         assert_eq!(response.effects[0].method, "POST");
         let b = object::<Binding>("b", spec(), reported(&response));
         assert_eq!(b.status.observed.as_ref().unwrap().properties_key, "old");
+        // Refused, the status still names the old one: it is deleted once a
+        // fixed spec's binding exists.
+        let refused_ctx = FakeCtx::new()
+            .with_observation(
+                READ_ID,
+                answer(200, json!([listed("old", json!({}), "old")])),
+            )
+            .with_observation(SOURCE_ID, answer(200, json!([{"name": "events"}])))
+            .with_observation(DESTINATION_ID, answer(200, json!([{"name": "jobs"}])))
+            .with_outcome(WRITE_ID, refused(400, "bad_request", "no"));
+        let failed = run::<Binding>(&b, &refused_ctx);
+        assert_eq!(reason(&failed), "Rejected");
+        assert_eq!(
+            failed
+                .status
+                .as_ref()
+                .unwrap()
+                .observed
+                .as_ref()
+                .unwrap()
+                .properties_key,
+            "old"
+        );
         let ctx = FakeCtx::new().with_observation(
             READ_ID,
             answer(
@@ -875,7 +906,7 @@ mod binding {
         assert!(reconcile::<Binding>(&b, &ctx).is_err());
         assert_eq!(
             ctx.pending_reads()[1].url,
-            format!("{BASE}/api/exchanges/orders/jobs?columns=name")
+            format!("{BASE}/api/exchanges/orders?columns=name")
         );
     }
 }
