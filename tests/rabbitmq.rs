@@ -402,6 +402,38 @@ async fn every_kind_is_created_changed_and_deleted_and_a_queue_before_its_vhost_
     )
     .await;
 
+    // The exchange's type cannot change in place: with recreateOnChange it
+    // is deleted and declared again (RabbitMQ drops its bindings with it),
+    // and the Binding object's next look makes its binding again.
+    apply(
+        &host,
+        object(
+            &broker,
+            "Exchange",
+            "events",
+            json!({"vhost": "orders", "type": "direct", "recreateOnChange": true}),
+        ),
+    )
+    .await;
+    broker_shows(
+        &broker,
+        "the exchange is re-declared as direct",
+        "/api/exchanges/orders/events",
+        |x| x.is_some_and(|x| x["type"] == "direct"),
+    )
+    .await;
+    in_sync(&host, "Exchange", "events").await;
+    broker_shows(
+        &broker,
+        "the binding is made again on the new exchange",
+        "/api/bindings/orders/e/events/q/jobs",
+        |b| {
+            b.and_then(Value::as_array)
+                .is_some_and(|b| b.len() == 1 && b[0]["routing_key"] == "jobs.#")
+        },
+    )
+    .await;
+
     // Deleted, each from the broker (the queue and vhost say Delete).
     for (kind, name, path) in [
         (
@@ -510,6 +542,23 @@ async fn a_queue_deleted_and_a_permission_changed_behind_its_back_are_restored()
         |p| p.is_some_and(|p| p["read"] == "jobs" && p["configure"] == ".*"),
     )
     .await;
+    // The user deleted (its permissions go with it): both come back, and
+    // the password is the Secret's.
+    broker
+        .send(reqwest::Method::DELETE, "/api/users/app", None)
+        .await;
+    broker_shows(&broker, "the user is back", "/api/users/app", |u| {
+        u.is_some()
+    })
+    .await;
+    broker_shows(
+        &broker,
+        "its permission is back",
+        "/api/permissions/orders/app",
+        |p| p.is_some_and(|p| p["read"] == "jobs"),
+    )
+    .await;
+    assert!(broker.authenticates("app", "a-password").await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
