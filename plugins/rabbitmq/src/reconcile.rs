@@ -359,6 +359,21 @@ fn report<T: Topology>(
         hold,
     );
     let changed = status != object.status;
+    if !changed && failure.is_missing_dependency() {
+        // Waiting for another object (its vhost, its ends, its user), which
+        // may appear at any moment: looked at again at a pace that grows
+        // with the wait so far, from 2 s up to the resync period. The
+        // host's backoff grows to 1,000 s, and the object would wait that
+        // long after what it waits for appeared (nothing requeues it then).
+        let waited = ready_condition(&object.status)
+            .and_then(|ready| ready.last_transition_time)
+            .map_or(FIRST_DEPENDENCY_RETRY, |since| {
+                ctx.now().saturating_duration_since(since)
+            });
+        return Ok(Response::new().requeue_after(
+            waited.clamp(FIRST_DEPENDENCY_RETRY, resync.max(FIRST_DEPENDENCY_RETRY)),
+        ));
+    }
     if !changed && failure.retry_with_backoff() {
         return Err(Error::transient(format!(
             "{}: {}",

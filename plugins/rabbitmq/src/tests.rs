@@ -338,7 +338,7 @@ mod queue {
     }
 
     #[test]
-    fn a_queue_whose_vhost_is_missing_waits_soon_then_backs_off_and_converges() {
+    fn a_queue_whose_vhost_is_missing_waits_and_looks_again_at_most_a_resync_period_apart() {
         let q = object::<Queue>("jobs", spec(json!({})), json!({}));
         let ctx =
             FakeCtx::new().with_observation(READ_ID, refused(404, "Object Not Found", "Not Found"));
@@ -362,11 +362,27 @@ mod queue {
             ctx.pending_reads()[0].header_value("cache-control"),
             Some("max-age=1")
         );
-        let ctx =
-            FakeCtx::new().with_observation(READ_ID, refused(404, "Object Not Found", "Not Found"));
-        let err = reconcile::<Queue>(&q, &ctx).unwrap_err();
-        assert!(matches!(err, Error::Transient(_)), "{err:?}");
-        assert!(err.message().contains("VhostMissing"));
+        // Still missing: nothing written, looked at again at a pace that
+        // grows with the wait, up to the resync period (30 s) and no
+        // further, however long it waits (not the host's backoff).
+        let since = reported(&response)["conditions"][0]["lastTransitionTime"]
+            .as_str()
+            .unwrap()
+            .parse::<setpoint_plugin_sdk::Time>()
+            .unwrap();
+        for (waited, next) in [(0, 2), (5, 5), (20, 20), (600, 30), (86_400, 30)] {
+            let ctx = FakeCtx::new()
+                .with_now(since + Duration::from_secs(waited))
+                .with_observation(READ_ID, refused(404, "Object Not Found", "Not Found"));
+            let response = run::<Queue>(&q, &ctx);
+            assert!(response.status.is_none(), "nothing written");
+            assert!(response.events.is_empty());
+            assert_eq!(
+                response.requeue_after,
+                Some(Duration::from_secs(next)),
+                "after {waited} s"
+            );
+        }
 
         // The vhost exists: declared.
         let ctx = FakeCtx::new().with_observation(READ_ID, list(&[]));
