@@ -66,6 +66,17 @@ async fn main() -> anyhow::Result<()> {
         .transpose()
         .context("N: a number of queues")?
         .unwrap_or(1000);
+    // Interrupted, the run is dropped, and with it the broker and the
+    // server it started (a process killed by a signal runs no destructor).
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        result = run(n) => result,
+        _ = tokio::signal::ctrl_c() => bail!("interrupted"),
+        _ = terminate.recv() => bail!("terminated"),
+    }
+}
+
+async fn run(n: usize) -> anyhow::Result<()> {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let bin = std::env::var_os("SETPOINT_BIN")
         .map_or_else(|| workspace.join("target/release/setpoint"), PathBuf::from);
