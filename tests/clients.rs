@@ -315,6 +315,79 @@ async fn a_streamed_list_is_one_snapshot_while_writes_go_on() {
     }
 }
 
+/// A table of a whole collection (no `limit`: a client that does not page,
+/// unlike kubectl) is written a page of rows at a time, all from one
+/// snapshot: rows for the objects as listed, none for those created while
+/// it is read, and the first chunk is a page, not the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_of_a_whole_collection_is_written_a_page_at_a_time_from_one_snapshot() {
+    let data = tempfile::tempdir().unwrap();
+    let server = serve(data.path());
+    create_crd(&server.url).await;
+    let http = reqwest::Client::new();
+    for i in 0..1_200 {
+        create_note(&http, &server.url, &format!("n-{i:04}"), 2_000).await;
+    }
+    let as_table = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+    let mut table = http
+        .get(format!("{}{NOTES}?includeObject=Object", server.url))
+        .header("accept", as_table)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(table.status(), 200);
+    let mut text = table.chunk().await.unwrap().unwrap().to_vec();
+    assert!(
+        text.len() < 1_500_000,
+        "the first chunk is a page of rows, not the table ({} bytes)",
+        text.len()
+    );
+    for i in 0..20 {
+        create_note(&http, &server.url, &format!("late-{i}"), 10).await;
+    }
+    while let Some(chunk) = table.chunk().await.unwrap() {
+        text.extend_from_slice(&chunk);
+    }
+    let table: serde_json::Value = serde_json::from_slice(&text).unwrap();
+    assert_eq!(table["kind"], "Table");
+    let rows = table["rows"].as_array().unwrap();
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["cells"][0].as_str().unwrap())
+        .collect();
+    let expected: Vec<String> = (0..1_200).map(|i| format!("n-{i:04}")).collect();
+    assert_eq!(
+        names, expected,
+        "every note as listed, in order, none later"
+    );
+    let revision: i64 = table["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(table["metadata"]["continue"].is_null());
+    for row in rows {
+        let rv: i64 = row["object"]["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(rv <= revision);
+    }
+    // With a limit, a page as before, with its continue token.
+    let page: serde_json::Value = http
+        .get(format!("{}{NOTES}?limit=500", server.url))
+        .header("accept", as_table)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["rows"].as_array().unwrap().len(), 500);
+    assert!(page["metadata"]["continue"].is_string());
+}
+
 /// `resourceVersionMatch` is honoured, not ignored: `Exact` lists the
 /// objects as they were at that revision; the combinations Kubernetes
 /// forbids are refused with the reason.

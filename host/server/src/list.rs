@@ -1,6 +1,7 @@
 //! LIST requests: their options (`limit`, `continue`, `resourceVersion`
-//! and `resourceVersionMatch`, selectors) and their answers, JSON streamed
-//! a page at a time, or a value (a table) built whole.
+//! and `resourceVersionMatch`, selectors) and their answers: JSON streamed
+//! a page at a time, a table of a whole collection written a page of rows
+//! at a time, or a table page (a `limit`) built whole.
 
 use std::collections::HashMap;
 
@@ -95,6 +96,8 @@ pub(super) async fn values(
 ) -> Result<(StatusCode, Value), Error> {
     let options = options(namespace, query)?;
     let list = host.api().list(kind, &options).await?;
+    // (A table of a whole collection is [`streamed_table`]; this one has a
+    // `limit`, which bounds it.)
     let json = list.to_json(kind);
     Ok((
         StatusCode::OK,
@@ -123,6 +126,90 @@ async fn next_page(
 ) -> setpoint::api::Result<Option<Vec<u8>>> {
     let _turn = LIST_PAGES_AT_ONCE.acquire().await;
     pages.next_chunk().await
+}
+
+/// Objects of a table LIST without a `limit` read and written at a time.
+const TABLE_PAGE: usize = 500;
+
+/// Whether a LIST answered as a table must be written a page at a time:
+/// no `limit` asks for the whole collection (`kubectl get` pages itself
+/// with `limit=500`; other clients may not), which built whole would hold
+/// every object, decoded, and its rows at once.
+pub(super) fn table_streams(query: &HashMap<String, String>) -> bool {
+    query.get("limit").is_none_or(|l| l.is_empty() || l == "0")
+        && query.get("continue").is_none_or(String::is_empty)
+}
+
+/// A table LIST of a whole collection, written a page of rows at a time
+/// as the client reads: pages of [`TABLE_PAGE`] objects, the first at the
+/// latest revision and the others at the same one (through continue
+/// tokens), so the table is one snapshot, as a table built whole is. The
+/// first page is read before the answer starts, so its errors are
+/// answered as a `Status`; a later error breaks the response off.
+pub(super) async fn streamed_table(
+    host: &Host,
+    kind: &KindInfo,
+    options: ListOptions,
+    include: table::IncludeObject,
+) -> Response {
+    let page = move |continue_token: Option<String>| ListOptions {
+        limit: TABLE_PAGE,
+        continue_token,
+        ..options.clone()
+    };
+    let api = host.api().clone();
+    let first = {
+        let _turn = LIST_PAGES_AT_ONCE.acquire().await;
+        api.list(kind, &page(None)).await
+    };
+    let first = match first {
+        Ok(first) => first,
+        Err(err) => return ApiError(err).into_response(),
+    };
+    let mut writer = table::TableWriter::new(kind, include);
+    let mut opening =
+        writer.opening(serde_json::json!({"resourceVersion": first.resource_version.to_string()}));
+    opening.extend(writer.rows(&first.items));
+    let mut next = first.continue_token;
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(LIST_CHUNKS_AHEAD);
+    let kind = kind.clone();
+    tokio::spawn(async move {
+        if tx.send(Ok(Bytes::from(opening))).await.is_err() {
+            return;
+        }
+        while let Some(token) = next.take() {
+            let listed = tokio::select! {
+                listed = async {
+                    let _turn = LIST_PAGES_AT_ONCE.acquire().await;
+                    api.list(&kind, &page(Some(token))).await
+                } => listed,
+                () = tx.closed() => return,
+            };
+            let chunk = match listed {
+                Ok(list) => {
+                    next = list.continue_token;
+                    Ok(Bytes::from(writer.rows(&list.items)))
+                }
+                Err(err) => {
+                    tracing::info!(%err, "a streamed table broke off");
+                    Err(std::io::Error::other(err.to_string()))
+                }
+            };
+            let failed = chunk.is_err();
+            if tx.send(chunk).await.is_err() || failed {
+                return;
+            }
+        }
+        let _ = tx
+            .send(Ok(Bytes::from_static(table::TableWriter::closing())))
+            .await;
+    });
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)),
+    )
+        .into_response()
 }
 
 /// A LIST's JSON streamed a page at a time as the client reads it

@@ -244,6 +244,14 @@ async fn handle(
                 Err(err) => ApiError(err).into_response(),
             };
         }
+        (&Method::GET, None) if list::table_streams(&query) => {
+            let include =
+                table::requested(&headers, &query).unwrap_or(table::IncludeObject::Metadata);
+            return match list::options(target.namespace.clone(), &query) {
+                Ok(options) => list::streamed_table(&host, &target.kind, options, include).await,
+                Err(err) => ApiError(err).into_response(),
+            };
+        }
         (&Method::GET, None) => {
             list::values(
                 &host,

@@ -190,9 +190,105 @@ pub(super) fn table(
     })
 }
 
+/// A `Table` written a page of rows at a time, for a LIST answered whole
+/// without a `limit`: its opening (everything before the rows), the rows
+/// of each page, then its closing; together the same JSON as [`table`].
+pub(super) struct TableWriter {
+    columns: Vec<Column>,
+    include: IncludeObject,
+    now: i64,
+    rows_written: bool,
+}
+
+impl TableWriter {
+    pub(super) fn new(kind: &KindInfo, include: IncludeObject) -> Self {
+        Self {
+            columns: columns(kind),
+            include,
+            now: (time::now_unix_ms() / 1000) as i64,
+            rows_written: false,
+        }
+    }
+
+    /// Everything up to the first row.
+    pub(super) fn opening(&self, list_metadata: Value) -> Vec<u8> {
+        let mut definitions = vec![name_column()];
+        definitions.extend(self.columns.iter().map(|c| c.definition.clone()));
+        let head = json!({
+            "kind": "Table",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": list_metadata,
+            "columnDefinitions": definitions,
+        });
+        let mut out = head.to_string().into_bytes();
+        out.pop(); // the closing brace: the rows follow
+        out.extend_from_slice(br#","rows":["#);
+        out
+    }
+
+    /// The rows of `objects`, after those written before.
+    pub(super) fn rows(&mut self, objects: &[Value]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for object in objects {
+            if self.rows_written {
+                out.push(b',');
+            }
+            self.rows_written = true;
+            let row = row(&self.columns, object, self.include, self.now);
+            serde_json::to_writer(&mut out, &row).expect("a row serializes");
+        }
+        out
+    }
+
+    /// What ends the table.
+    pub(super) fn closing() -> &'static [u8] {
+        b"]}"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_table_written_a_page_at_a_time_is_the_table_built_whole() {
+        let kind = KindInfo {
+            group: "demo.setpoint.dev".into(),
+            version: "v1".into(),
+            kind: "Widget".into(),
+            plural: "widgets".into(),
+            singular: "widget".into(),
+            short_names: vec![],
+            list_kind: "WidgetList".into(),
+            namespaced: true,
+            status_subresource: true,
+            schema: None,
+            printer_columns: vec![
+                json!({"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"}),
+            ],
+        };
+        let objects: Vec<Value> = (0..5)
+            .map(|i| {
+                json!({"metadata": {"name": format!("w{i}"), "namespace": "default"},
+                             "spec": {"replicas": i}})
+            })
+            .collect();
+        let metadata = json!({"resourceVersion": "42"});
+        let whole = table(&kind, &objects, metadata.clone(), IncludeObject::Metadata);
+        let mut writer = TableWriter::new(&kind, IncludeObject::Metadata);
+        let mut text = writer.opening(metadata);
+        text.extend(writer.rows(&objects[..2]));
+        text.extend(writer.rows(&[]));
+        text.extend(writer.rows(&objects[2..]));
+        text.extend_from_slice(TableWriter::closing());
+        let streamed: Value = serde_json::from_slice(&text).unwrap();
+        assert_eq!(streamed, whole);
+        let mut empty = TableWriter::new(&kind, IncludeObject::None);
+        let mut text = empty.opening(json!({}));
+        text.extend_from_slice(TableWriter::closing());
+        let none: Value = serde_json::from_slice(&text).unwrap();
+        assert_eq!(none["rows"], json!([]));
+    }
 
     #[test]
     fn ages_follow_kubernetes_human_duration() {
