@@ -283,7 +283,7 @@ mod tests {
         text.extend_from_slice(TableWriter::closing());
         let streamed: Value = serde_json::from_slice(&text).unwrap();
         assert_eq!(streamed, whole);
-        let mut empty = TableWriter::new(&kind, IncludeObject::None);
+        let empty = TableWriter::new(&kind, IncludeObject::None);
         let mut text = empty.opening(json!({}));
         text.extend_from_slice(TableWriter::closing());
         let none: Value = serde_json::from_slice(&text).unwrap();
