@@ -128,8 +128,21 @@ async fn next_page(
     pages.next_chunk().await
 }
 
-/// Objects of a table LIST without a `limit` read and written at a time.
-const TABLE_PAGE: usize = 500;
+/// Objects of a table LIST without a `limit` read and written at a time,
+/// at first; then as many as make about [`TABLE_PAGE_BYTES`] of rows
+/// (at most [`TABLE_PAGE_MAX`]).
+const TABLE_PAGE_FIRST: usize = 100;
+const TABLE_PAGE_MAX: usize = 500;
+const TABLE_PAGE_BYTES: usize = 1 << 20;
+
+/// How many objects the next page of a table takes, from the bytes of
+/// rows the last page of `listed` objects made.
+fn next_table_page(listed: usize, bytes: usize) -> usize {
+    if listed == 0 || bytes == 0 {
+        return TABLE_PAGE_FIRST;
+    }
+    (TABLE_PAGE_BYTES * listed / bytes).clamp(10, TABLE_PAGE_MAX)
+}
 
 /// Whether a LIST answered as a table must be written a page at a time:
 /// no `limit` asks for the whole collection (`kubectl get` pages itself
@@ -141,7 +154,7 @@ pub(super) fn table_streams(query: &HashMap<String, String>) -> bool {
 }
 
 /// A table LIST of a whole collection, written a page of rows at a time
-/// as the client reads: pages of [`TABLE_PAGE`] objects, the first at the
+/// as the client reads: pages of about a MiB of rows, the first at the
 /// latest revision and the others at the same one (through continue
 /// tokens), so the table is one snapshot, as a table built whole is. The
 /// first page is read before the answer starts, so its errors are
@@ -152,15 +165,15 @@ pub(super) async fn streamed_table(
     options: ListOptions,
     include: table::IncludeObject,
 ) -> Response {
-    let page = move |continue_token: Option<String>| ListOptions {
-        limit: TABLE_PAGE,
+    let page = move |limit: usize, continue_token: Option<String>| ListOptions {
+        limit,
         continue_token,
         ..options.clone()
     };
     let api = host.api().clone();
     let first = {
         let _turn = LIST_PAGES_AT_ONCE.acquire().await;
-        api.list(kind, &page(None)).await
+        api.list(kind, &page(TABLE_PAGE_FIRST, None)).await
     };
     let first = match first {
         Ok(first) => first,
@@ -169,7 +182,9 @@ pub(super) async fn streamed_table(
     let mut writer = table::TableWriter::new(kind, include);
     let mut opening =
         writer.opening(serde_json::json!({"resourceVersion": first.resource_version.to_string()}));
-    opening.extend(writer.rows(&first.items));
+    let rows = writer.rows(&first.items);
+    let mut limit = next_table_page(first.items.len(), rows.len());
+    opening.extend(rows);
     let mut next = first.continue_token;
     let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(LIST_CHUNKS_AHEAD);
     let kind = kind.clone();
@@ -181,14 +196,16 @@ pub(super) async fn streamed_table(
             let listed = tokio::select! {
                 listed = async {
                     let _turn = LIST_PAGES_AT_ONCE.acquire().await;
-                    api.list(&kind, &page(Some(token))).await
+                    api.list(&kind, &page(limit, Some(token))).await
                 } => listed,
                 () = tx.closed() => return,
             };
             let chunk = match listed {
                 Ok(list) => {
                     next = list.continue_token;
-                    Ok(Bytes::from(writer.rows(&list.items)))
+                    let rows = writer.rows(&list.items);
+                    limit = next_table_page(list.items.len(), rows.len());
+                    Ok(Bytes::from(rows))
                 }
                 Err(err) => {
                     tracing::info!(%err, "a streamed table broke off");

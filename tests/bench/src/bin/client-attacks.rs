@@ -19,6 +19,8 @@
 //!   from another connection: their answers and latency.
 //! - `lists[:N[:MB]]` (200, 26): N concurrent full LISTs of about MB of
 //!   ConfigMaps; peak RSS and `/healthz` latency meanwhile.
+//! - `tables[:N[:MB]]` (200, 26): the same as tables (`Accept: …as=Table`,
+//!   `includeObject=Object`, no `limit`).
 //! - `backups[:N]` (16): N concurrent backups of a store of about 100 MB;
 //!   peak RSS, and the answers.
 //!
@@ -525,7 +527,7 @@ async fn stalled(n: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn lists(n: usize, megabytes: usize) -> anyhow::Result<()> {
+async fn lists(n: usize, megabytes: usize, as_table: bool) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
     let server = Arc::new(Server::start(&http).await?);
     let count = megabytes * 1000 / 10;
@@ -569,11 +571,18 @@ async fn lists(n: usize, megabytes: usize) -> anyhow::Result<()> {
     for _ in 0..n {
         let (http, url) = (http.clone(), server.url.clone());
         tasks.push(tokio::spawn(async move {
-            let response = http
+            let mut request = http
                 .get(format!("{url}{CONFIGMAPS}"))
-                .query(&[("resourceVersion", "0")])
-                .send()
-                .await?;
+                .query(&[("resourceVersion", "0")]);
+            if as_table {
+                // As a table with whole objects, not paged: what a client
+                // that does not page gets from a `kubectl get -o wide`-like
+                // request.
+                request = request
+                    .query(&[("includeObject", "Object")])
+                    .header("accept", "application/json;as=Table;v=v1;g=meta.k8s.io");
+            }
+            let response = request.send().await?;
             let status = response.status().as_u16();
             let bytes = response.bytes().await?.len();
             anyhow::Ok((status, bytes))
@@ -590,7 +599,8 @@ async fn lists(n: usize, megabytes: usize) -> anyhow::Result<()> {
     stop.store(true, Ordering::Relaxed);
     let health_times = health.join().expect("the health probe");
     println!(
-        "lists: {n} concurrent LISTs of {} in {:.1} s: answers {answers:?}; RSS before {}, peak {}; /healthz meanwhile {}",
+        "{}: {n} concurrent LISTs of {} in {:.1} s: answers {answers:?}; RSS before {}, peak {}; /healthz meanwhile {}",
+        if as_table { "tables" } else { "lists" },
         mb(bytes as f64),
         elapsed.as_secs_f64(),
         mb(before),
@@ -647,9 +657,11 @@ fn arg(parts: &[&str], i: usize, default: usize) -> anyhow::Result<usize> {
 async fn main() -> anyhow::Result<()> {
     let mut attacks: Vec<String> = std::env::args().skip(1).collect();
     if attacks.is_empty() {
-        attacks = ["watches", "fat", "managers", "stalled", "lists", "backups"]
-            .map(String::from)
-            .to_vec();
+        attacks = [
+            "watches", "fat", "managers", "stalled", "lists", "tables", "backups",
+        ]
+        .map(String::from)
+        .to_vec();
     }
     for attack in attacks {
         let parts: Vec<&str> = attack.split(':').collect();
@@ -665,7 +677,8 @@ async fn main() -> anyhow::Result<()> {
             "fat" => fat(arg(&parts, 1, 1000)?, arg(&parts, 2, 1_400_000)?).await?,
             "managers" => managers(arg(&parts, 1, 10_000)?).await?,
             "stalled" => stalled(arg(&parts, 1, 400)?).await?,
-            "lists" => lists(arg(&parts, 1, 200)?, arg(&parts, 2, 26)?).await?,
+            "lists" => lists(arg(&parts, 1, 200)?, arg(&parts, 2, 26)?, false).await?,
+            "tables" => lists(arg(&parts, 1, 200)?, arg(&parts, 2, 26)?, true).await?,
             "backups" => backups(arg(&parts, 1, 16)?).await?,
             other => bail!("unknown attack {other:?}"),
         }
