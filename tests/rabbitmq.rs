@@ -250,6 +250,34 @@ fn topology(broker: &RabbitMq) -> Vec<Value> {
     ]
 }
 
+/// Vhost `orders` with queue `jobs` holding `n` messages, and the Queue
+/// object showing that count (the broker's statistics, then a look).
+async fn queue_with_messages(host: &TestHost, broker: &RabbitMq, n: u64) {
+    apply(host, object(broker, "Vhost", "orders", json!({}))).await;
+    apply(
+        host,
+        object(broker, "Queue", "jobs", json!({"vhost": "orders"})),
+    )
+    .await;
+    in_sync(host, "Queue", "jobs").await;
+    let admin = (ADMIN, broker.admin_password());
+    for i in 0..n {
+        broker
+            .publish(admin, "orders", "amq.default", "jobs", &format!("m{i}"))
+            .await
+            .unwrap();
+    }
+    eventually(&format!("{n} messages observed"), WAIT, || async {
+        let queue = get(host, "Queue", "jobs").await.unwrap();
+        if queue["status"]["observed"]["messages"] == n {
+            Ok(())
+        } else {
+            Err(queue["status"].to_string())
+        }
+    })
+    .await;
+}
+
 async fn set_app_password(host: &TestHost, password: &str) {
     apply(
         host,
@@ -565,30 +593,7 @@ async fn a_queue_deleted_and_a_permission_changed_behind_its_back_are_restored()
 async fn a_durability_change_is_refused_without_opt_in_and_replaced_with_it_and_plan_shows_the_replacement()
  {
     let (host, broker) = setup().await;
-    apply(&host, object(&broker, "Vhost", "orders", json!({}))).await;
-    apply(
-        &host,
-        object(&broker, "Queue", "jobs", json!({"vhost": "orders"})),
-    )
-    .await;
-    in_sync(&host, "Queue", "jobs").await;
-    let admin = (ADMIN, broker.admin_password());
-    for i in 0..3 {
-        broker
-            .publish(admin, "orders", "amq.default", "jobs", &format!("m{i}"))
-            .await
-            .unwrap();
-    }
-    // The count reaches the object (the broker's statistics, then a look).
-    eventually("three messages observed", WAIT, || async {
-        let queue = get(&host, "Queue", "jobs").await.unwrap();
-        if queue["status"]["observed"]["messages"] == 3 {
-            Ok(())
-        } else {
-            Err(queue["status"].to_string())
-        }
-    })
-    .await;
+    queue_with_messages(&host, &broker, 3).await;
     // Not durable, without opt-in: said, nothing written.
     apply(
         &host,
@@ -657,30 +662,7 @@ async fn a_durability_change_is_refused_without_opt_in_and_replaced_with_it_and_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queue_with_messages_is_retained_by_default_and_says_so() {
     let (host, broker) = setup().await;
-    apply(&host, object(&broker, "Vhost", "orders", json!({}))).await;
-    apply(
-        &host,
-        object(&broker, "Queue", "jobs", json!({"vhost": "orders"})),
-    )
-    .await;
-    in_sync(&host, "Queue", "jobs").await;
-    let admin = (ADMIN, broker.admin_password());
-    for i in 0..2 {
-        broker
-            .publish(admin, "orders", "amq.default", "jobs", &format!("m{i}"))
-            .await
-            .unwrap();
-    }
-    // The count is observed before the object goes.
-    eventually("two messages observed", WAIT, || async {
-        let queue = get(&host, "Queue", "jobs").await.unwrap();
-        if queue["status"]["observed"]["messages"] == 2 {
-            Ok(())
-        } else {
-            Err(queue["status"].to_string())
-        }
-    })
-    .await;
+    queue_with_messages(&host, &broker, 2).await;
     delete(&host, "Queue", "jobs").await;
     gone(&host, "Queue", "jobs").await;
     let queue = broker.get("/api/queues/orders/jobs").await.unwrap();

@@ -120,10 +120,24 @@ static LIST_PAGES_AT_ONCE: std::sync::LazyLock<tokio::sync::Semaphore> =
         tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(2, usize::from))
     });
 
+/// A LIST answer written a chunk (about a page) at a time: a JSON list
+/// ([`setpoint::api::JsonListPages`]) or a table ([`TablePages`]).
+trait Chunks: Send + 'static {
+    /// The next chunk, or `None` once all is written.
+    fn next_chunk(&mut self)
+    -> impl Future<Output = setpoint::api::Result<Option<Vec<u8>>>> + Send;
+}
+
+impl Chunks for setpoint::api::JsonListPages {
+    fn next_chunk(
+        &mut self,
+    ) -> impl Future<Output = setpoint::api::Result<Option<Vec<u8>>>> + Send {
+        setpoint::api::JsonListPages::next_chunk(self)
+    }
+}
+
 /// The next chunk of `pages`, written in its turn.
-async fn next_page(
-    pages: &mut setpoint::api::JsonListPages,
-) -> setpoint::api::Result<Option<Vec<u8>>> {
+async fn next_page(pages: &mut impl Chunks) -> setpoint::api::Result<Option<Vec<u8>>> {
     let _turn = LIST_PAGES_AT_ONCE.acquire().await;
     pages.next_chunk().await
 }
@@ -153,89 +167,95 @@ pub(super) fn table_streams(query: &HashMap<String, String>) -> bool {
         && query.get("continue").is_none_or(String::is_empty)
 }
 
-/// A table LIST of a whole collection, written a page of rows at a time
-/// as the client reads: pages of about a MiB of rows, the first at the
-/// latest revision and the others at the same one (through continue
-/// tokens), so the table is one snapshot, as a table built whole is. The
-/// first page is read before the answer starts, so its errors are
-/// answered as a `Status`; a later error breaks the response off.
+/// A table of a whole collection, a page of rows at a time: pages of
+/// about a MiB of rows, the first at the latest revision and the others at
+/// the same one (through continue tokens), so the table is one snapshot,
+/// as a table built whole is.
+struct TablePages {
+    api: setpoint::api::Api,
+    kind: KindInfo,
+    options: ListOptions,
+    writer: table::TableWriter,
+    /// Objects the next page takes.
+    limit: usize,
+    /// Where the next page starts; `None` once the last page is written.
+    next: Option<String>,
+    started: bool,
+    closed: bool,
+}
+
+impl TablePages {
+    /// The rows of a page of `options`' objects, and where the next starts.
+    async fn page(&mut self, continue_token: Option<String>) -> setpoint::api::Result<Vec<u8>> {
+        let options = ListOptions {
+            limit: self.limit,
+            continue_token,
+            ..self.options.clone()
+        };
+        let list = self.api.list(&self.kind, &options).await?;
+        let mut out = Vec::new();
+        if !self.started {
+            self.started = true;
+            out = self
+                .writer
+                .opening(serde_json::json!({"resourceVersion": list.resource_version.to_string()}));
+        }
+        let rows = self.writer.rows(&list.items);
+        self.limit = next_table_page(list.items.len(), rows.len());
+        self.next = list.continue_token;
+        out.extend(rows);
+        Ok(out)
+    }
+}
+
+impl Chunks for TablePages {
+    async fn next_chunk(&mut self) -> setpoint::api::Result<Option<Vec<u8>>> {
+        if !self.started {
+            return self.page(None).await.map(Some);
+        }
+        match self.next.take() {
+            Some(token) => self.page(Some(token)).await.map(Some),
+            None if self.closed => Ok(None),
+            None => {
+                self.closed = true;
+                Ok(Some(table::TableWriter::closing().to_vec()))
+            }
+        }
+    }
+}
+
+/// A table LIST of a whole collection ([`TablePages`]), written as its
+/// client reads ([`streamed`]).
 pub(super) async fn streamed_table(
     host: &Host,
     kind: &KindInfo,
     options: ListOptions,
     include: table::IncludeObject,
 ) -> Response {
-    let page = move |limit: usize, continue_token: Option<String>| ListOptions {
-        limit,
-        continue_token,
-        ..options.clone()
-    };
-    let api = host.api().clone();
-    let first = {
-        let _turn = LIST_PAGES_AT_ONCE.acquire().await;
-        api.list(kind, &page(TABLE_PAGE_FIRST, None)).await
-    };
-    let first = match first {
-        Ok(first) => first,
-        Err(err) => return ApiError(err).into_response(),
-    };
-    let mut writer = table::TableWriter::new(kind, include);
-    let mut opening =
-        writer.opening(serde_json::json!({"resourceVersion": first.resource_version.to_string()}));
-    let rows = writer.rows(&first.items);
-    let mut limit = next_table_page(first.items.len(), rows.len());
-    opening.extend(rows);
-    let mut next = first.continue_token;
-    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(LIST_CHUNKS_AHEAD);
-    let kind = kind.clone();
-    tokio::spawn(async move {
-        if tx.send(Ok(Bytes::from(opening))).await.is_err() {
-            return;
-        }
-        while let Some(token) = next.take() {
-            let listed = tokio::select! {
-                listed = async {
-                    let _turn = LIST_PAGES_AT_ONCE.acquire().await;
-                    api.list(&kind, &page(limit, Some(token))).await
-                } => listed,
-                () = tx.closed() => return,
-            };
-            let chunk = match listed {
-                Ok(list) => {
-                    next = list.continue_token;
-                    let rows = writer.rows(&list.items);
-                    limit = next_table_page(list.items.len(), rows.len());
-                    Ok(Bytes::from(rows))
-                }
-                Err(err) => {
-                    tracing::info!(%err, "a streamed table broke off");
-                    Err(std::io::Error::other(err.to_string()))
-                }
-            };
-            let failed = chunk.is_err();
-            if tx.send(chunk).await.is_err() || failed {
-                return;
-            }
-        }
-        let _ = tx
-            .send(Ok(Bytes::from_static(table::TableWriter::closing())))
-            .await;
-    });
-    (
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/json")],
-        axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)),
-    )
-        .into_response()
+    stream(TablePages {
+        api: host.api().clone(),
+        kind: kind.clone(),
+        options,
+        writer: table::TableWriter::new(kind, include),
+        limit: TABLE_PAGE_FIRST,
+        next: None,
+        started: false,
+        closed: false,
+    })
+    .await
 }
 
 /// A LIST's JSON streamed a page at a time as the client reads it
-/// ([`setpoint::api::JsonListPages`]): the first page is read before the
-/// answer starts, so its errors are answered as a `Status`; a later error
-/// (the revision compacted under a client that read too slowly) breaks
-/// the response off, and the client lists again.
+/// ([`setpoint::api::JsonListPages`]).
 pub(super) async fn streamed(host: &Host, kind: &KindInfo, options: &ListOptions) -> Response {
-    let mut pages = host.api().list_json_pages(kind, options);
+    stream(host.api().list_json_pages(kind, options)).await
+}
+
+/// `pages` written as the client reads them: the first chunk is read
+/// before the answer starts, so its errors are answered as a `Status`; a
+/// later error (the revision compacted under a client that read too
+/// slowly) breaks the response off, and the client lists again.
+async fn stream(mut pages: impl Chunks) -> Response {
     let first = match next_page(&mut pages).await {
         Ok(first) => first.unwrap_or_default(),
         Err(err) => return ApiError(err).into_response(),

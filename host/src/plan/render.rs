@@ -255,6 +255,11 @@ fn render_request(out: &mut String, paint: &Paint, request: &ExternalRequest) {
             request.plugin, request.object, request.id
         ))
     );
+    render_body(out, paint, request);
+}
+
+/// A request's body (cut) or why it is hidden, under its line.
+fn render_body(out: &mut String, paint: &Paint, request: &ExternalRequest) {
     if let Some(body) = &request.body {
         let _ = writeln!(out, "      {}", cut(body));
     }
@@ -300,16 +305,7 @@ fn render_replacement(
             delete.method, create.method, create.plugin, create.object, delete.id, create.id
         ))
     );
-    if let Some(body) = &create.body {
-        let _ = writeln!(out, "      {}", cut(body));
-    }
-    if create.hidden {
-        let _ = writeln!(
-            out,
-            "      {}",
-            paint.dim("(body and answer hidden: you may not read this object)")
-        );
-    }
+    render_body(out, paint, create);
 }
 
 fn cut(text: &str) -> String {

@@ -32,7 +32,7 @@ use setpoint_plugin_sdk::{
 
 use crate::broker::{self, Api, check_name, encode, same_json};
 use crate::decide::{DELETE_ID, Diff, Failure, Topology, WRITE_ID};
-use crate::vhost::vhost_missing;
+use crate::vhost::find_in_vhost_list;
 use crate::{API_VERSION, BrokerRef, default_resync, default_vhost};
 
 /// What a binding leads to.
@@ -229,14 +229,14 @@ impl Binding {
         ]
     }
 
-    /// Whether a list of names (`[{"name": ...}]`) holds `name`.
+    /// Whether a vhost's list of names (`[{"name": ...}]`) holds `name`.
     fn lists(&self, answer: &HttpResult, name: &str) -> Result<bool, Failure> {
-        let Some(response) = self.api.read_answer(answer)? else {
-            return Err(vhost_missing(&self.vhost, &self.api));
-        };
-        let names: Vec<Value> = serde_json::from_slice(&response.body)
-            .map_err(|e| self.api.garbled("the vhost's list", e.to_string()))?;
-        Ok(names.iter().any(|n| n["name"] == name))
+        let found =
+            find_in_vhost_list(answer, &self.api, &self.vhost, "the vhost's list", |list| {
+                let names: Vec<Value> = serde_json::from_slice(list).map_err(|e| e.to_string())?;
+                Ok(names.iter().find(|n| n["name"] == name).map(|_| ()))
+            })?;
+        Ok(found.is_some())
     }
 
     /// What the reads of the ends tell: `Ok` when both exist.
@@ -321,13 +321,9 @@ impl Topology for Binding {
         max_age: Duration,
     ) -> Result<Result<Option<BindingObserved>, Failure>, Error> {
         let answer = broker::fetch(ctx, &self.api.read(READ_ID, &self.list_path(), max_age))?;
-        let found = match self.api.read_answer(&answer) {
-            Ok(Some(list)) => self
-                .find(&list.body)
-                .map_err(|e| self.api.garbled("the bindings", e)),
-            Ok(None) => Err(vhost_missing(&self.vhost, &self.api)),
-            Err(failure) => Err(failure),
-        };
+        let found = find_in_vhost_list(&answer, &self.api, &self.vhost, "the bindings", |list| {
+            self.find(list)
+        });
         // Not there: whether it can be made is known only from its ends.
         // (Deleting, nothing is made: no need to know.)
         if !matches!(found, Ok(None)) || ctx.finalizing() {

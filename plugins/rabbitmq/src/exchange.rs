@@ -19,7 +19,7 @@ use setpoint_plugin_sdk::{Ctx, Definition, Error, HttpRequest, KindRef, PrinterC
 use crate::broker::{self, Api, check_name, encode, same_json};
 use crate::decide::{DELETE_ID, Diff, Failure, Topology, WRITE_ID};
 use crate::queue::field_diff;
-use crate::vhost::vhost_missing;
+use crate::vhost::find_in_vhost_list;
 use crate::{API_VERSION, BrokerRef, default_resync, default_vhost};
 
 fn yes() -> bool {
@@ -213,13 +213,13 @@ impl Topology for Exchange {
             max_age,
         );
         let answer = broker::fetch(ctx, &read)?;
-        Ok(match self.api.read_answer(&answer) {
-            Ok(Some(list)) => self
-                .find(&list.body)
-                .map_err(|e| self.api.garbled("the vhost's exchanges", e)),
-            Ok(None) => Err(vhost_missing(&self.vhost, &self.api)),
-            Err(failure) => Err(failure),
-        })
+        Ok(find_in_vhost_list(
+            &answer,
+            &self.api,
+            &self.vhost,
+            "the vhost's exchanges",
+            |list| self.find(list),
+        ))
     }
 
     fn diff(&self, observed: &ExchangeObserved) -> Diff {

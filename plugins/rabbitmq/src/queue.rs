@@ -26,7 +26,7 @@ use setpoint_plugin_sdk::{Ctx, Definition, Error, HttpRequest, KindRef, PrinterC
 
 use crate::broker::{self, Api, check_name, encode, same_json};
 use crate::decide::{DELETE_ID, Diff, Failure, Topology, WRITE_ID};
-use crate::vhost::vhost_missing;
+use crate::vhost::find_in_vhost_list;
 use crate::{API_VERSION, BrokerRef, DeletionPolicy, default_resync, default_vhost};
 
 /// The argument that declares a queue's type.
@@ -168,6 +168,14 @@ fn split_type(mut arguments: Map<String, Value>) -> (Map<String, Value>, Option<
 }
 
 impl Queue {
+    /// The queue's properties as RabbitMQ declares them (its type as the
+    /// `x-queue-type` argument).
+    fn declaration(&self) -> Value {
+        let mut arguments = self.arguments.clone();
+        arguments.insert(TYPE_ARGUMENT.into(), self.type_.as_str().into());
+        json!({"durable": self.durable, "auto_delete": self.auto_delete, "arguments": arguments})
+    }
+
     /// Find this queue in the vhost's list as the API answers it.
     pub fn find(&self, list: &[u8]) -> Result<Option<QueueObserved>, String> {
         let queues: Vec<QueueView<'_>> = serde_json::from_slice(list).map_err(|e| e.to_string())?;
@@ -288,13 +296,13 @@ impl Topology for Queue {
             max_age,
         );
         let answer = broker::fetch(ctx, &read)?;
-        Ok(match self.api.read_answer(&answer) {
-            Ok(Some(list)) => self
-                .find(&list.body)
-                .map_err(|e| self.api.garbled("the vhost's queues", e)),
-            Ok(None) => Err(vhost_missing(&self.vhost, &self.api)),
-            Err(failure) => Err(failure),
-        })
+        Ok(find_in_vhost_list(
+            &answer,
+            &self.api,
+            &self.vhost,
+            "the vhost's queues",
+            |list| self.find(list),
+        ))
     }
 
     fn diff(&self, observed: &QueueObserved) -> Diff {
@@ -330,29 +338,21 @@ impl Topology for Queue {
         // thousand queues is a handful of requests, not a thousand). A queue
         // is never changed in place, so this only ever declares; RabbitMQ
         // leaves an existing queue as it is, which the next look sees.
-        let mut arguments = self.arguments.clone();
-        arguments.insert(TYPE_ARGUMENT.into(), self.type_.as_str().into());
+        let mut queue = self.declaration();
+        queue["name"] = json!(self.name);
         self.api
             .write(
                 "POST",
                 WRITE_ID,
                 &format!("/definitions/{}", encode(&self.vhost)),
-                &json!({"queues": [{"name": self.name, "durable": self.durable,
-                    "auto_delete": self.auto_delete, "arguments": arguments}]}),
+                &json!({ "queues": [queue] }),
             )
             .batch("/queues")
     }
 
     fn redeclare(&self) -> HttpRequest {
-        let mut arguments = self.arguments.clone();
-        arguments.insert(TYPE_ARGUMENT.into(), self.type_.as_str().into());
-        self.api.write(
-            "PUT",
-            WRITE_ID,
-            &self.path(),
-            &json!({"durable": self.durable, "auto_delete": self.auto_delete,
-                    "arguments": arguments}),
-        )
+        self.api
+            .write("PUT", WRITE_ID, &self.path(), &self.declaration())
     }
 
     fn delete(&self, _: &QueueObserved) -> HttpRequest {

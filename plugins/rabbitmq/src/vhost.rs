@@ -8,7 +8,9 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use setpoint_plugin_sdk::serde_json::{Value, json};
-use setpoint_plugin_sdk::{Ctx, Definition, Error, HttpRequest, KindRef, PrinterColumn};
+use setpoint_plugin_sdk::{
+    Ctx, Definition, Error, HttpRequest, HttpResult, KindRef, PrinterColumn,
+};
 
 use crate::broker::{self, Api, check_name, encode};
 use crate::decide::{DELETE_ID, Diff, Failure, Topology, WRITE_ID};
@@ -70,6 +72,22 @@ pub fn vhost_missing(name: &str, api: &Api) -> Failure {
         "vhost {name:?} does not exist in RabbitMQ at {} (yet)",
         api.base
     ))
+}
+
+/// What a read of one of a vhost's lists (its queues, exchanges or
+/// bindings: one read shared by every object of the vhost that asks) shows
+/// of one object, found in it by `find`; a 404 is the vhost missing.
+pub fn find_in_vhost_list<O>(
+    answer: &HttpResult,
+    api: &Api,
+    vhost: &str,
+    what: &str,
+    find: impl FnOnce(&[u8]) -> Result<Option<O>, String>,
+) -> Result<Option<O>, Failure> {
+    match api.read_answer(answer)? {
+        Some(list) => find(&list.body).map_err(|e| api.garbled(what, e)),
+        None => Err(vhost_missing(vhost, api)),
+    }
 }
 
 impl Topology for Vhost {
