@@ -113,6 +113,23 @@ pub struct ServeArgs {
     /// `$XDG_CACHE_HOME/setpoint`, `~/.cache/setpoint` or `.setpoint/cache`.
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,
+    /// Serve no web console at `/` (its JSON endpoints stay, as API).
+    #[arg(long, conflicts_with = "console_dir")]
+    pub no_console: bool,
+    /// Serve the console's files from this directory instead of the copy
+    /// built in (for working on the console without rebuilding).
+    #[arg(long)]
+    pub console_dir: Option<PathBuf>,
+}
+
+/// The address to show for the console: a wildcard listener is reached
+/// on loopback from this machine.
+fn console_host(addr: SocketAddr) -> String {
+    if addr.ip().is_unspecified() {
+        SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), addr.port()).to_string()
+    } else {
+        addr.to_string()
+    }
 }
 
 /// How long requests in flight (watches, mostly) may go on after a stop
@@ -180,6 +197,11 @@ pub(super) fn run(args: ServeArgs, allocator: crate::Allocator) -> anyhow::Resul
                 qps: args.rate_limit_qps,
                 burst: args.rate_limit_burst.max(1),
             }),
+            console: match (&args.console_dir, args.no_console) {
+                (_, true) => setpoint_server::console::Source::Off,
+                (Some(dir), false) => setpoint_server::console::Source::Dir(dir.clone()),
+                (None, false) => setpoint_server::console::Source::Embedded,
+            },
             ..Default::default()
         };
         let controller = match args.workers {
@@ -286,6 +308,9 @@ pub(super) fn run(args: ServeArgs, allocator: crate::Allocator) -> anyhow::Resul
         }
         let host = Arc::new(host);
         eprintln!("Setpoint API listening on {scheme}://{addr} ({store_description}; plugins from {})", args.plugins.display());
+        if !args.no_console {
+            eprintln!("Web console: {scheme}://{}/", console_host(addr));
+        }
         if let Some(cluster) = host.cluster() {
             eprintln!("Sharing work as cluster member {:?} (lease {} s, {} shards)", cluster.host_id(), args.lease_ttl, args.shards);
         }

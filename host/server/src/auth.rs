@@ -33,8 +33,10 @@
 //! - `apiGroups`: `""` is the core group (events, secrets), `*` any group.
 //! - `resources`: plural names; `pods/status` names a sub-resource, `*` all
 //!   resources and sub-resources.
-//! - Discovery, `/version`, `/openapi/*` are open to every authenticated
-//!   user; `/healthz`, `/readyz`, `/livez` to everyone. Other paths
+//! - Discovery, `/version`, `/openapi/*`, `/setpoint/v1/console/whoami` and
+//!   `/setpoint/v1/manifests` are open to every authenticated user;
+//!   `/healthz`, `/readyz`, `/livez` and the console's page (`/`,
+//!   `/console/*`, which hold no data) to everyone. Other paths
 //!   (`/metrics`, `/setpoint/v1/*`) need a `nonResourceURLs` rule (a trailing
 //!   `*` matches a prefix).
 
@@ -258,8 +260,13 @@ impl ResourceRequest {
 
 /// Classify a request by method, path and query.
 pub fn classify(method: &Method, path: &str, watch: bool) -> Request {
-    if matches!(path, "/healthz" | "/readyz" | "/livez") {
+    // The console's page and files hold no data: open like health checks.
+    if matches!(path, "/healthz" | "/readyz" | "/livez" | "/") || path.starts_with("/console/") {
         return Request::Health;
+    }
+    // Who the caller is, and reading a manifest's text: no data either.
+    if matches!(path, "/setpoint/v1/console/whoami" | "/setpoint/v1/manifests") {
+        return Request::Discovery;
     }
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     let (group, rest) = match segments.as_slice() {
@@ -346,6 +353,19 @@ impl User {
                 self.rules.iter().any(|rule| rule.allows_path(verb, path))
             }
         }
+    }
+
+    /// Whether some rule lets the user create, update or patch some
+    /// resource (what the console asks before it offers to apply; each
+    /// write is still checked on its own).
+    pub fn may_write_some(&self) -> bool {
+        self.rules.iter().any(|rule| {
+            !rule.resources.is_empty()
+                && rule
+                    .verbs
+                    .iter()
+                    .any(|v| matches!(v.as_str(), "*" | "create" | "update" | "patch"))
+        })
     }
 }
 

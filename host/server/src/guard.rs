@@ -52,6 +52,8 @@ pub struct Config {
     pub rate_limit: Option<RateLimit>,
     /// The largest request body accepted; larger gets 413.
     pub max_body_bytes: usize,
+    /// Where the web console's page comes from, or no console.
+    pub console: super::console::Source,
 }
 
 impl Default for Config {
@@ -62,6 +64,7 @@ impl Default for Config {
             max_in_flight_per_user: None,
             rate_limit: None,
             max_body_bytes: super::MAX_BODY_BYTES,
+            console: super::console::Source::Embedded,
         }
     }
 }

@@ -2,18 +2,20 @@
 //! engine itself builds without it), following Kubernetes' REST conventions for custom
 //! resources: discovery under `/api` and `/apis`, collection and item paths
 //! per kind (namespaced or cluster-scoped), the `status` sub-resource, and
-//! `Status` error bodies. Every request first passes the gate in
+//! `Status` error bodies; and the web [`console`] at `/`. Every request first passes the gate in
 //! [`guard`]: bearer tokens ([`auth`]), rate limits, the in-flight bound and
 //! the body size limit.
 
 pub mod auth;
 pub mod backup;
 pub mod conn;
+pub mod console;
 mod discovery;
 mod fields;
 pub mod guard;
 mod host_info;
 mod list;
+mod manifests;
 mod metrics;
 mod objects;
 mod openapi;
@@ -49,6 +51,7 @@ pub fn router(host: Arc<Host>) -> Router {
 /// Build the router for a host behind the gate configured by `config`.
 pub fn router_with(host: Arc<Host>, config: Config) -> Router {
     let max_body = config.max_body_bytes;
+    let console = config.console.clone();
     let guard = guard::Guard::new(config);
     let requests = guard.metrics.clone();
     let metrics_host = host.clone();
@@ -66,6 +69,11 @@ pub fn router_with(host: Arc<Host>, config: Config) -> Router {
         .route("/setpoint/v1/cluster", get(host_info::cluster))
         .route("/setpoint/v1/backup", get(backup::backup))
         .route("/setpoint/v1/plan", axum::routing::post(plan::plan))
+        .route(
+            "/setpoint/v1/manifests",
+            axum::routing::post(manifests::manifests),
+        )
+        .merge(console::routes(console))
         .route("/openapi/v2", get(openapi::v2))
         .route("/openapi/v3", get(openapi::v3_index))
         .route("/openapi/v3/{*rest}", get(openapi::v3_group_version))

@@ -63,7 +63,7 @@ pub(super) async fn plan(
 
 /// Whether `user` may `get` `object`; an object of a kind the host does not
 /// serve is not shown.
-fn may_read(host: &Host, user: &User, object: &ObjectRef) -> bool {
+pub(super) fn may_read(host: &Host, user: &User, object: &ObjectRef) -> bool {
     let Ok(kind) = host
         .api()
         .kinds()

@@ -53,6 +53,29 @@ struct Counters {
     paced: [AtomicU64; 2],
     written_bytes: AtomicU64,
     duration: Histogram,
+    recent: Recent,
+}
+
+/// How many of the latest reconciles' durations are kept for
+/// [`Tally::recent_quantile`].
+const RECENT: usize = 1024;
+
+/// The durations of the latest [`RECENT`] reconciles (nanoseconds, 0 for
+/// a slot not written yet), written round-robin without a lock: the
+/// histogram's powers-of-ten buckets cannot tell a p99 of 3 ms from 9 ms.
+#[derive(Debug)]
+struct Recent {
+    next: AtomicU64,
+    nanos: Box<[AtomicU64]>,
+}
+
+impl Default for Recent {
+    fn default() -> Self {
+        Self {
+            next: AtomicU64::new(0),
+            nanos: (0..RECENT).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
 }
 
 /// How one reconcile ended, as the tally counts it.
@@ -117,6 +140,42 @@ impl Tally {
             }
         }
         counters.duration.observe(took);
+        let slot = counters.recent.next.fetch_add(1, Ordering::Relaxed) as usize % RECENT;
+        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX).max(1);
+        counters.recent.nanos[slot].store(nanos, Ordering::Relaxed);
+    }
+
+    /// The `q` quantile (0.0–1.0) of the latest reconciles' durations (up
+    /// to 1,024 of them), or `None` before the first.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::controller::{Tally, TallyOutcome};
+    ///
+    /// let tally = Tally::default();
+    /// assert_eq!(tally.recent_quantile(0.99), None);
+    /// for ms in 1..=100 {
+    ///     tally.record(TallyOutcome::Succeeded { wrote: false }, Duration::from_millis(ms));
+    /// }
+    /// assert_eq!(tally.recent_quantile(0.99), Some(Duration::from_millis(99)));
+    /// assert_eq!(tally.recent_quantile(0.5), Some(Duration::from_millis(50)));
+    /// ```
+    #[must_use]
+    pub fn recent_quantile(&self, q: f64) -> Option<Duration> {
+        let mut seen: Vec<u64> = self
+            .0
+            .recent
+            .nanos
+            .iter()
+            .map(|n| n.load(Ordering::Relaxed))
+            .filter(|&n| n > 0)
+            .collect();
+        if seen.is_empty() {
+            return None;
+        }
+        seen.sort_unstable();
+        let rank = ((q.clamp(0.0, 1.0) * seen.len() as f64).ceil() as usize).clamp(1, seen.len());
+        Some(Duration::from_nanos(seen[rank - 1]))
     }
 
     /// Count events a response could not record: over the budget.

@@ -132,6 +132,28 @@ impl Bucket {
     }
 }
 
+/// One destination of one plugin, as [`Limits::destinations`] reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DestinationState {
+    /// The plugin.
+    pub plugin: String,
+    /// The destination (`scheme://host:port`).
+    pub destination: String,
+    /// `closed`, `open` (refusing until its probe is due) or `half-open`
+    /// (a probe is due or out).
+    pub breaker: &'static str,
+    /// Requests waiting for their turn.
+    pub waiting: usize,
+    /// Requests sent and not answered yet.
+    pub in_flight: usize,
+    /// Requests it is given at once, as learnt from its answers.
+    pub concurrency: usize,
+    /// Requests per second granted.
+    pub rate: f64,
+    /// Failures in a row.
+    pub consecutive_failures: u32,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Breaker {
     Closed,
@@ -649,6 +671,41 @@ impl Limits {
                 Err(Held { reason, after })
             }
         }
+    }
+
+    /// Each plugin's destinations as its lane sees them now: breaker,
+    /// requests waiting and running, the concurrency learnt, the rate.
+    pub fn destinations(&self) -> Vec<DestinationState> {
+        let lanes: Vec<(String, Arc<Lane>)> = self
+            .lanes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let now = Instant::now();
+        let mut out = Vec::new();
+        for (plugin, lane) in lanes {
+            let state = lane.state();
+            for (name, d) in &state.destinations {
+                out.push(DestinationState {
+                    plugin: plugin.clone(),
+                    destination: name.clone(),
+                    breaker: match d.breaker {
+                        Breaker::Closed => "closed",
+                        Breaker::Open(until) if until > now => "open",
+                        Breaker::Open(_) | Breaker::Probing => "half-open",
+                    },
+                    waiting: d.waiting(),
+                    in_flight: d.in_flight,
+                    concurrency: d.adaptive.limit,
+                    rate: d.rate,
+                    consecutive_failures: d.failures,
+                });
+            }
+        }
+        out.sort_by(|a, b| (&a.plugin, &a.destination).cmp(&(&b.plugin, &b.destination)));
+        out
     }
 
     /// How many requests wait, per plugin and destination (for `/metrics`).

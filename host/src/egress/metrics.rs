@@ -47,6 +47,44 @@ struct State {
     latency: BTreeMap<(String, String), Histogram>,
     recent: HashMap<String, VecDeque<RecentRequest>>,
     recent_order: VecDeque<String>,
+    refusals: VecDeque<RecentRefusal>,
+}
+
+/// How many recent refusals are kept (all plugins together).
+const RECENT_REFUSALS: usize = 200;
+
+/// One request the host did not send, as the console lists it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RecentRefusal {
+    /// When (RFC 3339).
+    pub time: String,
+    /// The plugin that asked.
+    pub plugin: String,
+    /// The object it was reconciling (`namespace/name`).
+    pub object: String,
+    /// The destination.
+    pub destination: String,
+    /// Why, as a reason word (`DestinationNotGranted`, ...).
+    pub reason: String,
+    /// Why, in words.
+    pub message: String,
+}
+
+/// One counter of [`Metrics::counts`]: requests of a plugin to a
+/// destination that ended as `outcome` (a status class such as `2xx`, an
+/// error kind, or for refusals the reason).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Count {
+    /// The plugin.
+    pub plugin: String,
+    /// The destination.
+    pub destination: String,
+    /// The class or reason.
+    pub outcome: String,
+    /// How many.
+    pub count: u64,
 }
 
 /// One external request, as `setpoint describe` shows it.
@@ -184,6 +222,37 @@ impl Metrics {
             .get(object)
             .map(|l| l.iter().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// Remember a refusal for the console (the latest 200 are kept).
+    pub fn remember_refusal(&self, refusal: RecentRefusal) {
+        let mut state = self.state();
+        if state.refusals.len() >= RECENT_REFUSALS {
+            state.refusals.pop_front();
+        }
+        state.refusals.push_back(refusal);
+    }
+
+    /// The latest refusals, oldest first.
+    pub fn recent_refusals(&self) -> Vec<RecentRefusal> {
+        self.state().refusals.iter().cloned().collect()
+    }
+
+    /// The request counters by result class and the refusals by reason,
+    /// as `(requests, refused)`.
+    pub fn counts(&self) -> (Vec<Count>, Vec<Count>) {
+        let state = self.state();
+        let list = |map: &BTreeMap<(String, String, String), u64>| {
+            map.iter()
+                .map(|((plugin, destination, outcome), count)| Count {
+                    plugin: plugin.clone(),
+                    destination: destination.clone(),
+                    outcome: outcome.clone(),
+                    count: *count,
+                })
+                .collect()
+        };
+        (list(&state.requests), list(&state.refused))
     }
 
     /// `setpoint_effects_*` in the Prometheus text format.

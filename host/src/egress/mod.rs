@@ -48,8 +48,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 pub use batch::BATCH_HEADER;
-pub use limits::{Held, LimitsConfig};
-pub use metrics::{Metrics, RecentRequest};
+pub use limits::{DestinationState, Held, LimitsConfig};
+pub use metrics::{Count, Metrics, RecentRefusal, RecentRequest};
 pub use parker::Parker;
 pub use policy::{Declared, Destination, GRANT_API_VERSION, GRANT_KIND, Grant};
 pub use report::{Refusal, Report};
@@ -448,6 +448,14 @@ impl Egress {
         let result = match prepared {
             Err((reason, message)) => {
                 self.inner.metrics.refused(plugin, &label, reason);
+                self.inner.metrics.remember_refusal(metrics::RecentRefusal {
+                    time: metrics::now_text(),
+                    plugin: plugin.to_owned(),
+                    object: scope.key.to_string(),
+                    destination: label.clone(),
+                    reason: reason.to_owned(),
+                    message: message.clone(),
+                });
                 tracing::warn!(plugin, object = %scope.key, method = %request.method, url = %request.url, reason, "external request refused: {message}");
                 report.refused.push(Refusal {
                     destination: label.clone(),
@@ -499,6 +507,12 @@ impl Egress {
     /// looked at now rather than at the end of their backoff.
     pub fn recovered(&self) -> tokio::sync::broadcast::Receiver<(String, String)> {
         self.inner.limits.recovered()
+    }
+
+    /// Each plugin's destinations now (breaker, queue, concurrency), for
+    /// the console.
+    pub fn destinations(&self) -> Vec<limits::DestinationState> {
+        self.inner.limits.destinations()
     }
 
     /// How many requests wait for their turn, per plugin and destination.

@@ -25,8 +25,10 @@ mod grants;
 mod inspect;
 mod ownership;
 mod reload;
+mod survey;
 
 pub use builder::HostBuilder;
+pub use survey::{Census, Flagged, KindCount, STALLED_AFTER, ready_condition};
 pub use claims::MAX_DEFINITIONS;
 use reload::PluginEntry;
 
