@@ -16,6 +16,8 @@ mod api_writes;
 mod cli;
 /// Hostile HTTP clients: unread watches, stalled bodies, many managers.
 mod clients;
+/// The web console's server side: page, tree, overview, plugins, manifests.
+mod console_api;
 /// Three hosts sharing work on one etcd: kill -9, partition, no overlap.
 mod cluster;
 /// No plugin can hurt the host or its neighbours: kinds and definitions

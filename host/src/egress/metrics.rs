@@ -61,7 +61,7 @@ pub struct RecentRefusal {
     pub time: String,
     /// The plugin that asked.
     pub plugin: String,
-    /// The object it was reconciling (`namespace/name`).
+    /// The object it was reconciling (`Kind/namespace/name`).
     pub object: String,
     /// The destination.
     pub destination: String,
