@@ -30,6 +30,13 @@
 //! whose filter `SCALE_LOG` sets: `warn` unless given). `scripts/bench scale` builds
 //! everything first.
 //!
+//! `scale-bench console DIR [FAMILY]` times what the web console asks
+//! of a host holding a kept directory's objects: it starts the server
+//! there, waits until its informers hold them, applies a ReplicaSet of
+//! FAMILY Pods (default 2,000) and prints the medians of 9 of the page
+//! itself, the overview, the ReplicaSet's tree, a Pod's tree and the first
+//! table pages of Pods (all of them, and by label).
+//!
 //! `SCALE_HEAP=FILE` runs the server under heaptrack (`heaptrack -o FILE`;
 //! the binary must use the system allocator, as `scripts/bench heap`
 //! builds it) and, instead of the restart, `kill -9`s it once the LIST is
@@ -590,11 +597,151 @@ async fn restarts(dir: &Path, times: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Median, min and max of 9 timed GETs of `path` (`accept` as given).
+async fn timed(
+    http: &reqwest::Client,
+    url: &str,
+    path: &str,
+    accept: &str,
+) -> anyhow::Result<(Duration, Duration, Duration, usize)> {
+    let mut times = Vec::new();
+    let mut bytes = 0;
+    for _ in 0..9 {
+        let started = Instant::now();
+        let body = http
+            .get(format!("{url}{path}"))
+            .header("accept", accept)
+            .send()
+            .await?
+            .error_for_status()
+            .with_context(|| path.to_owned())?
+            .bytes()
+            .await?;
+        times.push(started.elapsed());
+        bytes = body.len();
+    }
+    times.sort();
+    Ok((times[4], times[0], times[8], bytes))
+}
+
+/// `scale-bench console DIR [FAMILY]`: see the module doc.
+async fn console(dir: &Path, family: usize) -> anyhow::Result<()> {
+    let bin = prepare(dir)?;
+    let http = reqwest::Client::new();
+    let server = Server::start(&bin, dir, free_port()?)?;
+    let url = server.url.clone();
+    server.wait_ready(&http).await?;
+    // Ready takes writes; the informers may still be filling.
+    let started = Instant::now();
+    let held = loop {
+        let overview: Value = http
+            .get(format!("{url}/setpoint/v1/console/overview"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        let pods = overview["kinds"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|k| k["kind"] == "Pod")
+            .and_then(|k| k["count"].as_u64())
+            .unwrap_or(0);
+        let metrics = metrics(&http, &url).await?;
+        if pods > 0 && metric(&metrics, "workqueue_depth{name=\"podsim\"}") == 0.0 {
+            break pods;
+        }
+        if started.elapsed() > Duration::from_secs(900) {
+            bail!("the informers did not fill in 15 minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    println!(
+        "console: {} holding {held} Pods; ReplicaSet of {family} Pods",
+        dir.display()
+    );
+    let replicaset = json!({"apiVersion": "demo.setpoint.dev/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "family", "namespace": "default"},
+        "spec": {"replicas": family, "selector": {"matchLabels": {"app": "family"}},
+                 "template": {"metadata": {"labels": {"app": "family"}},
+                              "spec": {"startupDelayMs": 0, "image": "nginx"}}}});
+    let rs_path = "/apis/demo.setpoint.dev/v1/namespaces/default/replicasets";
+    let created = http
+        .post(format!("{url}{rs_path}"))
+        .json(&replicaset)
+        .send()
+        .await?;
+    if created.status() != reqwest::StatusCode::CONFLICT {
+        created.error_for_status()?;
+    }
+    let started = Instant::now();
+    loop {
+        let rs: Value = http
+            .get(format!("{url}{rs_path}/family"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        if rs["status"]["readyReplicas"].as_u64() == Some(family as u64) {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(600) {
+            bail!("the ReplicaSet was not ready in 10 minutes: {}", rs["status"]);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let tree = |kind: &str, name: &str| {
+        format!("/setpoint/v1/console/tree?apiVersion=demo.setpoint.dev/v1&kind={kind}&namespace=default&name={name}")
+    };
+    let table = "application/json;as=Table;v=v1;g=meta.k8s.io";
+    let pod = http
+        .get(format!("{url}{PODS}?labelSelector=app%3Dfamily&limit=1"))
+        .send()
+        .await?
+        .json::<Value>()
+        .await?["items"][0]["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    for (what, path, accept) in [
+        ("the page (/)", "/".to_owned(), "text/html"),
+        ("overview", "/setpoint/v1/console/overview".to_owned(), "application/json"),
+        (
+            "tree of the ReplicaSet",
+            tree("ReplicaSet", "family"),
+            "application/json",
+        ),
+        ("tree of one of its Pods", tree("Pod", &pod), "application/json"),
+        ("Pods table, first 100", format!("{PODS}?limit=100"), table),
+        (
+            "Pods table by label, first 100",
+            format!("{PODS}?labelSelector=app%3Dfamily&limit=100"),
+            table,
+        ),
+    ] {
+        let (median, min, max, bytes) = timed(&http, &url, &path, accept).await?;
+        println!(
+            "console: {what}: median {:.1} ms [min {:.1} .. max {:.1}], {bytes} B",
+            median.as_secs_f64() * 1e3,
+            min.as_secs_f64() * 1e3,
+            max.as_secs_f64() * 1e3
+        );
+    }
+    let (rss, peak) = server.rss();
+    println!("console: RSS {:.0} MB, peak {:.0} MB", mb(rss), mb(peak));
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    if args.first().map(String::as_str) == Some("console") {
+        let dir = args.get(1).context("scale-bench console DIR [FAMILY]")?;
+        let family = args.get(2).and_then(|t| t.parse().ok()).unwrap_or(2_000);
+        return runtime.block_on(console(Path::new(dir), family));
+    }
     if args.first().map(String::as_str) == Some("restart") {
         let dir = args.get(1).context("scale-bench restart DIR [TIMES]")?;
         let times = args.get(2).and_then(|t| t.parse().ok()).unwrap_or(3);
