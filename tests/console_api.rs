@@ -338,6 +338,10 @@ async fn the_plugins_view_shows_declarations_grants_pending_rights_and_refusals(
     let before = plugin(&get_json(&host, "/setpoint/v1/console/plugins", VIEWER).await);
     assert_eq!(before["declares"]["reconciles"], "dns.setpoint.dev/v1 DnsRecord");
     assert_eq!(before["grant"]["exists"], false);
+    let limits = &before["limits"];
+    assert_eq!(limits["deadlineSeconds"], 1.0, "{limits}");
+    assert_eq!(limits["memoryBytes"], 64 << 20, "{limits}");
+    assert!(limits["cores"].as_f64().unwrap() > 0.0, "{limits}");
     assert!(
         !before["grant"]["pending"].as_array().unwrap().is_empty(),
         "everything declared is pending without a grant: {before:#}"

@@ -364,6 +364,12 @@ impl Controller {
         }
     }
 
+    /// The shares of call time and write bandwidth the plugin is paced to
+    /// (see [`PaceLimits`]).
+    pub fn pace_limits(&self) -> PaceLimits {
+        self.shared.pace.limits()
+    }
+
     /// What the controller's reconciles came to: how many, how many failed
     /// or wrote, how long they took.
     pub fn tally(&self) -> TallySnapshot {

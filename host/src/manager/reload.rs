@@ -48,6 +48,8 @@ pub(super) struct PluginEntry {
     /// The plugin whose claim refused this file's plugin, if that is why
     /// it does not run: it is tried again as soon as that plugin goes.
     pub(super) refused_by: Option<String>,
+    /// The per-call limits its plugin runs under (none when it failed to load).
+    pub(super) limits: Option<crate::runtime::Limits>,
 }
 
 impl PluginEntry {
@@ -337,6 +339,7 @@ impl Shared {
                                 stamp,
                                 controller: None,
                                 refused_by,
+                                limits: None,
                             },
                         );
                     }
@@ -402,6 +405,7 @@ impl Shared {
                         stamp,
                         controller,
                         refused_by: None,
+                        limits: Some(plugin.limits().clone()),
                     },
                 );
             }

@@ -194,6 +194,30 @@ impl Host {
             .collect()
     }
 
+    /// What each plugin may spend, by plugin name: its per-call limits
+    /// (deadline, memory, response size…) and, while it runs, the shares of
+    /// call time and write bandwidth it is paced to.
+    pub async fn plugin_limits(
+        &self,
+    ) -> HashMap<String, (crate::runtime::Limits, Option<crate::controller::PaceLimits>)> {
+        let limits: Vec<(String, crate::runtime::Limits)> = self
+            .shared
+            .plugins
+            .lock()
+            .await
+            .values()
+            .filter_map(|e| Some((e.status.name.clone(), e.limits.clone()?)))
+            .collect();
+        let controllers = self.shared.controllers.lock().await;
+        limits
+            .into_iter()
+            .map(|(name, limits)| {
+                let pace = controllers.get(&name).map(crate::controller::Controller::pace_limits);
+                (name, (limits, pace))
+            })
+            .collect()
+    }
+
     /// The manifests of the running reconcilers, by name.
     pub async fn manifests(&self) -> Vec<crate::contract::Manifest> {
         self.shared

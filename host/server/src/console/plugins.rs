@@ -1,7 +1,8 @@
 //! `GET /setpoint/v1/console/plugins`: for each plugin, what its manifest
 //! declares (the kind it reconciles, the kinds it owns, the destinations
 //! and secrets it may ask for), its `PluginGrant` and what is declared but
-//! not granted yet (pending), its destinations as the limiter sees them
+//! not granted yet (pending), what it may spend (per-call limits, paced
+//! shares), its destinations as the limiter sees them
 //! (breaker, waiting, concurrency), its effect counters and its latest
 //! refused requests.
 
@@ -25,6 +26,7 @@ pub(super) async fn plugins(State(host): State<Arc<Host>>) -> Json<Value> {
     let (requests, refused) = host.egress().metrics().counts();
     let refusals = host.egress().metrics().recent_refusals();
     let grant_kind = host.api().kinds().by_kind(GRANT_API_VERSION, GRANT_KIND);
+    let limits = host.plugin_limits().await;
     let mut out = Vec::new();
     for p in host.plugins().await {
         let (state, reason) = match &p.state {
@@ -55,6 +57,17 @@ pub(super) async fn plugins(State(host): State<Arc<Host>>) -> Json<Value> {
             "pending": pending,
         });
         let mine = |plugin: &str| plugin == p.name;
+        let limits = limits.get(&p.name).map(|(call, pace)| {
+            json!({
+                "deadlineSeconds": call.deadline.as_secs_f64(),
+                "memoryBytes": call.memory_bytes,
+                "responseBytes": call.response_bytes,
+                "fuel": call.fuel,
+                "logBytesPerSecond": call.log_bytes_per_second,
+                "cores": pace.as_ref().map(|p| p.cores),
+                "writeBytesPerSecond": pace.as_ref().map(|p| p.write_bytes_per_second),
+            })
+        });
         let destinations: Vec<Value> = destinations
             .iter()
             .filter(|d| mine(&d.plugin))
@@ -93,6 +106,7 @@ pub(super) async fn plugins(State(host): State<Arc<Host>>) -> Json<Value> {
             "errors": p.errors,
             "p99Seconds": p99.get(&p.name).map(std::time::Duration::as_secs_f64),
             "declares": declares,
+            "limits": limits,
             "grant": grant,
             "destinations": destinations,
             "effects": {"requests": counts(&requests, "class"), "refused": counts(&refused, "reason")},
