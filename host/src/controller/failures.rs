@@ -60,9 +60,16 @@ impl Failures {
         self.lock().remove(key);
     }
 
-    /// A new reconciler deserves a try at every failed key.
+    /// A new reconciler (or a changed grant) deserves a try at every
+    /// failed key.
     pub fn clear(&self) {
         self.lock().clear();
+    }
+
+    /// What the keys of `namespace` may use changed (a Secret there): they
+    /// deserve a try.
+    pub fn forget_namespace(&self, namespace: Option<&str>) {
+        self.lock().retain(|key, _| key.namespace.as_deref() != namespace);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, Failed>> {

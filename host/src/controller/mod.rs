@@ -442,6 +442,21 @@ impl Controller {
         }
     }
 
+    /// Queue every cached object, those whose last reconcile failed
+    /// permanently included: what the plugin may do changed (its
+    /// `PluginGrant`), and a refusal that named the grant may now pass.
+    pub fn retry_all(&self) {
+        self.shared.failures.clear();
+        self.requeue_all();
+    }
+
+    /// [`Controller::retry_all`] for the objects in `namespace` (a Secret
+    /// there changed: a reconcile that failed for want of it may pass).
+    pub fn retry_namespace(&self, namespace: Option<&str>) {
+        self.shared.failures.forget_namespace(namespace);
+        self.requeue_namespace(namespace);
+    }
+
     /// Stop: remove the informer handlers, drop pending keys, let in-flight
     /// reconciles finish, then release the informers (an informer nobody
     /// else holds stops its watch).

@@ -1,6 +1,8 @@
 //! Requeue a plugin's objects when what it may use outside changes: the
-//! operator's `PluginGrant` named after it (new rights apply at once, and
-//! a pending request is retried as soon as it is granted; the plugins
+//! operator's `PluginGrant` named after it (new rights apply at once, a
+//! pending request is retried as soon as it is granted, and an object whose
+//! reconcile was refused for a bound the grant sets is tried again without
+//! waiting for a change of its own; the plugins
 //! refused for a claim are tried again, as its pins may let them in), or a Secret in
 //! their namespace when the plugin uses secrets (a rotated credential is
 //! used at once).
@@ -19,7 +21,7 @@ pub(super) fn follow(shared: &Arc<Shared>) {
         tokio::spawn(async move {
             if let Some(controller) = shared.controllers.lock().await.get(&plugin) {
                 tracing::info!(%plugin, "PluginGrant changed: requeueing the plugin's objects");
-                controller.requeue_all();
+                controller.retry_all();
             }
             // Its pins (`spec.kinds`) may let a refused plugin in.
             if let Err(err) = shared.retry_refused().await {
@@ -32,7 +34,7 @@ pub(super) fn follow(shared: &Arc<Shared>) {
         tokio::spawn(async move {
             for controller in shared.controllers.lock().await.values() {
                 if !controller.manifest().secrets.is_empty() {
-                    controller.requeue_namespace(namespace.as_deref());
+                    controller.retry_namespace(namespace.as_deref());
                 }
             }
         });
