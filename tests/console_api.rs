@@ -103,7 +103,9 @@ async fn get_json(host: &TestHost, path: &str, token: &str) -> Value {
 }
 
 fn tree_path(kind: &str, name: &str) -> String {
-    format!("/setpoint/v1/console/tree?apiVersion=demo.setpoint.dev/v1&kind={kind}&namespace=default&name={name}")
+    format!(
+        "/setpoint/v1/console/tree?apiVersion=demo.setpoint.dev/v1&kind={kind}&namespace=default&name={name}"
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -145,7 +147,9 @@ async fn the_page_is_served_to_everyone_and_its_data_only_with_a_token() {
     ] {
         assert_eq!(get(&host, data, None).await.status(), 401, "{data}");
         assert_eq!(
-            get(&host, data, Some("not-a-token-at-all-000")).await.status(),
+            get(&host, data, Some("not-a-token-at-all-000"))
+                .await
+                .status(),
             401,
             "{data}"
         );
@@ -176,8 +180,15 @@ async fn without_the_console_there_is_no_page_but_its_data_stays_api() {
 async fn the_page_can_be_served_from_a_directory_while_it_is_worked_on() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("index.html"), "<p>edited</p>").unwrap();
-    let host = start(&[], setpoint_server::console::Source::Dir(dir.path().into())).await;
-    assert_eq!(get(&host, "/", None).await.text().await.unwrap(), "<p>edited</p>");
+    let host = start(
+        &[],
+        setpoint_server::console::Source::Dir(dir.path().into()),
+    )
+    .await;
+    assert_eq!(
+        get(&host, "/", None).await.text().await.unwrap(),
+        "<p>edited</p>"
+    );
     // A file of the console that the directory lacks is an error, named.
     let response = get(&host, "/console/app.js", None).await;
     assert_eq!(response.status(), 500);
@@ -211,7 +222,10 @@ async fn the_tree_goes_up_and_down_folds_large_families_and_hides_what_the_calle
 
     let tree = get_json(&host, &tree_path("ReplicaSet", "web"), ADMIN).await;
     let root = &tree["root"];
-    assert_eq!((&root["kind"], &root["name"]), (&json!("ReplicaSet"), &json!("web")));
+    assert_eq!(
+        (&root["kind"], &root["name"]),
+        (&json!("ReplicaSet"), &json!("web"))
+    );
     assert_eq!(root["summary"], format!("{PODS}/{PODS} ready"));
     assert_eq!(tree["ancestors"], json!([]));
     assert_eq!(tree["truncated"], false);
@@ -219,7 +233,10 @@ async fn the_tree_goes_up_and_down_folds_large_families_and_hides_what_the_calle
     assert_eq!((shown, folded), (20, PODS - 20), "{root:#}");
     assert_eq!(ready, PODS, "every Pod is Ready, shown or folded");
     let pod = &root["children"][0];
-    assert_eq!((&pod["kind"], &pod["phase"], &pod["hidden"]), (&json!("Pod"), &json!("Running"), &json!(false)));
+    assert_eq!(
+        (&pod["kind"], &pod["phase"], &pod["hidden"]),
+        (&json!("Pod"), &json!("Running"), &json!(false))
+    );
 
     // Up from a Pod: its ReplicaSet.
     let name = pod["name"].as_str().unwrap();
@@ -280,7 +297,10 @@ async fn the_overview_counts_kinds_and_calls_out_hot_loops() {
     let overview = eventually("the hot loop is called out", WAIT, || async {
         let overview = get_json(&host, "/setpoint/v1/console/overview", VIEWER).await;
         let hot = &overview["attention"]["hotLoops"];
-        if hot.as_array().is_some_and(|h| h.iter().any(|o| o["name"] == "flipper")) {
+        if hot
+            .as_array()
+            .is_some_and(|h| h.iter().any(|o| o["name"] == "flipper"))
+        {
             Ok(overview)
         } else {
             Err(format!("{hot}"))
@@ -309,7 +329,10 @@ async fn the_overview_counts_kinds_and_calls_out_hot_loops() {
         .find(|o| o["name"] == "flipper")
         .unwrap()
         .clone();
-    assert_eq!((&hot["kind"], &hot["reason"]), (&json!("Zoo"), &json!("HotLoop")));
+    assert_eq!(
+        (&hot["kind"], &hot["reason"]),
+        (&json!("Zoo"), &json!("HotLoop"))
+    );
     let zoo_plugin = overview["plugins"]
         .as_array()
         .unwrap()
@@ -317,8 +340,14 @@ async fn the_overview_counts_kinds_and_calls_out_hot_loops() {
         .find(|p| p["name"] == "zoo")
         .unwrap()
         .clone();
-    assert!(zoo_plugin["hotLoops"].as_u64().unwrap() >= 1, "{zoo_plugin}");
-    assert!(zoo_plugin["p99Seconds"].as_f64().unwrap() > 0.0, "{zoo_plugin}");
+    assert!(
+        zoo_plugin["hotLoops"].as_u64().unwrap() >= 1,
+        "{zoo_plugin}"
+    );
+    assert!(
+        zoo_plugin["p99Seconds"].as_f64().unwrap() > 0.0,
+        "{zoo_plugin}"
+    );
     assert_eq!(zoo_plugin["state"], "Running");
     host.stop().await;
 }
@@ -336,7 +365,10 @@ async fn the_plugins_view_shows_declarations_grants_pending_rights_and_refusals(
             .unwrap()
     };
     let before = plugin(&get_json(&host, "/setpoint/v1/console/plugins", VIEWER).await);
-    assert_eq!(before["declares"]["reconciles"], "dns.setpoint.dev/v1 DnsRecord");
+    assert_eq!(
+        before["declares"]["reconciles"],
+        "dns.setpoint.dev/v1 DnsRecord"
+    );
     assert_eq!(before["grant"]["exists"], false);
     let limits = &before["limits"];
     assert_eq!(limits["deadlineSeconds"], 1.0, "{limits}");
@@ -349,7 +381,10 @@ async fn the_plugins_view_shows_declarations_grants_pending_rights_and_refusals(
 
     // A grant for one PowerDNS; a record pointing at another is refused.
     let api = host.host.api();
-    let grants = api.kinds().require("setpoint.dev/v1", "PluginGrant").unwrap();
+    let grants = api
+        .kinds()
+        .require("setpoint.dev/v1", "PluginGrant")
+        .unwrap();
     api.create(
         &grants,
         json!({"apiVersion": "setpoint.dev/v1", "kind": "PluginGrant", "metadata": {"name": "dns"},
@@ -357,7 +392,10 @@ async fn the_plugins_view_shows_declarations_grants_pending_rights_and_refusals(
     )
     .await
     .unwrap();
-    let records = api.kinds().require("dns.setpoint.dev/v1", "DnsRecord").unwrap();
+    let records = api
+        .kinds()
+        .require("dns.setpoint.dev/v1", "DnsRecord")
+        .unwrap();
     api.create(
         &records,
         json!({"apiVersion": "dns.setpoint.dev/v1", "kind": "DnsRecord",
@@ -371,7 +409,10 @@ async fn the_plugins_view_shows_declarations_grants_pending_rights_and_refusals(
     .unwrap();
     let after = eventually("the refusal is listed", WAIT, || async {
         let dns = plugin(&get_json(&host, "/setpoint/v1/console/plugins", VIEWER).await);
-        if dns["recentRefusals"].as_array().is_some_and(|r| !r.is_empty()) {
+        if dns["recentRefusals"]
+            .as_array()
+            .is_some_and(|r| !r.is_empty())
+        {
             Ok(dns)
         } else {
             Err(format!("{dns:#}"))
@@ -379,13 +420,22 @@ async fn the_plugins_view_shows_declarations_grants_pending_rights_and_refusals(
     })
     .await;
     assert_eq!(after["grant"]["exists"], true);
-    assert_eq!(after["grant"]["spec"]["destinations"], json!(["http://127.0.0.1:9"]));
+    assert_eq!(
+        after["grant"]["spec"]["destinations"],
+        json!(["http://127.0.0.1:9"])
+    );
     let refusal = &after["recentRefusals"][0];
     assert_eq!(refusal["object"], "DnsRecord/default/www", "{refusal}");
     assert_eq!(refusal["destination"], "http://127.0.0.1:8", "{refusal}");
-    assert!(refusal["reason"].as_str().unwrap().contains("NotGranted"), "{refusal}");
+    assert!(
+        refusal["reason"].as_str().unwrap().contains("NotGranted"),
+        "{refusal}"
+    );
     let refused = after["effects"]["refused"].as_array().unwrap();
-    assert!(refused.iter().any(|c| c["count"].as_u64() >= Some(1)), "{after:#}");
+    assert!(
+        refused.iter().any(|c| c["count"].as_u64() >= Some(1)),
+        "{after:#}"
+    );
     let overview = get_json(&host, "/setpoint/v1/console/overview", VIEWER).await;
     assert!(
         overview["attention"]["refusedEffects"]
@@ -409,7 +459,10 @@ async fn manifests_are_read_with_errors_naming_the_document_and_what_the_caller_
             .body(body);
         async move {
             let response = request.send().await.unwrap();
-            (response.status().as_u16(), response.json::<Value>().await.unwrap())
+            (
+                response.status().as_u16(),
+                response.json::<Value>().await.unwrap(),
+            )
         }
     };
     let manifest = "apiVersion: demo.setpoint.dev/v1\nkind: ReplicaSet\nmetadata: {name: web}\nspec: {replicas: 1}\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: s}\n";
@@ -421,15 +474,29 @@ async fn manifests_are_read_with_errors_naming_the_document_and_what_the_caller_
     let (_, read) = post(VIEWER, manifest).await;
     assert_eq!(read["mayApply"], false, "a viewer may not write");
 
-    let (status, error) = post(ADMIN, "apiVersion: nope.dev/v1\nkind: Thing\nmetadata: {name: a}\n").await;
+    let (status, error) = post(
+        ADMIN,
+        "apiVersion: nope.dev/v1\nkind: Thing\nmetadata: {name: a}\n",
+    )
+    .await;
     assert_eq!(status, 400);
     assert!(
-        error["message"].as_str().unwrap().starts_with("document 1: unknown kind \"Thing\""),
+        error["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("document 1: unknown kind \"Thing\""),
         "{error}"
     );
-    let (status, error) = post(ADMIN, "apiVersion: v1\nkind: Secret\nmetadata: {name: a}\n---\n: : :\n").await;
+    let (status, error) = post(
+        ADMIN,
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: a}\n---\n: : :\n",
+    )
+    .await;
     assert_eq!(status, 400);
-    assert!(error["message"].as_str().unwrap().contains("document 2"), "{error}");
+    assert!(
+        error["message"].as_str().unwrap().contains("document 2"),
+        "{error}"
+    );
     // Reading a manifest writes nothing.
     assert!(host.get("ReplicaSet", "web").await.is_none());
     host.stop().await;

@@ -16,10 +16,14 @@ mod api_writes;
 mod cli;
 /// Hostile HTTP clients: unread watches, stalled bodies, many managers.
 mod clients;
-/// The web console's server side: page, tree, overview, plugins, manifests.
-mod console_api;
 /// Three hosts sharing work on one etcd: kill -9, partition, no overlap.
 mod cluster;
+/// The web console in a real headless Chromium (`tests/console/`): the
+/// ownership tree live, plans, a DnsRecord's requests, read-only tokens,
+/// 100,000 objects, accessibility.
+mod console;
+/// The web console's server side: page, tree, overview, plugins, manifests.
+mod console_api;
 /// No plugin can hurt the host or its neighbours: kinds and definitions
 /// with one owner, plugin files checked before they are parsed, hot loops,
 /// blocking calls, clashes.

@@ -265,7 +265,10 @@ pub fn classify(method: &Method, path: &str, watch: bool) -> Request {
         return Request::Health;
     }
     // Who the caller is, and reading a manifest's text: no data either.
-    if matches!(path, "/setpoint/v1/console/whoami" | "/setpoint/v1/manifests") {
+    if matches!(
+        path,
+        "/setpoint/v1/console/whoami" | "/setpoint/v1/manifests"
+    ) {
         return Request::Discovery;
     }
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();

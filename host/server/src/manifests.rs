@@ -72,11 +72,12 @@ pub(super) async fn manifests(
 /// The objects of a manifest's text, each with its origin (`document N`,
 /// `document N, item M`).
 fn read(body: &[u8]) -> Result<Vec<(String, Value)>, String> {
-    let text = std::str::from_utf8(body).map_err(|_| "the manifest is not UTF-8 text".to_owned())?;
+    let text =
+        std::str::from_utf8(body).map_err(|_| "the manifest is not UTF-8 text".to_owned())?;
     let mut documents = Vec::new();
     if text.trim_start().starts_with('{') || text.trim_start().starts_with('[') {
-        let value: Value =
-            serde_json::from_str(text).map_err(|e| format!("the manifest is not valid JSON: {e}"))?;
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| format!("the manifest is not valid JSON: {e}"))?;
         match value {
             Value::Array(items) => documents.extend(items),
             other => documents.push(other),
@@ -102,7 +103,9 @@ fn read(body: &[u8]) -> Result<Vec<(String, Value)>, String> {
                 ));
             }
         }
-        let is_list = document["kind"].as_str().is_some_and(|k| k.ends_with("List"))
+        let is_list = document["kind"]
+            .as_str()
+            .is_some_and(|k| k.ends_with("List"))
             && document["items"].is_array();
         let items: Vec<(String, Value)> = if is_list {
             let items = document["items"].as_array().cloned().unwrap_or_default();
@@ -132,13 +135,13 @@ fn read(body: &[u8]) -> Result<Vec<(String, Value)>, String> {
 
 fn check(origin: &str, object: &Value) -> Result<(), String> {
     for field in ["apiVersion", "kind"] {
-        if !object[field].as_str().is_some_and(|s| !s.is_empty()) {
+        if object[field].as_str().is_none_or(str::is_empty) {
             return Err(format!("{origin}: {field} is missing"));
         }
     }
-    if !object["metadata"]["name"]
+    if object["metadata"]["name"]
         .as_str()
-        .is_some_and(|s| !s.is_empty())
+        .is_none_or(str::is_empty)
     {
         return Err(format!(
             "{origin}: metadata.name is missing (a {} needs a name)",
@@ -183,7 +186,8 @@ mod tests {
 
     #[test]
     fn json_objects_and_arrays_are_read_too() {
-        let one = read(br#"{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "a"}}"#).unwrap();
+        let one =
+            read(br#"{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "a"}}"#).unwrap();
         assert_eq!(one.len(), 1);
         let two = read(br#"[{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "a"}}, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "b"}}]"#).unwrap();
         assert_eq!(two[1].0, "document 2");
@@ -192,8 +196,14 @@ mod tests {
     #[test]
     fn a_bad_document_is_named_and_nothing_is_returned() {
         let cases: [(&str, &str); 6] = [
-            ("apiVersion: v1\nkind: Secret\nmetadata: {name: a}\n---\nkind: Secret\nmetadata: {name: b}\n", "document 2: apiVersion is missing"),
-            ("apiVersion: v1\nkind: Secret\nmetadata: {}\n", "document 1: metadata.name is missing"),
+            (
+                "apiVersion: v1\nkind: Secret\nmetadata: {name: a}\n---\nkind: Secret\nmetadata: {name: b}\n",
+                "document 2: apiVersion is missing",
+            ),
+            (
+                "apiVersion: v1\nkind: Secret\nmetadata: {}\n",
+                "document 1: metadata.name is missing",
+            ),
             ("- 1\n- 2\n", "document 1: expected an object"),
             ("a: [1, 2\n", "document 1: not valid YAML"),
             ("", "holds no object"),

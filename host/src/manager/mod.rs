@@ -28,9 +28,9 @@ mod reload;
 mod survey;
 
 pub use builder::HostBuilder;
-pub use survey::{Census, Flagged, KindCount, STALLED_AFTER, ready_condition};
 pub use claims::MAX_DEFINITIONS;
 use reload::PluginEntry;
+pub use survey::{Census, Flagged, KindCount, STALLED_AFTER, ready_condition};
 
 /// Why a host could not start or a reconciler could not be added.
 #[derive(Debug, thiserror::Error)]

@@ -80,7 +80,8 @@ pub fn ready_condition(object: &Object) -> Option<(&str, &str, &str, Option<&str
 
 fn since(time: Option<&str>, now: SystemTime) -> Option<Duration> {
     let at = chrono::DateTime::parse_from_rfc3339(time?).ok()?;
-    let at = SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(at.timestamp_millis()).ok()?);
+    let at =
+        SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(at.timestamp_millis()).ok()?);
     now.duration_since(at).ok()
 }
 
@@ -175,7 +176,12 @@ impl Host {
         let mut found = Vec::new();
         for kind in self.shared.api.kinds().all() {
             if let Some(informer) = self.shared.informers.existing(&kind.group, &kind.plural) {
-                found.extend(informer.owned_by(uid).into_iter().map(|o| (kind.clone(), o)));
+                found.extend(
+                    informer
+                        .owned_by(uid)
+                        .into_iter()
+                        .map(|o| (kind.clone(), o)),
+                );
             }
         }
         found.sort_by(|(ka, a), (kb, b)| (&ka.kind, meta::name(a)).cmp(&(&kb.kind, meta::name(b))));
@@ -199,7 +205,13 @@ impl Host {
     /// call time and write bandwidth it is paced to.
     pub async fn plugin_limits(
         &self,
-    ) -> HashMap<String, (crate::runtime::Limits, Option<crate::controller::PaceLimits>)> {
+    ) -> HashMap<
+        String,
+        (
+            crate::runtime::Limits,
+            Option<crate::controller::PaceLimits>,
+        ),
+    > {
         let limits: Vec<(String, crate::runtime::Limits)> = self
             .shared
             .plugins
@@ -212,7 +224,9 @@ impl Host {
         limits
             .into_iter()
             .map(|(name, limits)| {
-                let pace = controllers.get(&name).map(crate::controller::Controller::pace_limits);
+                let pace = controllers
+                    .get(&name)
+                    .map(crate::controller::Controller::pace_limits);
                 (name, (limits, pace))
             })
             .collect()
@@ -232,6 +246,6 @@ impl Host {
 
 /// Keep the [`MAX_FLAGGED`] objects stalled longest.
 fn keep_longest(stalled: &mut Vec<Flagged>) {
-    stalled.sort_by(|a, b| b.for_how_long.cmp(&a.for_how_long));
+    stalled.sort_by_key(|f| std::cmp::Reverse(f.for_how_long));
     stalled.truncate(MAX_FLAGGED);
 }

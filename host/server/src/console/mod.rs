@@ -89,7 +89,10 @@ pub(super) fn routes(source: Source) -> Router<Arc<Host>> {
     let source = Arc::new(source);
     let index = source.clone();
     router
-        .route("/", get(move || asset(index.clone(), "index.html".to_owned())))
+        .route(
+            "/",
+            get(move || asset(index.clone(), "index.html".to_owned())),
+        )
         .route(
             "/console/{file}",
             get(move |Path(file): Path<String>| asset(source.clone(), file)),
@@ -128,7 +131,10 @@ async fn asset(source: Arc<Source>, file: String) -> Response {
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
     // The page changes with the binary; a reload after an upgrade must not
     // mix an old script with a new page.
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
@@ -163,7 +169,10 @@ async fn whoami(State(_host): State<Arc<Host>>, caller: Option<Extension<Caller>
 
 /// A node's reference fields: what the page needs to name and link an
 /// object.
-pub(super) fn reference(kind: &setpoint::object::KindInfo, object: &setpoint::object::Object) -> serde_json::Value {
+pub(super) fn reference(
+    kind: &setpoint::object::KindInfo,
+    object: &setpoint::object::Object,
+) -> serde_json::Value {
     use setpoint::object::meta;
     json!({
         "apiVersion": kind.api_version(),

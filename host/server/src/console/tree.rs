@@ -76,7 +76,8 @@ pub(super) async fn tree(
             },
         ),
     };
-    let describe = |kind: &KindInfo, object: &Object| node(&host, kind, object, may_read(kind, object));
+    let describe =
+        |kind: &KindInfo, object: &Object| node(&host, kind, object, may_read(kind, object));
 
     let mut ancestors = Vec::new();
     let mut child = root.clone();
@@ -153,8 +154,7 @@ pub(super) async fn tree(
 
 /// The node at `path` (child indexes) below `root`.
 fn at<'a>(root: &'a mut Value, path: &[usize]) -> &'a mut Value {
-    path.iter()
-        .fold(root, |node, &i| &mut node["children"][i])
+    path.iter().fold(root, |node, &i| &mut node["children"][i])
 }
 
 /// The owner of `object` (its controller reference, else its first owner
@@ -208,8 +208,13 @@ fn node(host: &Host, kind: &KindInfo, object: &Object, readable: bool) -> Value 
     // Kinds that count replicas rather than carry a Ready condition
     // (Deployment, ReplicaSet) say how many are ready.
     node["summary"] = match (
-        status.and_then(|s| s.get("readyReplicas")).and_then(Value::as_i64),
-        object.get("spec").and_then(|s| s.get("replicas")).and_then(Value::as_i64),
+        status
+            .and_then(|s| s.get("readyReplicas"))
+            .and_then(Value::as_i64),
+        object
+            .get("spec")
+            .and_then(|s| s.get("replicas"))
+            .and_then(Value::as_i64),
     ) {
         (ready, Some(wanted)) => json!(format!("{}/{wanted} ready", ready.unwrap_or(0))),
         _ => status

@@ -665,6 +665,19 @@ async fn console(dir: &Path, family: usize) -> anyhow::Result<()> {
         "spec": {"replicas": family, "selector": {"matchLabels": {"app": "family"}},
                  "template": {"metadata": {"labels": {"app": "family"}},
                               "spec": {"startupDelayMs": 0, "image": "nginx"}}}});
+    // More children than an object may have by default (1,000): the
+    // operator raises it for replicaset, as docs/operations.md says.
+    let grant = json!({"apiVersion": "setpoint.dev/v1", "kind": "PluginGrant",
+        "metadata": {"name": "replicaset"},
+        "spec": {"limits": {"children": family.max(1_000)}}});
+    let granted = http
+        .post(format!("{url}/apis/setpoint.dev/v1/plugingrants"))
+        .json(&grant)
+        .send()
+        .await?;
+    if granted.status() != reqwest::StatusCode::CONFLICT {
+        granted.error_for_status()?;
+    }
     let rs_path = "/apis/demo.setpoint.dev/v1/namespaces/default/replicasets";
     let created = http
         .post(format!("{url}{rs_path}"))
@@ -686,12 +699,17 @@ async fn console(dir: &Path, family: usize) -> anyhow::Result<()> {
             break;
         }
         if started.elapsed() > Duration::from_secs(600) {
-            bail!("the ReplicaSet was not ready in 10 minutes: {}", rs["status"]);
+            bail!(
+                "the ReplicaSet was not ready in 10 minutes: {}",
+                rs["status"]
+            );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let tree = |kind: &str, name: &str| {
-        format!("/setpoint/v1/console/tree?apiVersion=demo.setpoint.dev/v1&kind={kind}&namespace=default&name={name}")
+        format!(
+            "/setpoint/v1/console/tree?apiVersion=demo.setpoint.dev/v1&kind={kind}&namespace=default&name={name}"
+        )
     };
     let table = "application/json;as=Table;v=v1;g=meta.k8s.io";
     let pod = http
@@ -705,13 +723,21 @@ async fn console(dir: &Path, family: usize) -> anyhow::Result<()> {
         .to_owned();
     for (what, path, accept) in [
         ("the page (/)", "/".to_owned(), "text/html"),
-        ("overview", "/setpoint/v1/console/overview".to_owned(), "application/json"),
+        (
+            "overview",
+            "/setpoint/v1/console/overview".to_owned(),
+            "application/json",
+        ),
         (
             "tree of the ReplicaSet",
             tree("ReplicaSet", "family"),
             "application/json",
         ),
-        ("tree of one of its Pods", tree("Pod", &pod), "application/json"),
+        (
+            "tree of one of its Pods",
+            tree("Pod", &pod),
+            "application/json",
+        ),
         ("Pods table, first 100", format!("{PODS}?limit=100"), table),
         (
             "Pods table by label, first 100",
