@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
 
 use super::Change;
-use super::terms::Terms;
+use super::terms::{NotReady, Terms};
 use crate::object::{Object, ObjectKey};
 
 /// One cached object.
@@ -117,6 +117,9 @@ pub struct Cache {
     by_owner: HashMap<String, Keys>,
     by_namespace: HashMap<Option<String>, Keys>,
     by_label: HashMap<(String, String), Keys>,
+    /// Objects whose `Ready` condition is not `True` (the console counts
+    /// and lists them without decoding every object).
+    not_ready: HashMap<Arc<ObjectKey>, NotReady>,
     revision: i64,
 }
 
@@ -476,6 +479,9 @@ impl Cache {
                 .or_default()
                 .insert(key.clone());
         }
+        if let Some(not_ready) = terms.not_ready {
+            self.not_ready.insert(key.clone(), not_ready);
+        }
     }
 
     fn unindex(&mut self, key: &ObjectKey, terms: &Terms) {
@@ -486,6 +492,31 @@ impl Cache {
         for label in &terms.labels {
             remove_from(&mut self.by_label, label, key);
         }
+        self.not_ready.remove(key);
+    }
+
+    /// The objects whose `Ready` condition is not `True`, with what it says.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::informer::Cache;
+    ///
+    /// let mut cache = Cache::default();
+    /// let pod = |name: &str, rv: &str, ready: &str| Arc::new(json!({"metadata": {"name": name,
+    ///     "namespace": "default", "resourceVersion": rv},
+    ///     "status": {"conditions": [{"type": "Ready", "status": ready}]}}));
+    /// cache.upsert(pod("a", "1", "True"), 1);
+    /// cache.upsert(pod("b", "2", "False"), 2);
+    /// assert_eq!(cache.not_ready().len(), 1);
+    /// cache.upsert(pod("b", "3", "True"), 3);
+    /// assert!(cache.not_ready().is_empty(), "the index follows the object");
+    /// ```
+    pub fn not_ready(&self) -> Vec<(ObjectKey, NotReady)> {
+        self.not_ready
+            .iter()
+            .map(|(key, n)| ((**key).clone(), *n))
+            .collect()
     }
 }
 

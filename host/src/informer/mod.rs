@@ -42,6 +42,7 @@ use tokio::sync::watch;
 pub use cache::Cache;
 use cache::Pending;
 pub use shared::{InformerStats, Informers};
+pub use terms::NotReady;
 
 use crate::api::Api;
 use crate::object::{KindInfo, Object, ObjectKey};

@@ -96,6 +96,24 @@ impl Informer {
         }
     }
 
+    /// How many objects the cache holds.
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    /// Whether the cache holds no object.
+    pub fn is_empty(&self) -> bool {
+        self.read().is_empty()
+    }
+
+    /// The cached objects whose `Ready` condition is not `True`, through
+    /// the readiness index (nothing is decoded); see [`Cache::not_ready`].
+    ///
+    /// [`Cache::not_ready`]: super::Cache::not_ready
+    pub fn not_ready(&self) -> Vec<(ObjectKey, super::NotReady)> {
+        self.read().not_ready()
+    }
+
     /// Cached objects carrying the label `key=value` (through the label index).
     ///
     /// ```

@@ -78,17 +78,12 @@ pub fn ready_condition(object: &Object) -> Option<(&str, &str, &str, Option<&str
     ))
 }
 
-fn since(time: Option<&str>, now: SystemTime) -> Option<Duration> {
-    let at = chrono::DateTime::parse_from_rfc3339(time?).ok()?;
-    let at =
-        SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(at.timestamp_millis()).ok()?);
-    now.duration_since(at).ok()
-}
-
 impl Host {
     /// Count every kind's objects from the informers and find the ones
-    /// that need a look. Reads each held object's conditions once (no
-    /// store access); kinds without an informer have no counts.
+    /// that need a look, through their readiness indexes: the cost is that
+    /// of the objects not `Ready`, not of all of them (no store access, no
+    /// object decoded but those flagged). Kinds without an informer have no
+    /// counts.
     ///
     /// ```
     /// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
@@ -100,9 +95,12 @@ impl Host {
     /// # });
     /// ```
     pub fn census(&self) -> Census {
-        let now = SystemTime::now();
+        let now_ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
         let mut census = Census::default();
         let informers = &self.shared.informers;
+        let mut stalled = Vec::new();
         for kind in self.shared.api.kinds().all() {
             let Some(informer) = informers.existing(&kind.group, &kind.plural) else {
                 census.kinds.push(KindCount {
@@ -112,45 +110,39 @@ impl Host {
                 });
                 continue;
             };
-            let objects = informer.list(None);
-            let mut not_ready = 0;
-            for object in &objects {
-                let Some((status, reason, message, at)) = ready_condition(object) else {
-                    continue;
-                };
-                if status == "True" {
-                    continue;
-                }
-                not_ready += 1;
-                if status != "False" {
-                    continue;
-                }
-                let for_how_long = since(at, now);
-                let flagged = || Flagged {
-                    kind: kind.clone(),
-                    object: object.clone(),
-                    reason: reason.to_owned(),
-                    message: message.to_owned(),
-                    for_how_long,
-                };
-                if reason == "HotLoop" {
-                    if census.hot_loops.len() < MAX_FLAGGED {
-                        census.hot_loops.push(flagged());
+            // From the readiness index: what is not Ready is few, and
+            // nothing else is decoded.
+            let not_ready = informer.not_ready();
+            for (key, state) in &not_ready {
+                let for_how_long = state
+                    .since_unix_ms
+                    .map(|since| Duration::from_millis(now_ms.saturating_sub(since).max(0) as u64));
+                if state.hot_loop && census.hot_loops.len() < MAX_FLAGGED {
+                    if let Some(flagged) = flag(&informer, &kind, key, for_how_long) {
+                        census.hot_loops.push(flagged);
                     }
-                } else if for_how_long.is_some_and(|d| d >= STALLED_AFTER) {
-                    census.stalled.push(flagged());
-                    if census.stalled.len() > 4 * MAX_FLAGGED {
-                        keep_longest(&mut census.stalled);
-                    }
+                } else if !state.hot_loop
+                    && state.failed
+                    && for_how_long.is_some_and(|d| d >= STALLED_AFTER)
+                {
+                    stalled.push((for_how_long, kind.clone(), informer.clone(), key.clone()));
                 }
             }
             census.kinds.push(KindCount {
                 kind,
-                count: Some(objects.len()),
-                not_ready: Some(not_ready),
+                count: Some(informer.len()),
+                not_ready: Some(not_ready.len()),
             });
         }
-        keep_longest(&mut census.stalled);
+        // Longest first; only those shown are decoded.
+        stalled.sort_by_key(|(for_how_long, ..)| std::cmp::Reverse(*for_how_long));
+        census.stalled = stalled
+            .into_iter()
+            .filter_map(|(for_how_long, kind, informer, key)| {
+                flag(&informer, &kind, &key, for_how_long)
+            })
+            .take(MAX_FLAGGED)
+            .collect();
         census
     }
 
@@ -244,8 +236,134 @@ impl Host {
     }
 }
 
-/// Keep the [`MAX_FLAGGED`] objects stalled longest.
-fn keep_longest(stalled: &mut Vec<Flagged>) {
-    stalled.sort_by_key(|f| std::cmp::Reverse(f.for_how_long));
-    stalled.truncate(MAX_FLAGGED);
+/// The object at `key` with its `Ready` condition's words, if it is still
+/// held.
+fn flag(
+    informer: &crate::informer::Informer,
+    kind: &Arc<KindInfo>,
+    key: &ObjectKey,
+    for_how_long: Option<Duration>,
+) -> Option<Flagged> {
+    let object = informer.get(key)?;
+    let (_, reason, message, _) = ready_condition(&object)?;
+    Some(Flagged {
+        kind: kind.clone(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        for_how_long,
+        object,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_census_counts_from_the_readiness_index_and_flags_hot_loops_and_long_failures() {
+        let host = Host::builder().in_memory().build().await.unwrap();
+        let api = host.api();
+        api.create(
+            &api.crd_kind(),
+            json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": "gadgets.test.setpoint.dev"},
+                "spec": {"group": "test.setpoint.dev", "scope": "Namespaced",
+                    "names": {"kind": "Gadget", "plural": "gadgets"},
+                    "versions": [{"name": "v1", "served": true, "storage": true,
+                        "schema": {"openAPIV3Schema": {"type": "object",
+                            "x-kubernetes-preserve-unknown-fields": true}}}]}}),
+        )
+        .await
+        .unwrap();
+        let kind = api
+            .kinds()
+            .require("test.setpoint.dev/v1", "Gadget")
+            .unwrap();
+        let just_now = chrono::Utc::now().to_rfc3339();
+        let gadget = |name: &str, ready: Option<(&str, &str, &str)>| {
+            let mut object = json!({"apiVersion": "test.setpoint.dev/v1", "kind": "Gadget",
+                "metadata": {"name": name, "namespace": "default"}});
+            if let Some((status, reason, since)) = ready {
+                object["status"] = json!({"conditions": [{"type": "Ready", "status": status,
+                    "reason": reason, "message": format!("{name} says {reason}"),
+                    "lastTransitionTime": since}]});
+            }
+            object
+        };
+        for object in [
+            gadget("fine", Some(("True", "Done", "2020-01-01T00:00:00Z"))),
+            gadget("plain", None),
+            gadget("looping", Some(("False", "HotLoop", &just_now))),
+            gadget(
+                "stuck-long",
+                Some(("False", "ReconcileError", "2020-01-01T00:00:00Z")),
+            ),
+            gadget(
+                "stuck-longer",
+                Some(("False", "ReconcileError", "2019-01-01T00:00:00Z")),
+            ),
+            gadget("failing-now", Some(("False", "ReconcileError", &just_now))),
+            gadget(
+                "unsure",
+                Some(("Unknown", "Waiting", "2019-01-01T00:00:00Z")),
+            ),
+        ] {
+            api.create(&kind, object).await.unwrap();
+        }
+        let informer = host.shared.informers.for_kind(kind.clone());
+        informer.wait_synced().await;
+
+        let census = host.census();
+        let gadgets = census
+            .kinds
+            .iter()
+            .find(|k| k.kind.kind == "Gadget")
+            .unwrap();
+        assert_eq!((gadgets.count, gadgets.not_ready), (Some(7), Some(5)));
+        let names = |list: &[Flagged]| {
+            list.iter()
+                .map(|f| meta::name(&f.object).to_owned())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(&census.hot_loops), ["looping"]);
+        assert_eq!(census.hot_loops[0].message, "looping says HotLoop");
+        assert_eq!(
+            names(&census.stalled),
+            ["stuck-longer", "stuck-long"],
+            "False for over a minute, longest first; not Unknown, not just now"
+        );
+        let events = census
+            .kinds
+            .iter()
+            .find(|k| k.kind.kind == "Event")
+            .unwrap();
+        assert_eq!(
+            (events.count, events.not_ready),
+            (None, None),
+            "no informer holds events"
+        );
+
+        // The index follows changes: the looping one recovers.
+        let mut looping = api.get(&kind, Some("default"), "looping").await.unwrap();
+        looping["status"]["conditions"][0]["status"] = json!("True");
+        let revision = api.update(&kind, looping).await.unwrap();
+        let revision: i64 = meta::resource_version(&revision).unwrap().parse().unwrap();
+        assert!(
+            informer
+                .wait_for_revision(revision, Duration::from_secs(10))
+                .await
+        );
+        let census = host.census();
+        assert!(census.hot_loops.is_empty());
+        let gadgets = census
+            .kinds
+            .iter()
+            .find(|k| k.kind.kind == "Gadget")
+            .unwrap();
+        assert_eq!(gadgets.not_ready, Some(4));
+        drop(informer);
+        host.shutdown().await;
+    }
 }

@@ -103,6 +103,62 @@ pub fn decode_metadata(bytes: &[u8]) -> Result<Object, serde_json::Error> {
     }
 }
 
+/// Decode only `metadata` and `status.conditions` of stored bytes (what an
+/// informer indexes), as `{"metadata": …, "status": {"conditions": …}}`
+/// (`status` only when the object has conditions); the rest is skipped.
+/// Text the partial parse does not take is decoded whole, as
+/// [`decode_metadata`] does.
+///
+/// ```
+/// use setpoint::object::codec::decode_head;
+/// let head = decode_head(br#"{"metadata":{"name":"a"},"spec":{"x":1},"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}"#).unwrap();
+/// assert_eq!(head, serde_json::json!({"metadata": {"name": "a"},
+///     "status": {"conditions": [{"type": "Ready", "status": "True"}]}}));
+/// ```
+pub fn decode_head(bytes: &[u8]) -> Result<Object, serde_json::Error> {
+    #[derive(serde::Deserialize)]
+    struct Status {
+        #[serde(default)]
+        conditions: Value,
+    }
+    #[derive(serde::Deserialize)]
+    struct Head {
+        #[serde(default)]
+        metadata: Value,
+        #[serde(default)]
+        status: Option<Status>,
+    }
+    let head = |metadata: Value, conditions: Value| {
+        let mut head = serde_json::json!({ "metadata": metadata });
+        if !conditions.is_null() {
+            head["status"] = serde_json::json!({ "conditions": conditions });
+        }
+        head
+    };
+    match serde_json::from_slice::<Head>(bytes) {
+        Ok(h) => Ok(head(
+            h.metadata,
+            h.status.map(|s| s.conditions).unwrap_or(Value::Null),
+        )),
+        Err(err) => {
+            let mut object = match serde_json::from_slice::<Value>(bytes) {
+                Ok(object) => object,
+                Err(_) => decode_deep(bytes).ok_or(err)?,
+            };
+            let metadata = object
+                .get_mut("metadata")
+                .map(Value::take)
+                .unwrap_or(Value::Null);
+            let conditions = object
+                .get_mut("status")
+                .and_then(|s| s.get_mut("conditions"))
+                .map(Value::take)
+                .unwrap_or(Value::Null);
+            Ok(head(metadata, conditions))
+        }
+    }
+}
+
 /// How deep a stored object may nest and still be read. Writes keep
 /// objects within `shape::MAX_DEPTH`, but earlier versions stored whatever
 /// a JSON patch built; such an object must stay readable (and so
