@@ -113,12 +113,13 @@ pub(super) async fn tree(
             .iter()
             .map(|(kind, object)| describe(kind, object))
             .collect();
-        // Within a kind, what is not Ready first: that is what one looks for.
-        described.sort_by_key(|n| {
+        // Within a kind, what is not Ready first (that is what one looks
+        // for), then by name as people count (web-2 before web-10).
+        described.sort_by_cached_key(|n| {
             (
                 n["kind"].as_str().unwrap_or("").to_owned(),
                 n["ready"] == "True",
-                n["name"].as_str().unwrap_or("").to_owned(),
+                natural(n["name"].as_str().unwrap_or("")),
             )
         });
         let room = MAX_NODES.saturating_sub(expanded);
@@ -150,6 +151,29 @@ pub(super) async fn tree(
         }
     }
     Json(json!({"ancestors": ancestors, "root": root_node, "truncated": truncated})).into_response()
+}
+
+/// A name's sort key in which runs of digits compare as numbers.
+fn natural(name: &str) -> Vec<(String, u64)> {
+    let mut key = Vec::new();
+    let mut text = String::new();
+    let mut chars = name.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            let mut number = u64::from(c as u8 - b'0');
+            while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+                number = number
+                    .saturating_mul(10)
+                    .saturating_add(u64::from(*d as u8 - b'0'));
+                chars.next();
+            }
+            key.push((std::mem::take(&mut text), number));
+        } else {
+            text.push(c);
+        }
+    }
+    key.push((text, 0));
+    key
 }
 
 /// The node at `path` (child indexes) below `root`.
@@ -229,4 +253,23 @@ fn node(host: &Host, kind: &KindInfo, object: &Object, readable: bool) -> Value 
         .recent(&setpoint::egress::recent_key(&kind.kind, &key));
     node["requests"] = serde_json::to_value(requests).unwrap_or_default();
     node
+}
+
+#[cfg(test)]
+mod tests {
+    use super::natural;
+
+    #[test]
+    fn names_sort_as_people_count() {
+        let mut names = [
+            "web-10", "web-2", "web-1", "db", "web-1a", "web-01x", "web-9",
+        ];
+        names.sort_by_cached_key(|n| natural(n));
+        assert_eq!(
+            names,
+            [
+                "db", "web-1", "web-1a", "web-01x", "web-2", "web-9", "web-10"
+            ]
+        );
+    }
 }
