@@ -69,7 +69,8 @@ impl Failures {
     /// What the keys of `namespace` may use changed (a Secret there): they
     /// deserve a try.
     pub fn forget_namespace(&self, namespace: Option<&str>) {
-        self.lock().retain(|key, _| key.namespace.as_deref() != namespace);
+        self.lock()
+            .retain(|key, _| key.namespace.as_deref() != namespace);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, Failed>> {
