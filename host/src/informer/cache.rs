@@ -56,6 +56,19 @@ impl Entry {
             .upgrade()
     }
 
+    /// What a listing tells of the object: the whole object if someone
+    /// holds it decoded, else only its `metadata` and `status.conditions`
+    /// (decoding those skips the rest, a fraction of a whole decode; see
+    /// [`Change::Listed`]).
+    fn head(&self) -> Arc<Object> {
+        if let Some(object) = self.held() {
+            return object;
+        }
+        crate::object::codec::decode_head(&self.json)
+            .map(Arc::new)
+            .unwrap_or_else(|_| self.object())
+    }
+
     /// The object, decoded again only if nobody holds it.
     fn object(&self) -> Arc<Object> {
         let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
@@ -161,6 +174,13 @@ impl Cache {
     /// ```
     pub fn iter(&self) -> impl Iterator<Item = Arc<Object>> + '_ {
         self.objects.values().map(Entry::object)
+    }
+
+    /// Every object as a listing tells it ([`Change::Listed`]): its
+    /// `metadata` and `status.conditions`, or the whole object where one is
+    /// held decoded anyway.
+    pub(super) fn heads(&self) -> impl Iterator<Item = Arc<Object>> + '_ {
+        self.objects.values().map(Entry::head)
     }
 
     /// Objects with an owner reference to `uid`.
@@ -415,11 +435,11 @@ impl Cache {
         match pending {
             Pending::Ready(change) => Some(change),
             Pending::Applied(key) => {
-                let object = self.objects.get(&key)?.object();
+                let entry = self.objects.get(&key)?;
                 Some(if first_list {
-                    Change::Listed(object)
+                    Change::Listed(entry.head())
                 } else {
-                    Change::Applied(object)
+                    Change::Applied(entry.object())
                 })
             }
         }

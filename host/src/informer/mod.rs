@@ -89,8 +89,12 @@ pub enum Change {
     Applied(Arc<Object>),
     /// The object was deleted; this is its last known state.
     Deleted(Arc<Object>),
-    /// Not a change: the object as cached, reported by the first list, when a
-    /// handler is added late, or by a periodic resync.
+    /// Not a change: an object cached, reported by the first list, when a
+    /// handler is added late, or by a periodic resync. It carries the
+    /// object's `metadata` and `status.conditions` (all a handler that maps
+    /// objects to keys reads), not necessarily the rest: decoding every
+    /// object whole to tell about it cost seconds per million at each
+    /// start and resync. [`Informer::get`] has the whole object.
     Listed(Arc<Object>),
 }
 
@@ -318,7 +322,7 @@ impl Informer {
         // Hold the cache lock while replaying so no change slips between the
         // replay and the registration.
         let cache = self.inner.cache.read().unwrap_or_else(|p| p.into_inner());
-        for object in cache.iter() {
+        for object in cache.heads() {
             handler(&Change::Listed(object));
         }
         self.inner
@@ -514,7 +518,7 @@ impl Inner {
         let Some(handler) = handler else {
             return false;
         };
-        for object in cache.iter() {
+        for object in cache.heads() {
             handler(&Change::Listed(object));
         }
         true

@@ -233,3 +233,55 @@ async fn an_informer_cut_off_by_the_hub_relists_without_gaps_or_a_storm() {
         "unchanged objects were not re-announced: {calls:?}"
     );
 }
+
+/// A listing (a late handler's replay, a resync) tells of each object its
+/// metadata and conditions, without decoding the rest; a change tells the
+/// whole object, and `get` has it.
+#[tokio::test]
+async fn listings_carry_metadata_and_conditions_and_changes_the_whole_object() {
+    let (api, kind) = api_with_small_history().await;
+    let mut listed = event("listed", 7);
+    listed["status"] = json!({"conditions": [{"type": "Ready", "status": "False"}], "phase": "x"});
+    api.create(&kind, listed).await.unwrap();
+    let informer = Informer::start(api.clone(), kind.clone());
+    informer.wait_synced().await;
+
+    let seen: Arc<Mutex<Vec<(bool, Object)>>> = Arc::default();
+    let s = seen.clone();
+    informer.add_handler(move |change| {
+        let listing = matches!(change, Change::Listed(_));
+        s.lock()
+            .unwrap()
+            .push((listing, (**change.object()).clone()));
+    });
+    {
+        let seen = seen.lock().unwrap();
+        let (listing, object) = &seen[0];
+        assert!(listing);
+        assert_eq!(object["metadata"]["name"], "listed");
+        assert_eq!(object["status"]["conditions"][0]["status"], "False");
+        assert!(
+            object.get("count").is_none() && object["status"].get("phase").is_none(),
+            "{object}"
+        );
+    }
+    let whole = informer
+        .get(&ObjectKey::new(Some("default"), "listed"))
+        .unwrap();
+    assert_eq!(whole["count"], 7);
+
+    let changed = api.create(&kind, event("changed", 9)).await.unwrap();
+    let revision: i64 = crate::object::meta::resource_version(&changed)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        informer
+            .wait_for_revision(revision, std::time::Duration::from_secs(5))
+            .await
+    );
+    let seen = seen.lock().unwrap();
+    let (listing, object) = seen.last().unwrap();
+    assert!(!listing);
+    assert_eq!(object["count"], 9, "a change carries the whole object");
+}
