@@ -24,6 +24,47 @@ fn unix_seconds(time: std::time::SystemTime) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// A plugin's state as the API words it: `Running`, or `Failed` and why.
+pub(super) fn plugin_state(state: &PluginState) -> (&'static str, Option<String>) {
+    match state {
+        PluginState::Running => ("Running", None),
+        PluginState::Failed(reason) => ("Failed", Some(reason.clone())),
+    }
+}
+
+/// One object named in a query: `apiVersion`, `kind`, `name`, and
+/// `namespace` if any.
+pub(super) struct ObjectQuery<'a> {
+    pub api_version: &'a str,
+    pub kind: &'a str,
+    pub namespace: Option<&'a str>,
+    pub name: &'a str,
+}
+
+impl<'a> ObjectQuery<'a> {
+    /// The object `query` names, if it names one.
+    pub(super) fn of(query: &'a HashMap<String, String>) -> Option<Self> {
+        Some(Self {
+            api_version: query.get("apiVersion")?,
+            kind: query.get("kind")?,
+            namespace: query
+                .get("namespace")
+                .map(String::as_str)
+                .filter(|n| !n.is_empty()),
+            name: query.get("name")?,
+        })
+    }
+
+    /// The answer to a query that names no object.
+    pub(super) fn missing() -> Response {
+        error_response(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "apiVersion, kind and name are required",
+        )
+    }
+}
+
 /// `GET /setpoint/v1/plugins`: every plugin file the host has seen, and
 /// the custom kinds no running plugin reconciles (`unreconciledKinds`).
 pub(super) async fn plugins(State(host): State<Arc<Host>>) -> Json<Value> {
@@ -32,10 +73,7 @@ pub(super) async fn plugins(State(host): State<Arc<Host>>) -> Json<Value> {
         .await
         .into_iter()
         .map(|p| {
-            let (state, reason) = match &p.state {
-                PluginState::Running => ("Running", None),
-                PluginState::Failed(reason) => ("Failed", Some(reason.clone())),
-            };
+            let (state, reason) = plugin_state(&p.state);
             json!({
                 "name": p.name,
                 "path": p.path.display().to_string(),
@@ -65,24 +103,16 @@ pub(super) async fn history(
     State(host): State<Arc<Host>>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
-    let (Some(api_version), Some(kind), Some(name)) = (
-        query.get("apiVersion"),
-        query.get("kind"),
-        query.get("name"),
-    ) else {
-        return error_response(
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
-            "apiVersion, kind and name are required",
-        );
-    };
-    let key = ObjectKey::new(
-        query
-            .get("namespace")
-            .map(String::as_str)
-            .filter(|n| !n.is_empty()),
+    let Some(ObjectQuery {
+        api_version,
+        kind,
+        namespace,
         name,
-    );
+    }) = ObjectQuery::of(&query)
+    else {
+        return ObjectQuery::missing();
+    };
+    let key = ObjectKey::new(namespace, name);
     let records: Vec<Value> = host
         .history(api_version, kind, &key)
         .await

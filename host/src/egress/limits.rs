@@ -673,19 +673,23 @@ impl Limits {
         }
     }
 
-    /// Each plugin's destinations as its lane sees them now: breaker,
-    /// requests waiting and running, the concurrency learnt, the rate.
-    pub fn destinations(&self) -> Vec<DestinationState> {
-        let lanes: Vec<(String, Arc<Lane>)> = self
-            .lanes
+    /// Every plugin's lane, taken out of the map's lock so that reading
+    /// one lane's state does not hold up the others.
+    fn lanes_now(&self) -> Vec<(String, Arc<Lane>)> {
+        self.lanes
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+            .collect()
+    }
+
+    /// Each plugin's destinations as its lane sees them now: breaker,
+    /// requests waiting and running, the concurrency learnt, the rate.
+    pub fn destinations(&self) -> Vec<DestinationState> {
         let now = Instant::now();
         let mut out = Vec::new();
-        for (plugin, lane) in lanes {
+        for (plugin, lane) in self.lanes_now() {
             let state = lane.state();
             for (name, d) in &state.destinations {
                 out.push(DestinationState {
@@ -710,15 +714,8 @@ impl Limits {
 
     /// How many requests wait, per plugin and destination (for `/metrics`).
     pub fn waiting(&self) -> Vec<(String, String, usize)> {
-        let lanes: Vec<(String, Arc<Lane>)> = self
-            .lanes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
         let mut out = Vec::new();
-        for (plugin, lane) in lanes {
+        for (plugin, lane) in self.lanes_now() {
             let state = lane.state();
             for (name, d) in &state.destinations {
                 out.push((plugin.clone(), name.clone(), d.waiting()));

@@ -90,10 +90,7 @@ pub fn decode_metadata(bytes: &[u8]) -> Result<Object, serde_json::Error> {
     match serde_json::from_slice::<Head>(bytes) {
         Ok(head) => Ok(serde_json::json!({ "metadata": head.metadata })),
         Err(err) => {
-            let mut object = match serde_json::from_slice::<Value>(bytes) {
-                Ok(object) => object,
-                Err(_) => decode_deep(bytes).ok_or(err)?,
-            };
+            let mut object = decode_whole(bytes, err)?;
             let metadata = object
                 .get_mut("metadata")
                 .map(Value::take)
@@ -141,10 +138,7 @@ pub fn decode_head(bytes: &[u8]) -> Result<Object, serde_json::Error> {
             h.status.map(|s| s.conditions).unwrap_or(Value::Null),
         )),
         Err(err) => {
-            let mut object = match serde_json::from_slice::<Value>(bytes) {
-                Ok(object) => object,
-                Err(_) => decode_deep(bytes).ok_or(err)?,
-            };
+            let mut object = decode_whole(bytes, err)?;
             let metadata = object
                 .get_mut("metadata")
                 .map(Value::take)
@@ -156,6 +150,16 @@ pub fn decode_head(bytes: &[u8]) -> Result<Object, serde_json::Error> {
                 .unwrap_or(Value::Null);
             Ok(head(metadata, conditions))
         }
+    }
+}
+
+/// Bytes a partial parse did not take (a repeated member, nesting past the
+/// parser's limit), decoded whole as the store reads them; `err`, the
+/// partial parse's error, if they do not decode at all.
+fn decode_whole(bytes: &[u8], err: serde_json::Error) -> Result<Value, serde_json::Error> {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(object) => Ok(object),
+        Err(_) => decode_deep(bytes).ok_or(err),
     }
 }
 

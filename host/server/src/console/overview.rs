@@ -10,8 +10,8 @@ use axum::Json;
 use axum::extract::State;
 use serde_json::{Value, json};
 
+use super::super::host_info::plugin_state;
 use setpoint::Host;
-use setpoint::plugins::PluginState;
 
 use super::reference;
 
@@ -66,10 +66,7 @@ pub(super) async fn overview(State(host): State<Arc<Host>>) -> Json<Value> {
         .await
         .into_iter()
         .map(|p| {
-            let (state, reason) = match &p.state {
-                PluginState::Running => ("Running", None),
-                PluginState::Failed(reason) => ("Failed", Some(reason.clone())),
-            };
+            let (state, reason) = plugin_state(&p.state);
             json!({
                 "name": p.name,
                 "kind": p.kind,

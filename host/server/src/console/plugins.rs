@@ -12,9 +12,9 @@ use axum::Json;
 use axum::extract::State;
 use serde_json::{Value, json};
 
+use super::super::host_info::plugin_state;
 use setpoint::Host;
 use setpoint::egress::{GRANT_API_VERSION, GRANT_KIND};
-use setpoint::plugins::PluginState;
 
 /// Refusals shown per plugin, newest first.
 const REFUSALS_SHOWN: usize = 20;
@@ -29,10 +29,7 @@ pub(super) async fn plugins(State(host): State<Arc<Host>>) -> Json<Value> {
     let limits = host.plugin_limits().await;
     let mut out = Vec::new();
     for p in host.plugins().await {
-        let (state, reason) = match &p.state {
-            PluginState::Running => ("Running", None),
-            PluginState::Failed(reason) => ("Failed", Some(reason.clone())),
-        };
+        let (state, reason) = plugin_state(&p.state);
         let manifest = manifests.iter().find(|m| m.name == p.name);
         let declares = manifest.map(|m| {
             json!({

@@ -13,13 +13,13 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde_json::{Value, json};
 
 use super::super::guard::Caller;
-use super::super::status::{ApiError, error_response};
+use super::super::host_info::ObjectQuery;
+use super::super::status::ApiError;
 use super::reference;
 use setpoint::Host;
 use setpoint::manager::ready_condition;
@@ -39,21 +39,15 @@ pub(super) async fn tree(
     caller: Option<Extension<Caller>>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
-    let (Some(api_version), Some(kind), Some(name)) = (
-        query.get("apiVersion"),
-        query.get("kind"),
-        query.get("name"),
-    ) else {
-        return error_response(
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
-            "apiVersion, kind and name are required",
-        );
+    let Some(ObjectQuery {
+        api_version,
+        kind,
+        namespace,
+        name,
+    }) = ObjectQuery::of(&query)
+    else {
+        return ObjectQuery::missing();
     };
-    let namespace = query
-        .get("namespace")
-        .map(String::as_str)
-        .filter(|n| !n.is_empty());
     let kind = match host.api().kinds().require(api_version, kind) {
         Ok(kind) => kind,
         Err(err) => return ApiError(err).into_response(),
