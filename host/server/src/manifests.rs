@@ -12,7 +12,6 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::auth::{self, ResourceRequest};
@@ -83,11 +82,10 @@ fn read(body: &[u8]) -> Result<Vec<(String, Value)>, String> {
             other => documents.push(other),
         }
     } else {
-        for (i, document) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-            let value = Value::deserialize(document)
-                .map_err(|e| format!("document {}: not valid YAML: {e}", i + 1))?;
-            documents.push(value);
-        }
+        // Bounded work: deep nesting and alias bombs are refused before they
+        // cost more than reading them (`object::yaml`).
+        documents = setpoint::object::yaml::documents(text)
+            .map_err(|(document, err)| format!("document {document}: not valid YAML: {err}"))?;
     }
     let mut objects = Vec::new();
     for (i, document) in documents.into_iter().enumerate() {
@@ -214,6 +212,27 @@ mod tests {
             assert!(err.contains(expected), "{text:?}: {err}");
         }
         assert!(read(&[0xff, 0xfe]).unwrap_err().contains("not UTF-8"));
+    }
+
+    #[test]
+    fn yaml_bombs_are_refused_before_they_cost_anything() {
+        let mut laughs = String::from("a0: &a0 [\"lol\"]\n");
+        for i in 1..30 {
+            laughs.push_str(&format!(
+                "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}]\n",
+                p = i - 1
+            ));
+        }
+        let deep = format!("spec: {}", "[".repeat(100_000));
+        for bomb in [laughs, deep] {
+            let started = std::time::Instant::now();
+            let err = read(bomb.as_bytes()).unwrap_err();
+            assert!(err.starts_with("document 1: not valid YAML"), "{err}");
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(5),
+                "{err}"
+            );
+        }
     }
 
     #[test]
