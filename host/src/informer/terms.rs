@@ -35,12 +35,7 @@ pub struct NotReady {
 impl NotReady {
     /// The `Ready` condition of `object`, if it is there and not `True`.
     pub fn of(object: &Object) -> Option<Self> {
-        let ready = object
-            .get("status")?
-            .get("conditions")?
-            .as_array()?
-            .iter()
-            .find(|c| c.get("type").and_then(serde_json::Value::as_str) == Some("Ready"))?;
+        let ready = meta::condition(object, "Ready")?;
         let text = |field: &str| ready.get(field).and_then(serde_json::Value::as_str);
         let status = text("status").unwrap_or("Unknown");
         (status != "True").then(|| Self {

@@ -30,7 +30,7 @@ mod survey;
 pub use builder::HostBuilder;
 pub use claims::MAX_DEFINITIONS;
 use reload::PluginEntry;
-pub use survey::{Census, Flagged, KindCount, STALLED_AFTER, ready_condition};
+pub use survey::{Census, Flagged, Holdings, KindCount, STALLED_AFTER, ready_condition};
 
 /// Why a host could not start or a reconciler could not be added.
 #[derive(Debug, thiserror::Error)]

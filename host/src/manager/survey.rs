@@ -65,10 +65,7 @@ pub struct Census {
 /// The `Ready` condition of `object`: (status, reason, message,
 /// lastTransitionTime).
 pub fn ready_condition(object: &Object) -> Option<(&str, &str, &str, Option<&str>)> {
-    let conditions = object.get("status")?.get("conditions")?.as_array()?;
-    let ready = conditions
-        .iter()
-        .find(|c| c.get("type").and_then(Value::as_str) == Some("Ready"))?;
+    let ready = meta::condition(object, "Ready")?;
     let text = |field: &str| ready.get(field).and_then(Value::as_str);
     Some((
         text("status").unwrap_or("Unknown"),
@@ -154,30 +151,30 @@ impl Host {
             .get(key)
     }
 
-    /// The objects, of every kind an informer holds, whose owner
-    /// references name `uid`, by kind then name.
+    /// The informers the host holds now, taken once to find the
+    /// dependents of many objects (a tree) without looking each kind up
+    /// again for each.
     ///
     /// ```
     /// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
     /// let host = setpoint::Host::builder().in_memory().build().await.unwrap();
-    /// assert!(host.dependents("no-such-uid").is_empty());
+    /// assert!(host.holdings().dependents("no-such-uid").is_empty());
     /// host.shutdown().await;
     /// # });
     /// ```
-    pub fn dependents(&self, uid: &str) -> Vec<(Arc<KindInfo>, Arc<Object>)> {
-        let mut found = Vec::new();
-        for kind in self.shared.api.kinds().all() {
-            if let Some(informer) = self.shared.informers.existing(&kind.group, &kind.plural) {
-                found.extend(
-                    informer
-                        .owned_by(uid)
-                        .into_iter()
-                        .map(|o| (kind.clone(), o)),
-                );
-            }
-        }
-        found.sort_by(|(ka, a), (kb, b)| (&ka.kind, meta::name(a)).cmp(&(&kb.kind, meta::name(b))));
-        found
+    pub fn holdings(&self) -> Holdings {
+        Holdings(
+            self.shared
+                .api
+                .kinds()
+                .all()
+                .into_iter()
+                .filter_map(|kind| {
+                    let informer = self.shared.informers.existing(&kind.group, &kind.plural)?;
+                    Some((kind, informer))
+                })
+                .collect(),
+        )
     }
 
     /// Each plugin's `q` quantile of its latest reconciles' durations (see
@@ -232,6 +229,25 @@ impl Host {
             .await
             .values()
             .map(crate::controller::Controller::manifest)
+            .collect()
+    }
+}
+
+/// The informers a host held when [`Host::holdings`] was called.
+pub struct Holdings(Vec<(Arc<KindInfo>, crate::informer::Informer)>);
+
+impl Holdings {
+    /// The held objects, of every kind, whose owner references name `uid`
+    /// (through each informer's owner index), in no particular order.
+    pub fn dependents(&self, uid: &str) -> Vec<(Arc<KindInfo>, Arc<Object>)> {
+        self.0
+            .iter()
+            .flat_map(|(kind, informer)| {
+                informer
+                    .owned_by(uid)
+                    .into_iter()
+                    .map(move |object| (kind.clone(), object))
+            })
             .collect()
     }
 }

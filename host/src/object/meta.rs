@@ -260,6 +260,25 @@ pub fn controller_reference(owner: &Object) -> Value {
     })
 }
 
+/// The condition of type `kind` in `status.conditions` (`Ready`, say), if
+/// the object has one.
+///
+/// ```
+/// use serde_json::json;
+/// use setpoint::object::meta;
+/// let pod = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+/// assert_eq!(meta::condition(&pod, "Ready").unwrap()["status"], "True");
+/// assert!(meta::condition(&pod, "Scheduled").is_none());
+/// ```
+pub fn condition<'a>(object: &'a Object, kind: &str) -> Option<&'a Value> {
+    object
+        .get("status")?
+        .get("conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some(kind))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

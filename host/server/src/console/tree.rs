@@ -94,8 +94,9 @@ pub(super) async fn tree(
     let mut truncated = false;
     // (path of child indexes from the root, uid)
     let mut queue = VecDeque::from([(Vec::<usize>::new(), meta::uid(&root).to_owned())]);
+    let holdings = host.holdings();
     while let Some((path, uid)) = queue.pop_front() {
-        let dependents: Vec<_> = host
+        let dependents: Vec<_> = holdings
             .dependents(&uid)
             .into_iter()
             .filter(|(_, o)| seen.insert(meta::uid(o).to_owned()))
