@@ -246,12 +246,7 @@ async fn console_dns_record_page_lists_its_powerdns_requests_without_the_key() {
         .unwrap();
     api.create(
         &records,
-        json!({"apiVersion": "dns.setpoint.dev/v1", "kind": "DnsRecord",
-            "metadata": {"name": "www", "namespace": "default"},
-            "spec": {"zone": "example.test", "name": "www", "type": "A", "ttl": 120,
-                     "records": ["192.0.2.1"],
-                     "server": {"url": pdns.api_url(),
-                                "apiKeySecretRef": {"name": "pdns-api", "key": "api-key"}}}}),
+        crate::support::pdns::dns_record(&pdns.api_url(), "www", &["192.0.2.1"], 120),
     )
     .await
     .unwrap();

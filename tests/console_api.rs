@@ -398,12 +398,7 @@ async fn the_plugins_view_shows_declarations_grants_pending_rights_and_refusals(
         .unwrap();
     api.create(
         &records,
-        json!({"apiVersion": "dns.setpoint.dev/v1", "kind": "DnsRecord",
-            "metadata": {"name": "www", "namespace": "default"},
-            "spec": {"zone": "example.test", "name": "www", "type": "A", "ttl": 60,
-                     "records": ["192.0.2.1"],
-                     "server": {"url": "http://127.0.0.1:8",
-                                "apiKeySecretRef": {"name": "pdns-api", "key": "api-key"}}}}),
+        crate::support::pdns::dns_record("http://127.0.0.1:8", "www", &["192.0.2.1"], 60),
     )
     .await
     .unwrap();

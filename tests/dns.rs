@@ -116,12 +116,9 @@ async fn set_secret(host: &TestHost, key: &str) {
 }
 
 fn dns_record(pdns: &PowerDns, name: &str, records: &[&str], ttl: u32) -> Value {
-    json!({"apiVersion": "dns.setpoint.dev/v1", "kind": "DnsRecord",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"zone": "example.test", "name": name, "type": "A", "ttl": ttl,
-                 "records": records, "resyncSeconds": 1,
-                 "server": {"url": pdns.api_url(),
-                            "apiKeySecretRef": {"name": "pdns-api", "key": "api-key"}}}})
+    let mut record = crate::support::pdns::dns_record(&pdns.api_url(), name, records, ttl);
+    record["spec"]["resyncSeconds"] = json!(1);
+    record
 }
 
 fn records_kind(host: &TestHost) -> Arc<KindInfo> {

@@ -259,3 +259,15 @@ impl PowerDns {
             .and_then(|line| line.split_whitespace().nth(1)?.parse().ok())
     }
 }
+
+/// A `DnsRecord` `name` in `default` for zone `example.test`: an A record
+/// of `records` with `ttl`, kept in the PowerDNS at `server_url` with the
+/// API key of Secret `default/pdns-api` (key `api-key`).
+pub fn dns_record(server_url: &str, name: &str, records: &[&str], ttl: u32) -> Value {
+    json!({"apiVersion": "dns.setpoint.dev/v1", "kind": "DnsRecord",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"zone": "example.test", "name": name, "type": "A", "ttl": ttl,
+                 "records": records,
+                 "server": {"url": server_url,
+                            "apiKeySecretRef": {"name": "pdns-api", "key": "api-key"}}}})
+}
