@@ -18,8 +18,8 @@ use super::reference;
 pub(super) async fn overview(State(host): State<Arc<Host>>) -> Json<Value> {
     let census = {
         let host = host.clone();
-        // Reading every held object's conditions takes a while at a
-        // million objects: off the async workers.
+        // The census walks the objects that are not Ready, which while a
+        // million are being created is all of them: off the async workers.
         tokio::task::spawn_blocking(move || host.census())
             .await
             .unwrap_or_default()
