@@ -71,6 +71,9 @@ mod rabbitmq;
 mod reconcile_loop;
 /// Hot reload of the plugins directory.
 mod reload;
+/// Restarts without a reconcile storm: controllers resume from their
+/// checkpoints after a stop or a kill -9, and miss nothing.
+mod restart;
 /// Deployment rollouts and garbage collection with the real plugins.
 mod rollouts;
 /// The sandbox: the fault zoo beside well-behaved plugins.

@@ -220,6 +220,27 @@ pub trait Reconciler: Send + Sync + 'static {
         cache: &Arc<dyn CacheView>,
     ) -> Result<Response, ReconcileError>;
 
+    /// What a controller's checkpoint is tied to (see
+    /// [`Checkpoint`](crate::controller::Checkpoint)): a restart resumes
+    /// from a checkpoint taken with the same identity, and reconciles every
+    /// object again otherwise, as new logic may want other results. Wasm
+    /// plugins answer their name and the sha256 of their bytes; the default
+    /// is the manifest's name and version, so a native reconciler whose
+    /// logic changes should change its version.
+    ///
+    /// ```
+    /// use setpoint::controller::{Manifest, Reconciler, from_fn};
+    /// use setpoint::object::KindRef;
+    ///
+    /// let manifest = Manifest::new("widgets", "1.2.0", KindRef::new("example.com/v1", "Widget"));
+    /// let reconciler = from_fn(manifest, |_, _| Ok(Default::default()));
+    /// assert_eq!(reconciler.identity(), "widgets@1.2.0");
+    /// ```
+    fn identity(&self) -> String {
+        let manifest = self.manifest();
+        format!("{}@{}", manifest.name, manifest.version)
+    }
+
     /// Whether [`Reconciler::reconcile`] always returns within microseconds,
     /// so that it may run on the async task that took the key instead of on
     /// a reconcile thread (which costs a hand-off there and back, often a

@@ -416,6 +416,7 @@ impl ServeProcess {
             .spawn()
             .expect("starting setpoint serve");
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut before = Vec::new();
         let url = loop {
             let line = lines
                 .next()
@@ -424,9 +425,10 @@ impl ServeProcess {
             if let Some(rest) = line.split("listening on ").nth(1) {
                 break rest.split_whitespace().next().unwrap().to_owned();
             }
+            before.push(line);
         };
         // Keep draining the log so the server never blocks on a full pipe.
-        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = Arc::new(std::sync::Mutex::new(before));
         let sink = log.clone();
         std::thread::spawn(move || {
             for line in lines.map_while(Result::ok) {

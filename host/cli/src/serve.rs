@@ -268,6 +268,9 @@ pub(super) fn run(args: ServeArgs, allocator: crate::Allocator) -> anyhow::Resul
             .controller(controller)
             .event_ttl(std::time::Duration::from_secs(args.event_ttl_seconds.max(1)))
             .runtime(runtime);
+        if embedded.is_some() {
+            builder = builder.checkpoints(args.data.join(setpoint::manager::CHECKPOINTS_DIR));
+        }
         if let (true, Some(etcd)) = (args.cluster, etcd_backend) {
             let defaults = setpoint::cluster::Config::default();
             builder = builder.etcd_backend(etcd).cluster(setpoint::cluster::Config {

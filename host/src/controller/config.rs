@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{Concurrency, HotLoopConfig, RequeueConfig, Tally, concurrency};
+use super::{Checkpoint, Concurrency, HotLoopConfig, RequeueConfig, Tally, concurrency};
 use crate::queue;
 
 /// Settings of one controller.
@@ -32,6 +32,12 @@ pub struct Config {
     /// tally. A host gives each plugin file's controllers the same one, so
     /// that its figures survive reloads.
     pub tally: Option<Tally>,
+    /// Where the controller keeps its checkpoint, so that a restart
+    /// resumes instead of reconciling every object again; `None` (the
+    /// default) keeps none. A host on the embedded store gives each
+    /// plugin one; a controller of a cluster's host keeps none (shards move
+    /// between hosts).
+    pub checkpoint: Option<Checkpoint>,
 }
 
 impl Default for Config {
@@ -45,6 +51,7 @@ impl Default for Config {
             requeue: RequeueConfig::default(),
             egress: None,
             tally: None,
+            checkpoint: None,
         }
     }
 }

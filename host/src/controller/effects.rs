@@ -119,6 +119,22 @@ impl KeyState {
             .collect()
     }
 
+    /// Keys whose next reconcile this state still serves: outcomes to
+    /// hand over, or a destination to wait for (a checkpoint owes them a
+    /// reconcile).
+    pub fn keys(&self) -> Vec<ObjectKey> {
+        let mut keys: Vec<ObjectKey> = self
+            .outcomes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        let failed = self.failed_at.lock().unwrap_or_else(|p| p.into_inner());
+        keys.extend(failed.values().flatten().cloned());
+        keys
+    }
+
     /// The keys waiting for `destination` to recover; forgotten here.
     pub fn recovered(&self, destination: &str) -> Vec<ObjectKey> {
         self.failed_at

@@ -55,6 +55,11 @@ impl Failures {
         false
     }
 
+    /// Every key waiting for a change.
+    pub fn keys(&self) -> Vec<ObjectKey> {
+        self.lock().keys().cloned().collect()
+    }
+
     /// `key` is gone.
     pub fn forget(&self, key: &ObjectKey) {
         self.lock().remove(key);

@@ -35,6 +35,7 @@
 //! releases its watches.
 
 mod breaker;
+mod checkpoint;
 mod concurrency;
 mod conditions;
 mod config;
@@ -67,6 +68,7 @@ pub use crate::contract::{
     SecretTarget, SecretUse, Severity,
 };
 pub use breaker::HotLoopConfig;
+pub use checkpoint::Checkpoint;
 pub use concurrency::Concurrency;
 pub use config::{Config, Stats};
 pub use from_fn::{FnReconciler, from_fn};
@@ -112,6 +114,8 @@ pub struct Controller {
     sweeper: tokio::task::JoinHandle<()>,
     /// Queues the keys that wait for a destination when it recovers.
     recoveries: tokio::task::JoinHandle<()>,
+    /// Takes the checkpoint every [`checkpoint::EVERY`], when there is one.
+    checkpointer: Option<tokio::task::JoinHandle<()>>,
     /// Handlers this controller registered, removed when it stops.
     handlers: Vec<(Informer, HandlerId)>,
 }
@@ -171,6 +175,8 @@ struct Shared {
     parked: Arc<parked::Parked>,
     /// The turns in progress, which a change of their object supersedes.
     turns: Arc<parked::Turns>,
+    /// Where the controller keeps its checkpoint, if anywhere.
+    checkpoint: Option<Checkpoint>,
 }
 
 impl Controller {
@@ -230,12 +236,19 @@ impl Controller {
             .map(|k| informers.for_kind(k.clone()))
             .collect();
 
+        // Shards move between a cluster's hosts: no checkpoint there.
+        let checkpoint = config.checkpoint.clone().filter(|_| cluster.is_none());
+        let resume = match &checkpoint {
+            Some(checkpoint) => resumable(&api, checkpoint, &*reconciler).await,
+            None => None,
+        };
         // Subscribed before the handlers list the cache, so a shard taken
         // while they do is queued afterwards rather than missed.
         let taken = cluster.as_ref().map(Cluster::acquisitions);
         let turns = Arc::new(parked::Turns::default());
         let triggers::Triggers {
             handlers,
+            triggers,
             echoes,
             clash_watch,
         } = triggers::register(
@@ -246,10 +259,31 @@ impl Controller {
             &cluster,
             config.resync,
             turns.clone(),
+            resume.is_some(),
         );
         informer.wait_synced().await;
         for i in &owned_informers {
             i.wait_synced().await;
+        }
+        if let Some(saved) = &resume {
+            let started = std::time::Instant::now();
+            match checkpoint::replay(&api, &triggers, saved.revision).await {
+                Ok(changes) => tracing::info!(
+                    plugin = %manifest.name,
+                    revision = saved.revision,
+                    changes,
+                    owed = saved.owed.len(),
+                    took = ?started.elapsed(),
+                    "controller resumes from its checkpoint"
+                ),
+                Err(why) => {
+                    tracing::warn!(plugin = %manifest.name, %why, "cannot resume from the checkpoint; every object is queued");
+                    for (informer, id) in &handlers {
+                        informer.replay_to(*id);
+                    }
+                }
+            }
+            saved.queue_owed(&queue);
         }
 
         let view = |inline| -> Arc<dyn CacheView> {
@@ -294,6 +328,7 @@ impl Controller {
             hot_loops: AtomicU64::new(0),
             event_budget: events::EventBudget::default(),
             pace: Arc::default(),
+            checkpoint,
         });
         let workers = (0..shared.gate.workers())
             .map(|index| tokio::spawn(worker::worker(shared.clone(), index)))
@@ -343,6 +378,41 @@ impl Controller {
                 }
             })
         };
+        let checkpointer = shared.checkpoint.is_some().then(|| {
+            let shared = Arc::downgrade(&shared);
+            tokio::spawn(async move {
+                let (mut last, mut failing) = (None, false);
+                loop {
+                    tokio::time::sleep(checkpoint::EVERY).await;
+                    // Weak, as the sweeper: it does not keep the controller.
+                    let Some(taken) = shared.upgrade().map(|s| s.checkpoint()) else {
+                        return;
+                    };
+                    let Some((checkpoint, saved)) = taken else {
+                        continue;
+                    };
+                    if last.as_ref() == Some(&saved) {
+                        continue;
+                    }
+                    let file = checkpoint.path().to_owned();
+                    match save(checkpoint, saved.clone()).await {
+                        Ok(()) => {
+                            if std::mem::take(&mut failing) {
+                                tracing::info!(file = %file.display(), "checkpoint written again");
+                            }
+                            last = Some(saved);
+                        }
+                        // Once, not every second (a full disk): the last
+                        // checkpoint stands, which is safe.
+                        Err(err) if !failing => {
+                            failing = true;
+                            tracing::warn!(file = %file.display(), %err, "cannot write the checkpoint; the last one stands");
+                        }
+                        Err(_) => {}
+                    }
+                }
+            })
+        });
         tracing::info!(plugin = %manifest.name, kind = %manifest.reconciles, "controller started");
         Ok(Self {
             shared,
@@ -350,6 +420,7 @@ impl Controller {
             acquisitions,
             sweeper,
             recoveries,
+            checkpointer,
             handlers,
         })
     }
@@ -461,7 +532,11 @@ impl Controller {
     /// reconciles finish, then release the informers (an informer nobody
     /// else holds stops its watch).
     pub async fn shutdown(mut self) {
+        let last = self.last_checkpoint();
         self.stop_handlers();
+        if let Some((checkpoint, saved)) = last.and_then(|last| last()) {
+            save_last(checkpoint, saved).await;
+        }
         self.shared.queue.shutdown();
         self.shared.gate.open();
         for (index, worker) in self.workers.into_iter().enumerate() {
@@ -476,6 +551,7 @@ impl Controller {
     /// requeued while draining) before stopping, waiting at most `timeout`
     /// before falling back to [`shutdown`](Self::shutdown).
     pub async fn shutdown_with_drain(mut self, timeout: Duration) {
+        let last = self.last_checkpoint();
         self.stop_handlers();
         let drained = self.shared.queue.shutdown_with_drain();
         let parked = self.shared.parked.clone();
@@ -486,12 +562,35 @@ impl Controller {
         if tokio::time::timeout(timeout, drained).await.is_err() {
             tracing::warn!(plugin = %self.manifest().name, "drain timed out; stopping");
         }
+        if let Some((checkpoint, saved)) = last.and_then(|last| last()) {
+            save_last(checkpoint, saved).await;
+        }
         self.shared.queue.shutdown();
         self.shared.gate.open();
         for worker in self.workers {
             let _ = worker.await;
         }
         self.shared.parked.stop().await;
+    }
+
+    /// The last checkpoint of a controller that stops: the revision its
+    /// handlers have seen is read now, before they are removed; the keys
+    /// owed when the returned closure is called (before the queue lets go
+    /// of its delayed keys).
+    #[allow(clippy::type_complexity)]
+    fn last_checkpoint(
+        &mut self,
+    ) -> Option<Box<dyn FnOnce() -> Option<(Checkpoint, checkpoint::Saved)> + Send>> {
+        if let Some(task) = self.checkpointer.take() {
+            task.abort();
+        }
+        let checkpoint = self.shared.checkpoint.clone()?;
+        let revision = self.shared.delivered()?;
+        let shared = self.shared.clone();
+        Some(Box::new(move || {
+            let saved = shared.owed_since(revision)?;
+            Some((checkpoint, saved))
+        }))
     }
 
     fn stop_handlers(&mut self) {
@@ -503,6 +602,58 @@ impl Controller {
         }
         self.sweeper.abort();
         self.recoveries.abort();
+    }
+}
+
+/// The checkpoint `reconciler`'s controller can resume from, if any;
+/// why not is logged.
+async fn resumable(
+    api: &Api,
+    checkpoint: &Checkpoint,
+    reconciler: &dyn Reconciler,
+) -> Option<checkpoint::Saved> {
+    let plugin = &reconciler.manifest().name;
+    let revision = match api.current_revision().await {
+        Ok(revision) => revision,
+        Err(err) => {
+            tracing::warn!(%plugin, %err, "cannot check the checkpoint against the store; every object is queued");
+            return None;
+        }
+    };
+    let file = checkpoint.path().to_owned();
+    let identity = reconciler.identity();
+    let checkpoint = checkpoint.clone();
+    let loaded = tokio::task::spawn_blocking(move || checkpoint.load(&identity, revision))
+        .await
+        .unwrap_or_else(|err| Err(err.to_string()));
+    match loaded {
+        Ok(Some(saved)) => Some(saved),
+        Ok(None) => {
+            tracing::info!(%plugin, file = %file.display(), "no checkpoint yet; every object is queued");
+            None
+        }
+        Err(why) => {
+            tracing::warn!(%plugin, %why, "checkpoint not used; every object is queued");
+            None
+        }
+    }
+}
+
+/// Write a checkpoint off the async threads.
+async fn save(checkpoint: Checkpoint, saved: checkpoint::Saved) -> std::io::Result<()> {
+    tokio::task::spawn_blocking(move || checkpoint.save(&saved))
+        .await
+        .map_err(std::io::Error::other)?
+}
+
+/// Write a controller's last checkpoint as it stops.
+async fn save_last(checkpoint: Checkpoint, saved: checkpoint::Saved) {
+    let file = checkpoint.path().to_owned();
+    match save(checkpoint, saved).await {
+        Ok(()) => tracing::debug!(file = %file.display(), "last checkpoint written"),
+        Err(err) => {
+            tracing::warn!(file = %file.display(), %err, "cannot write the last checkpoint; the one before stands")
+        }
     }
 }
 
@@ -532,6 +683,35 @@ impl Shared {
     /// Destinations answer again (`(plugin, destination)`; none: any may
     /// have): queue now, backoff forgotten, the keys whose requests failed
     /// there, so their held changes follow at once.
+    /// The store revision up to which every change of the controller's
+    /// kinds has queued what it queues; `None` before every informer has
+    /// listed.
+    fn delivered(&self) -> Option<i64> {
+        std::iter::once(&self.informer)
+            .chain(&self.owned_informers)
+            .map(Informer::delivered)
+            .min()
+            .filter(|revision| *revision > 0)
+    }
+
+    /// A checkpoint at `revision`: the keys owed now.
+    fn owed_since(&self, revision: i64) -> Option<checkpoint::Saved> {
+        let others = self
+            .failures
+            .keys()
+            .into_iter()
+            .chain(self.effects.keys())
+            .chain(self.clash_watch.keys());
+        checkpoint::Saved::take(self.reconciler().identity(), revision, &self.queue, others)
+    }
+
+    /// A checkpoint now, and where it goes.
+    fn checkpoint(&self) -> Option<(Checkpoint, checkpoint::Saved)> {
+        let checkpoint = self.checkpoint.clone()?;
+        let saved = self.owed_since(self.delivered()?)?;
+        Some((checkpoint, saved))
+    }
+
     fn wake_recovered(&self, destinations: &[(String, String)]) {
         let plugin = self.reconciler().manifest().name.clone();
         let keys: Vec<ObjectKey> = if destinations.is_empty() {

@@ -17,10 +17,16 @@ use crate::informer::{Change, HandlerId, Informer};
 use crate::object::{KindInfo, ObjectKey, meta};
 use crate::queue::WorkQueue;
 
+/// A trigger: what a change of one kind queues.
+pub(super) type Trigger = Arc<dyn Fn(&Change) + Send + Sync>;
+
 /// The handlers a controller registered, and the state they consult.
 pub(super) struct Triggers {
     /// Removed when the controller stops.
     pub handlers: Vec<(Informer, HandlerId)>,
+    /// The same handlers, for changes told by other means than their
+    /// informer (a checkpoint's replay of the store's history).
+    pub triggers: Vec<(Informer, Trigger)>,
     /// The controller's own status writes, whose echoes queue nothing.
     pub echoes: Arc<echo::Echoes>,
     /// Names desired children could not take.
@@ -28,7 +34,11 @@ pub(super) struct Triggers {
 }
 
 /// Register the handlers that queue `kind`'s keys on its informer and on
-/// the owned kinds' informers. Resyncs every `resync` (none: never).
+/// the owned kinds' informers. Resyncs every `resync` (none: never). With
+/// `changes_only`, the handlers are not told about the objects the
+/// informers list (a controller resuming from its checkpoint learns what
+/// changed from the store's history instead).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn register(
     queue: &WorkQueue<ObjectKey>,
     informer: &Informer,
@@ -37,14 +47,24 @@ pub(super) fn register(
     cluster: &Option<Cluster>,
     resync: Option<Duration>,
     turns: Arc<super::parked::Turns>,
+    changes_only: bool,
 ) -> Triggers {
+    let add = |informer: &Informer, trigger: &Trigger| {
+        let trigger = trigger.clone();
+        let handler = move |change: &Change| trigger(change);
+        match changes_only {
+            true => informer.add_handler_for_changes(handler),
+            false => informer.add_handler(handler),
+        }
+    };
+    let mut triggers: Vec<(Informer, Trigger)> = Vec::new();
     let echoes = Arc::new(echo::Echoes::new(queue.clone()));
     let clash_watch = Arc::new(ClashWatch::default());
     let mut handlers = Vec::new();
     let q = queue.clone();
     let mine = ownership_filter(cluster, kind);
     let own = echoes.clone();
-    let handler = move |change: &Change| {
+    let handler: Trigger = Arc::new(move |change: &Change| {
         let key = ObjectKey::of(change.object());
         if !mine(&key) {
             return;
@@ -62,19 +82,20 @@ pub(super) fn register(
             Change::Listed(_) => {}
         }
         enqueue(&q, change, key);
-    };
-    let id = match resync {
-        Some(period) if !period.is_zero() => informer.add_handler_with_resync(handler, period),
-        _ => informer.add_handler(handler),
-    };
+    });
+    let id = add(informer, &handler);
+    if let Some(period) = resync.filter(|p| !p.is_zero()) {
+        informer.resync_every(id, period);
+    }
     handlers.push((informer.clone(), id));
+    triggers.push((informer.clone(), handler));
     for child_informer in owned_informers {
         let q = queue.clone();
         let (owner_api_version, owner_kind) = (kind.api_version(), kind.kind.clone());
         let mine = ownership_filter(cluster, kind);
         let clashes = clash_watch.clone();
         let child_kind = child_informer.kind().clone();
-        let id = child_informer.add_handler(move |change: &Change| {
+        let handler: Trigger = Arc::new(move |change: &Change| {
             let child = change.object();
             // A name a desired child could not take changed hands.
             if let Some(key) = clashes.waiting_for(&child_kind, child) {
@@ -93,10 +114,13 @@ pub(super) fn register(
                 }
             }
         });
+        let id = add(child_informer, &handler);
         handlers.push((child_informer.clone(), id));
+        triggers.push((child_informer.clone(), handler));
     }
     Triggers {
         handlers,
+        triggers,
         echoes,
         clash_watch,
     }
@@ -129,6 +153,12 @@ impl ClashWatch {
                 key.clone(),
             );
         }
+    }
+
+    /// Every key waiting for a name.
+    pub(super) fn keys(&self) -> Vec<ObjectKey> {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.values().cloned().collect()
     }
 
     /// The key waiting for `object`'s name, if any.

@@ -19,7 +19,23 @@ pub(super) async fn run(inner: Weak<Inner>, api: Api) {
     // values is held beside the texts.
     let mut listed: Vec<Vec<u8>> = Vec::new();
     let mut first_list = true;
-    while let Some(event) = watcher.next().await {
+    let mut progress = tokio::time::interval(super::PROGRESS_EVERY);
+    progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        // `Watcher::next` is cancel safe: a tick loses no change.
+        let event = tokio::select! {
+            event = watcher.next() => event,
+            _ = progress.tick() => {
+                let Some(inner) = inner.upgrade() else { return };
+                // Every change the watcher yielded has been handed on (the
+                // loop tells handlers before it reads the next).
+                if let Some(seen) = watcher.progress() {
+                    inner.progress.fetch_max(seen, std::sync::atomic::Ordering::AcqRel);
+                }
+                continue;
+            }
+        };
+        let Some(event) = event else { break };
         let Some(inner) = inner.upgrade() else { return };
         match event {
             Event::Init => listed.clear(),

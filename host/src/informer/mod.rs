@@ -44,6 +44,10 @@ use cache::Pending;
 pub use shared::{InformerStats, Informers};
 pub use terms::NotReady;
 
+/// How often an informer that follows the watch notes how far it has
+/// seen the store while its kind does not change ([`Informer::delivered`]).
+pub const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
 use crate::api::Api;
 use crate::object::{KindInfo, Object, ObjectKey};
 
@@ -190,7 +194,7 @@ pub struct Informer {
 struct Inner {
     kind: Arc<KindInfo>,
     cache: RwLock<Cache>,
-    handlers: Mutex<Vec<(HandlerId, Handler)>>,
+    handlers: Mutex<Vec<(HandlerId, Handler, Replay)>>,
     next_handler: std::sync::atomic::AtomicU64,
     synced: watch::Sender<bool>,
     /// The revision the cache reflects, for read-your-writes waits.
@@ -202,6 +206,20 @@ struct Inner {
     resyncs: Mutex<HashMap<HandlerId, tokio::task::AbortHandle>>,
     /// Lists the cache was filled from: the first, then one per relist.
     lists: std::sync::atomic::AtomicU64,
+    /// The revision up to which every change of the kind has been handed
+    /// to the handlers, changes of other kinds included (see
+    /// [`Informer::delivered`]); moved by the follower while it watches.
+    progress: std::sync::atomic::AtomicI64,
+}
+
+/// Whether a handler is told about objects that did not change: the first
+/// list's and, for a handler added late, the cache's ([`Change::Listed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Replay {
+    Listed,
+    /// Only real changes: the handler catches up by other means (a
+    /// controller resuming from its checkpoint).
+    ChangesOnly,
 }
 
 impl Drop for Inner {
@@ -253,6 +271,7 @@ impl Informer {
             task: Mutex::new(None),
             resyncs: Mutex::default(),
             lists: std::sync::atomic::AtomicU64::new(0),
+            progress: std::sync::atomic::AtomicI64::new(0),
         });
         let task = tokio::spawn(follow::run(Arc::downgrade(&inner), api));
         *inner.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
@@ -313,7 +332,49 @@ impl Informer {
     /// # Ok(()) }
     /// ```
     pub fn add_handler(&self, handler: impl Fn(&Change) + Send + Sync + 'static) -> HandlerId {
-        let handler: Handler = Arc::new(handler);
+        self.register(Arc::new(handler), Replay::Listed)
+    }
+
+    /// Register a handler that is told only about real changes: not about
+    /// the objects of the first list, nor (added late) about those cached
+    /// already. For a consumer that knows by other means what it has seen
+    /// — a controller resuming from its checkpoint replays the store's
+    /// history since then — and would otherwise be told about every object
+    /// again at each start. Every change after the handler is added, or
+    /// after the first list if it is added before, reaches it.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::informer::{Change, Informer};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let event = |name: &str| json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}});
+    ///
+    /// api.create(&events, event("before")).await?;
+    /// let informer = Informer::start(api.clone(), events.clone());
+    /// let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    /// informer.add_handler_for_changes(move |change| {
+    ///     let _ = tx.send((matches!(change, Change::Applied(_)), change.object()["metadata"]["name"].clone()));
+    /// });
+    /// informer.wait_synced().await;
+    /// api.create(&events, event("after")).await?;
+    /// assert_eq!(rx.recv().await.unwrap(), (true, json!("after")), "the listed object is not told");
+    /// # Ok(()) }
+    /// ```
+    pub fn add_handler_for_changes(
+        &self,
+        handler: impl Fn(&Change) + Send + Sync + 'static,
+    ) -> HandlerId {
+        self.register(Arc::new(handler), Replay::ChangesOnly)
+    }
+
+    fn register(&self, handler: Handler, replay: Replay) -> HandlerId {
         let id = HandlerId(
             self.inner
                 .next_handler
@@ -322,15 +383,57 @@ impl Informer {
         // Hold the cache lock while replaying so no change slips between the
         // replay and the registration.
         let cache = self.inner.cache.read().unwrap_or_else(|p| p.into_inner());
-        for object in cache.heads() {
-            handler(&Change::Listed(object));
+        if replay == Replay::Listed {
+            for object in cache.heads() {
+                handler(&Change::Listed(object));
+            }
         }
         self.inner
             .handlers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push((id, handler));
+            .push((id, handler, replay));
         id
+    }
+
+    /// The store revision up to which every change of the kind has been
+    /// handed to the handlers (0 before the first list is in). It follows
+    /// the store's revision while the kind does not change, within about
+    /// [`PROGRESS_EVERY`]: the point from which a consumer that stopped
+    /// now would have to replay the store's history to miss nothing.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::informer::Informer;
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// let informer = Informer::start(api.clone(), events.clone());
+    /// informer.wait_synced().await;
+    /// let written = api.create(&events, json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e"}})).await?;
+    /// let revision: i64 = written["metadata"]["resourceVersion"].as_str().unwrap().parse()?;
+    /// assert!(informer.wait_for_revision(revision, std::time::Duration::from_secs(5)).await);
+    /// assert!(informer.delivered() >= revision);
+    /// # Ok(()) }
+    /// ```
+    pub fn delivered(&self) -> i64 {
+        // Under the cache lock: a change being told (its handlers run under
+        // the write lock) is counted only once every handler has had it.
+        let cached = self
+            .inner
+            .cache
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .revision();
+        cached.max(
+            self.inner
+                .progress
+                .load(std::sync::atomic::Ordering::Acquire),
+        )
     }
 
     /// Register a handler that is also told about every cached object (as
@@ -370,6 +473,14 @@ impl Informer {
         period: std::time::Duration,
     ) -> HandlerId {
         let id = self.add_handler(handler);
+        self.resync_every(id, period);
+        id
+    }
+
+    /// Tell handler `id` about every cached object (as [`Change::Listed`])
+    /// every `period` from now on, until it is removed; see
+    /// [`Informer::add_handler_with_resync`].
+    pub fn resync_every(&self, id: HandlerId, period: std::time::Duration) {
         let weak = Arc::downgrade(&self.inner);
         let resync = tokio::spawn(async move {
             let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
@@ -387,7 +498,35 @@ impl Informer {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id, resync.abort_handle());
-        id
+    }
+
+    /// Tell handler `id` about every cached object now, as
+    /// [`Change::Listed`] (what [`Informer::add_handler`] does at once):
+    /// for a handler added for changes only that finds it must catch up
+    /// after all. Returns whether the handler is registered.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use setpoint::api::Api;
+    /// use setpoint::informer::{Change, Informer};
+    /// use setpoint::store::MemoryBackend;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// let events = api.kinds().require("v1", "Event")?;
+    /// api.create(&events, json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e"}})).await?;
+    /// let informer = Informer::start(api.clone(), events.clone());
+    /// informer.wait_synced().await;
+    /// let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    /// let id = informer.add_handler_for_changes(move |change| { let _ = tx.send(matches!(change, Change::Listed(_))); });
+    /// assert!(rx.try_recv().is_err());
+    /// assert!(informer.replay_to(id));
+    /// assert!(rx.recv().await.unwrap());
+    /// # Ok(()) }
+    /// ```
+    pub fn replay_to(&self, id: HandlerId) -> bool {
+        self.inner.resync(id)
     }
 
     /// Unregister a handler; it is not called again once this returns, and
@@ -436,7 +575,7 @@ impl Informer {
             .handlers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .retain(|(h, _)| *h != id);
+            .retain(|(h, _, _)| *h != id);
     }
 
     /// Wait until the first list has filled the cache.
@@ -513,8 +652,8 @@ impl Inner {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .find(|(h, _)| *h == id)
-            .map(|(_, handler)| handler.clone());
+            .find(|(h, _, _)| *h == id)
+            .map(|(_, handler, _)| handler.clone());
         let Some(handler) = handler else {
             return false;
         };
@@ -552,7 +691,12 @@ impl Inner {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        if handlers.is_empty() {
+        // The first list tells only what exists: nobody to tell if every
+        // handler wants changes only (not even worth decoding for).
+        if handlers
+            .iter()
+            .all(|(_, _, replay)| first_list && *replay == Replay::ChangesOnly)
+        {
             return;
         }
         for pending in changes {
@@ -561,8 +705,11 @@ impl Inner {
             let Some(change) = cache.change(pending, first_list) else {
                 continue;
             };
-            for (_, handler) in &handlers {
-                handler(&change);
+            let listed = matches!(change, Change::Listed(_));
+            for (_, handler, replay) in &handlers {
+                if !(listed && *replay == Replay::ChangesOnly) {
+                    handler(&change);
+                }
             }
         }
         drop(cache);

@@ -18,8 +18,8 @@ use crate::store::{Backend, MemoryBackend};
 use crate::system;
 
 use super::{
-    COMPACTION_INTERVAL, COMPACTION_KEEP_REVISIONS, EVENT_EXPIRY_INTERVAL, EVENT_TTL, Error, Host,
-    Shared, run_while_leader,
+    CHECKPOINTS_DIR, COMPACTION_INTERVAL, COMPACTION_KEEP_REVISIONS, EVENT_EXPIRY_INTERVAL,
+    EVENT_TTL, Error, Host, Shared, run_while_leader,
 };
 
 /// Builds a [`Host`].
@@ -40,6 +40,7 @@ pub struct HostBuilder {
     per_plugin: std::collections::HashMap<String, controller::Config>,
     reconcile_threads: Option<usize>,
     embedded_dir: Option<PathBuf>,
+    checkpoints: Option<PathBuf>,
     event_ttl: std::time::Duration,
     #[cfg(feature = "etcd")]
     etcd: Option<crate::store::EtcdConfig>,
@@ -63,6 +64,7 @@ impl HostBuilder {
             event_ttl: EVENT_TTL,
             reconcile_threads: None,
             embedded_dir: None,
+            checkpoints: None,
             #[cfg(feature = "etcd")]
             etcd: None,
             #[cfg(feature = "etcd")]
@@ -86,6 +88,34 @@ impl HostBuilder {
     /// The durable embedded store in `dir` (created if absent).
     pub fn embedded(mut self, dir: impl Into<PathBuf>) -> Self {
         self.embedded_dir = Some(dir.into());
+        self
+    }
+
+    /// Keep each plugin's controller checkpoint in `dir` (made when
+    /// needed), so that a restart resumes instead of reconciling every
+    /// object again (see [`controller::Checkpoint`]). The embedded store
+    /// ([`embedded`](Self::embedded)) keeps them in its data directory's
+    /// `checkpoints/` without being told; an embedder that opens the store
+    /// itself names the directory here. Keep it with the store it belongs
+    /// to: a checkpoint ahead of its store is not used, but one of another
+    /// store at a lower revision cannot be told apart. Ignored in a cluster.
+    ///
+    /// ```
+    /// use setpoint::Host;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let data = tempfile::tempdir()?;
+    /// let store = setpoint::store::EmbeddedBackend::open(data.path())?;
+    /// let host = Host::builder()
+    ///     .backend(std::sync::Arc::new(store))
+    ///     .checkpoints(data.path().join("checkpoints"))
+    ///     .build()
+    ///     .await?;
+    /// host.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn checkpoints(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.checkpoints = Some(dir.into());
         self
     }
 
@@ -197,6 +227,15 @@ impl HostBuilder {
             (None, None) => None,
         };
         let mut opened_store = None;
+        // Controllers keep their checkpoints beside the embedded store (a
+        // cluster is on etcd, and its controllers keep none).
+        let checkpoints = self.checkpoints.clone().or_else(|| {
+            self.embedded_dir
+                .as_ref()
+                .map(|dir| dir.join(CHECKPOINTS_DIR))
+        });
+        #[cfg(feature = "etcd")]
+        let checkpoints = checkpoints.filter(|_| self.cluster.is_none());
         let backend: Arc<dyn Backend> = if let Some(dir) = self.embedded_dir {
             // Opening checks the whole file: keep it off the async threads.
             let store =
@@ -272,6 +311,7 @@ impl HostBuilder {
                 runtime,
                 controller_config: self.controller,
                 per_plugin: self.per_plugin,
+                checkpoints,
                 pool: CallPool::new(
                     self.reconcile_threads
                         .unwrap_or_else(controller::pool::default_threads),

@@ -149,6 +149,9 @@ struct Shared {
     egress: crate::egress::Egress,
     controller_config: controller::Config,
     per_plugin: std::collections::HashMap<String, controller::Config>,
+    /// Where each plugin's controller keeps its checkpoint (a host on the
+    /// embedded store, not in a cluster): `DATA/checkpoints/`.
+    checkpoints: Option<PathBuf>,
     /// Runs every controller's reconciler calls.
     pool: CallPool,
     controllers: Mutex<BTreeMap<String, Controller>>,
@@ -208,6 +211,31 @@ fn run_while_leader(
             }
         }
     })
+}
+
+/// The directory inside the embedded store's data directory where the
+/// plugins' controllers keep their checkpoints.
+pub const CHECKPOINTS_DIR: &str = "checkpoints";
+
+/// A plugin's checkpoint file: its name where that is a plain file name,
+/// else its name's bytes in hex (plugin names are the manifests', not
+/// checked to be file names).
+fn checkpoint_file(plugin: &str) -> String {
+    let plain = !plugin.is_empty()
+        && !plugin.starts_with('.')
+        && plugin
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    match plain {
+        true => plugin.to_owned(),
+        false => format!(
+            "x-{}",
+            plugin
+                .bytes()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        ),
+    }
 }
 
 /// How often old revisions are compacted (as Kubernetes does).
@@ -534,6 +562,11 @@ impl Shared {
             .unwrap_or(&self.controller_config)
             .clone();
         config.egress.get_or_insert_with(|| self.egress.clone());
+        if config.checkpoint.is_none()
+            && let Some(dir) = &self.checkpoints
+        {
+            config.checkpoint = Some(controller::Checkpoint::at(dir.join(checkpoint_file(&name))));
+        }
         if tally.is_some() {
             config.tally = tally;
         }

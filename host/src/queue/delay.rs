@@ -107,6 +107,11 @@ impl<K: Clone + Eq + Hash> Delayed<K> {
         None
     }
 
+    /// Every waiting key with its ready time.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&K, Instant)> {
+        self.earliest.iter().map(|(key, &(at, _))| (key, at))
+    }
+
     /// Drops every waiting key.
     pub(super) fn clear(&mut self) {
         self.heap.clear();

@@ -239,6 +239,38 @@ impl<K: Clone + Eq + Hash> State<K> {
         );
     }
 
+    /// At most as many as [`State::owed`] lists, counted without a copy
+    /// (each of its three sets holds distinct keys; a key may be in two).
+    pub(super) fn owed_at_least(&self) -> usize {
+        self.dirty
+            .len()
+            .max(self.processing.len())
+            .max(self.delayed.len())
+    }
+
+    /// Every key the queue still owes a hand-out: pending or processing
+    /// (`None`: now), or delayed (its ready time). A key both pending and
+    /// delayed is told once, as pending.
+    pub(super) fn owed(&self) -> Vec<(K, Option<Instant>)> {
+        let mut owed: Vec<(K, Option<Instant>)> = self
+            .dirty
+            .keys()
+            .chain(
+                self.processing
+                    .keys()
+                    .filter(|k| !self.dirty.contains_key(*k)),
+            )
+            .map(|k| (k.clone(), None))
+            .collect();
+        owed.extend(
+            self.delayed
+                .iter()
+                .filter(|(k, _)| !self.dirty.contains_key(*k) && !self.processing.contains_key(*k))
+                .map(|(k, at)| (k.clone(), Some(at))),
+        );
+        owed
+    }
+
     /// Room held by the containers, in keys (for tests).
     #[cfg(test)]
     pub(super) fn room(&self) -> usize {

@@ -264,6 +264,10 @@ fn forward_output(state: &HostState) {
 }
 
 impl controller::Reconciler for WasmPlugin {
+    fn identity(&self) -> String {
+        format!("{}@sha256:{}", self.name, self.content_hash)
+    }
+
     fn manifest(&self) -> &Manifest {
         &self.manifest
     }
