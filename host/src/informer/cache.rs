@@ -7,7 +7,7 @@
 //! someone still holds (the watch hub keeps recent changes decoded, so an
 //! object being reconciled usually is), or one decoded from the text. A
 //! list fills the cache from the store's text as it is (no decode, no
-//! encode, [`Cache::replace_json`]); what the indexes need of an object is
+//! encode, [`Cache::replace_read`]); what the indexes need of an object is
 //! read from its `metadata` alone ([`Terms`]). Each key is held once, shared
 //! by the map and every index.
 
@@ -97,7 +97,7 @@ impl Entry {
     }
 }
 
-/// A change [`Cache::replace_json`] found: ready, or an object that is
+/// A change [`Cache::replace_read`] found: ready, or an object that is
 /// decoded only when someone is told about it ([`Cache::change`]).
 pub(super) enum Pending {
     Ready(Change),
@@ -406,18 +406,30 @@ impl Cache {
     /// included), kept as they are: nothing is decoded but `metadata`.
     /// Objects applied are named, not decoded ([`Cache::change`] does that
     /// for whoever is told about them).
+    #[cfg(test)]
     pub(super) fn replace_json(&mut self, items: Vec<Vec<u8>>, revision: i64) -> Vec<Pending> {
-        // Only the store's own encoding comes here, and that decodes.
-        let items: Vec<(Terms, Vec<u8>)> = items
-            .into_iter()
-            .map(|json| (Terms::of_json(&json).expect("stored JSON decodes"), json))
-            .collect();
-        let fresh: HashSet<ObjectKey> = items.iter().map(|(t, _)| t.key.clone()).collect();
-        let mut pending: Vec<Pending> = self
-            .remove_missing(&fresh, revision)
-            .into_iter()
-            .map(Pending::Ready)
-            .collect();
+        self.replace_read(read_terms(items), revision)
+    }
+
+    /// Replace the cache with a list's texts at `revision`, each with its
+    /// terms read already ([`read_terms`], done before the cache is
+    /// locked); returns the changes against what was cached.
+    pub(super) fn replace_read(
+        &mut self,
+        items: Vec<(Terms, Vec<u8>)>,
+        revision: i64,
+    ) -> Vec<Pending> {
+        // Nothing to remove from an empty cache (the first list): no set
+        // of a million keys to build for that.
+        let mut pending: Vec<Pending> = if self.objects.is_empty() {
+            Vec::new()
+        } else {
+            let fresh: HashSet<ObjectKey> = items.iter().map(|(t, _)| t.key.clone()).collect();
+            self.remove_missing(&fresh, revision)
+                .into_iter()
+                .map(Pending::Ready)
+                .collect()
+        };
         for (terms, json) in items {
             if self.unchanged(&terms) {
                 continue;
@@ -483,21 +495,15 @@ impl Cache {
     }
 
     fn index(&mut self, key: &Arc<ObjectKey>, terms: &Terms) {
+        // Looked up before an entry is made: most objects share their
+        // owner, namespace and labels with others, and a key copied for
+        // `entry` would be an allocation per index per object.
         for uid in &terms.owners {
-            self.by_owner
-                .entry(uid.clone())
-                .or_default()
-                .insert(key.clone());
+            add_to(&mut self.by_owner, uid, key);
         }
-        self.by_namespace
-            .entry(key.namespace.clone())
-            .or_default()
-            .insert(key.clone());
+        add_to(&mut self.by_namespace, &key.namespace, key);
         for label in &terms.labels {
-            self.by_label
-                .entry(label.clone())
-                .or_default()
-                .insert(key.clone());
+            add_to(&mut self.by_label, label, key);
         }
         if let Some(not_ready) = terms.not_ready {
             self.not_ready.insert(key.clone(), not_ready);
@@ -538,6 +544,62 @@ impl Cache {
             .map(|(key, n)| ((**key).clone(), *n))
             .collect()
     }
+}
+
+/// Adds `key` to the index entry `entry`, made if it is the first.
+fn add_to<I: std::hash::Hash + Eq + Clone>(
+    index: &mut HashMap<I, Keys>,
+    entry: &I,
+    key: &Arc<ObjectKey>,
+) {
+    match index.get_mut(entry) {
+        Some(keys) => {
+            keys.insert(key.clone());
+        }
+        None => {
+            index.insert(entry.clone(), Keys::from([key.clone()]));
+        }
+    }
+}
+
+/// Each text with its terms, read on as many threads as there are cores
+/// for a long list: a list of a million objects spent most of an
+/// informer's fill here (docs/benchmarks/scale.md, "Restarts without a
+/// storm").
+pub(super) fn read_terms(items: Vec<Vec<u8>>) -> Vec<(Terms, Vec<u8>)> {
+    // Only the store's own encoding comes here, and that decodes.
+    let read = |items: Vec<Vec<u8>>| -> Vec<(Terms, Vec<u8>)> {
+        items
+            .into_iter()
+            .map(|json| (Terms::of_json(&json).expect("stored JSON decodes"), json))
+            .collect()
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    if threads < 2 || items.len() < 8192 {
+        return read(items);
+    }
+    let per_thread = items.len().div_ceil(threads);
+    let mut chunks = Vec::with_capacity(threads);
+    let mut rest = items;
+    while rest.len() > per_thread {
+        let tail = rest.split_off(per_thread);
+        chunks.push(std::mem::replace(&mut rest, tail));
+    }
+    chunks.push(rest);
+    std::thread::scope(|scope| {
+        let readers: Vec<_> = chunks
+            .into_iter()
+            .map(|chunk| scope.spawn(move || read(chunk)))
+            .collect();
+        readers
+            .into_iter()
+            .flat_map(|reader| {
+                reader
+                    .join()
+                    .unwrap_or_else(|p| std::panic::resume_unwind(p))
+            })
+            .collect()
+    })
 }
 
 /// Removes `key` from the index entry `entry`, dropping the entry once empty.

@@ -671,12 +671,14 @@ impl Inner {
     }
 
     /// Fills the cache from a list of the kind's objects as JSON text
-    /// ([`Cache::replace_json`]) at `revision`; objects are decoded only
+    /// ([`Cache::replace_read`]) at `revision`; objects are decoded only
     /// to tell handlers about them, one at a time, and not at all if there
     /// are none. The first list's objects are [`Change::Listed`].
     fn apply_list(&self, items: Vec<Vec<u8>>, revision: i64, first_list: bool) {
         let (started, objects) = (std::time::Instant::now(), items.len());
-        self.tell(|cache| cache.replace_json(items, revision), first_list);
+        // Read before the cache is locked, on every core.
+        let items = cache::read_terms(items);
+        self.tell(|cache| cache.replace_read(items, revision), first_list);
         tracing::debug!(kind = %self.kind.kind, objects, took = ?started.elapsed(), "informer filled from a list");
     }
 

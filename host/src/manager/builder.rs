@@ -288,16 +288,10 @@ impl HostBuilder {
                 self.event_ttl,
             )),
             None => {
-                background.push(gc.start());
                 background.push(system::compactor::start(
                     &api,
                     COMPACTION_INTERVAL,
                     COMPACTION_KEEP_REVISIONS,
-                ));
-                background.push(system::event_expiry::start(
-                    &api,
-                    EVENT_EXPIRY_INTERVAL,
-                    self.event_ttl,
                 ));
             }
         }
@@ -345,6 +339,20 @@ impl HostBuilder {
             } else {
                 host.load_plugins_dir(&dir).await?;
             }
+        }
+        // The collector lists every object, and the first expiry may delete
+        // thousands of Events: both wait until the plugins' controllers
+        // have filled their informers, so that they do not slow the start
+        // (docs/benchmarks/scale.md, "Restarts without a storm").
+        if host.shared.cluster.is_none() {
+            let api = host.shared.api.clone();
+            let mut tasks = host.background_tasks();
+            tasks.push(host.shared.gc.start());
+            tasks.push(system::event_expiry::start(
+                &api,
+                EVENT_EXPIRY_INTERVAL,
+                self.event_ttl,
+            ));
         }
         Ok(host)
     }

@@ -177,3 +177,31 @@ fn an_unchanged_object_is_not_a_change() {
     assert!(cache.upsert(Arc::new(obj("a", "1", None)), 1).is_some());
     assert!(cache.upsert(Arc::new(obj("a", "1", None)), 1).is_none());
 }
+
+/// A long list's terms are read on several threads: each text keeps its
+/// own terms and its place.
+#[test]
+fn terms_of_a_long_list_are_read_in_order() {
+    let texts: Vec<Vec<u8>> = (0..20_000)
+        .map(|i| {
+            serde_json::to_vec(
+                &json!({"metadata": {"name": format!("p{i}"), "namespace": "ns",
+                "resourceVersion": i.to_string(), "labels": {"n": format!("{}", i % 7)},
+                "ownerReferences": [{"uid": format!("o{}", i % 3)}]}}),
+            )
+            .unwrap()
+        })
+        .collect();
+    let read = super::read_terms(texts.clone());
+    assert_eq!(read.len(), texts.len());
+    for (i, ((terms, text), original)) in read.iter().zip(&texts).enumerate() {
+        assert_eq!(text, original, "text {i} moved");
+        assert_eq!(terms.key.name, format!("p{i}"));
+        assert_eq!(terms.owners, [format!("o{}", i % 3)]);
+        assert_eq!(terms.labels, [("n".to_owned(), format!("{}", i % 7))]);
+    }
+    let mut cache = Cache::default();
+    cache.replace_read(read, 20_000);
+    assert_eq!(cache.len(), 20_000);
+    assert_eq!(cache.owned_by("o1").len(), 6_667);
+}
