@@ -172,8 +172,8 @@ fn log(server: &ServeProcess) -> String {
 /// Changes made with the host down, through the library on its data
 /// directory: a new Pod, a Pod relabelled, a Pod deleted.
 async fn change_offline(data: &Path) {
-    let store = setpoint::store::EmbeddedBackend::open(data).unwrap();
-    let api = setpoint::api::Api::open(Arc::new(store)).await.unwrap();
+    let store = Arc::new(setpoint::store::EmbeddedBackend::open(data).unwrap());
+    let api = setpoint::api::Api::open(store.clone()).await.unwrap();
     let pods = api.kinds().require("demo.setpoint.dev/v1", "Pod").unwrap();
     api.create(&pods, pod(PODS_N)).await.unwrap();
     let mut relabelled = api.get(&pods, Some("default"), "pod-000007").await.unwrap();
@@ -187,6 +187,8 @@ async fn change_offline(data: &Path) {
     )
     .await
     .unwrap();
+    // Closed, its directory lock released, before the host starts on it.
+    store.close().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -201,7 +201,7 @@ impl Saved {
     }
 }
 
-fn unix_ms(at: SystemTime) -> u64 {
+pub(super) fn unix_ms(at: SystemTime) -> u64 {
     at.duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

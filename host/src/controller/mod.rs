@@ -36,6 +36,8 @@
 
 mod breaker;
 mod checkpoint;
+#[cfg(test)]
+mod checkpoint_tests;
 mod concurrency;
 mod conditions;
 mod config;
@@ -534,7 +536,7 @@ impl Controller {
     pub async fn shutdown(mut self) {
         let last = self.last_checkpoint();
         self.stop_handlers();
-        if let Some((checkpoint, saved)) = last.and_then(|last| last()) {
+        if let Some((checkpoint, saved)) = last {
             save_last(checkpoint, saved).await;
         }
         self.shared.queue.shutdown();
@@ -559,11 +561,11 @@ impl Controller {
             drained.await;
             parked.idle().await;
         };
+        if let Some((checkpoint, saved)) = last {
+            save_last(checkpoint, saved).await;
+        }
         if tokio::time::timeout(timeout, drained).await.is_err() {
             tracing::warn!(plugin = %self.manifest().name, "drain timed out; stopping");
-        }
-        if let Some((checkpoint, saved)) = last.and_then(|last| last()) {
-            save_last(checkpoint, saved).await;
         }
         self.shared.queue.shutdown();
         self.shared.gate.open();
@@ -573,24 +575,16 @@ impl Controller {
         self.shared.parked.stop().await;
     }
 
-    /// The last checkpoint of a controller that stops: the revision its
-    /// handlers have seen is read now, before they are removed; the keys
-    /// owed when the returned closure is called (before the queue lets go
-    /// of its delayed keys).
-    #[allow(clippy::type_complexity)]
-    fn last_checkpoint(
-        &mut self,
-    ) -> Option<Box<dyn FnOnce() -> Option<(Checkpoint, checkpoint::Saved)> + Send>> {
+    /// The last checkpoint of a controller that stops, taken before its
+    /// handlers are removed (a change they would not queue is after its
+    /// revision) and before the queue lets go of its delayed keys (which
+    /// a stop, drained or not, drops). Keys a drain then reconciles are
+    /// owed in it all the same: once more at the next start.
+    fn last_checkpoint(&mut self) -> Option<(Checkpoint, checkpoint::Saved)> {
         if let Some(task) = self.checkpointer.take() {
             task.abort();
         }
-        let checkpoint = self.shared.checkpoint.clone()?;
-        let revision = self.shared.delivered()?;
-        let shared = self.shared.clone();
-        Some(Box::new(move || {
-            let saved = shared.owed_since(revision)?;
-            Some((checkpoint, saved))
-        }))
+        self.shared.checkpoint()
     }
 
     fn stop_handlers(&mut self) {
