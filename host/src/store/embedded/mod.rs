@@ -91,6 +91,10 @@
 //! store is created under a temporary name and renamed into
 //! place once initialised, so `store.redb` is never legitimately empty.
 //!
+//! Checkpoints (the durable commits) save redb's allocator state
+//! (`set_quick_repair`), so the writable open after a crash loads it
+//! instead of walking the whole file to rebuild it.
+//!
 //! The check reads every live page on each open (what that costs:
 //! docs/benchmarks/store.md#with-the-applier-thread-and-the-in-memory-version-index-current).
 //!

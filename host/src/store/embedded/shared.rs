@@ -211,7 +211,12 @@ impl Shared {
         let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
         let db = db.as_ref().ok_or_else(|| self.closed_error())?;
         let mut txn = db.begin_write().ctx(&self.file)?;
-        if !durable {
+        if durable {
+            // The allocator state goes with each checkpoint, so that the
+            // open after a crash need not walk the whole file to rebuild
+            // it (docs/benchmarks/scale.md, "Restarts without a storm").
+            txn.set_quick_repair(true);
+        } else {
             txn.set_durability(redb::Durability::None).ctx(&self.file)?;
         }
         Ok(txn)

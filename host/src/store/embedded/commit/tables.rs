@@ -376,7 +376,8 @@ pub(in crate::store::embedded) fn replay(
     log_segment: u64,
     file: &std::path::Path,
 ) -> Result<Counters> {
-    let txn = db.begin_write().ctx(file)?;
+    let mut txn = db.begin_write().ctx(file)?;
+    txn.set_quick_repair(true);
     {
         let mut tables = Tables::open(&txn).ctx(file)?;
         for record in records {
