@@ -27,18 +27,10 @@ fn addr(url: &str) -> &str {
     url.trim_start_matches("http://")
 }
 
-/// One number from the server's `/metrics`.
+/// One number from the server's `/metrics`, which must be there.
 async fn metric(url: &str, name: &str) -> f64 {
-    let text = reqwest::get(format!("{url}/metrics"))
+    crate::support::metric(url, name)
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no {name} in /metrics"))
 }
 

@@ -65,19 +65,10 @@ async fn create(url: &str, range: std::ops::Range<usize>) {
     }
 }
 
-/// One number of `/metrics`.
+/// One number of `/metrics`; 0 for a series not there yet (a counter
+/// nothing has counted).
 async fn metric(url: &str, series: &str) -> f64 {
-    let text = reqwest::get(format!("{url}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find(|l| l.starts_with(series))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
+    crate::support::metric(url, series).await.unwrap_or(0.0)
 }
 
 async fn podsim_reconciles(url: &str) -> f64 {

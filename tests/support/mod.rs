@@ -325,6 +325,21 @@ where
     }
 }
 
+/// One series of a server's `/metrics` (its name and labels as printed,
+/// e.g. `workqueue_depth{name="podsim"}`), if it is there.
+pub async fn metric(url: &str, series: &str) -> Option<f64> {
+    let text = reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
 /// A ReplicaSet manifest.
 pub fn replicaset(name: &str, replicas: i64, startup_delay_ms: u64) -> Value {
     serde_json::json!({

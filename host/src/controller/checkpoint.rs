@@ -1,8 +1,9 @@
-//! A controller's checkpoint: the store revision up to which its handlers
-//! have been told every change of its kinds, and the keys it still owes a
-//! reconcile (queued, in flight, waiting for a delay or a destination,
-//! failed and waiting for a change), in a file written every
-//! [`EVERY`]. A controller that starts with a valid checkpoint resumes:
+//! A controller's checkpoint, and its file: the store revision up to which
+//! its handlers have been told every change of its kinds, and the keys it
+//! still owes a reconcile (queued, in flight, waiting for a delay or a
+//! destination, failed and waiting for a change), written every [`EVERY`]
+//! (when and from what is `resume`'s). A controller that starts with a
+//! valid checkpoint resumes:
 //! its handlers are not told about every listed object; it replays the
 //! store's changes since the checkpoint's revision through them instead,
 //! and queues the keys owed, each when it is due. A restart after a crash
@@ -30,12 +31,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::triggers::Trigger;
-use crate::api::Api;
-use crate::informer::{Change, Informer};
 use crate::object::ObjectKey;
 use crate::queue::WorkQueue;
-use crate::store::EventKind;
 
 /// How often a checkpoint is taken (when anything moved).
 pub const EVERY: Duration = Duration::from_secs(1);
@@ -245,74 +242,6 @@ fn decode(bytes: &[u8]) -> Result<Saved, String> {
         return Err(format!("checksum {actual:08x}, the header says {crc:08x}"));
     }
     serde_json::from_slice(body).map_err(|err| format!("a body that does not read: {err}"))
-}
-
-/// Tell `triggers` about every change of their kinds after revision
-/// `after` up to the store's revision now, from the store's history, as
-/// [`Change::Applied`] and [`Change::Deleted`] (with `metadata` and
-/// conditions, all triggers read). Returns how many changes were told, or
-/// why the history cannot say (compacted past `after`).
-pub(super) async fn replay(
-    api: &Api,
-    triggers: &[(Informer, Trigger)],
-    after: i64,
-) -> Result<u64, String> {
-    let until = api
-        .current_revision()
-        .await
-        .map_err(|err| format!("the store's revision: {err}"))?;
-    if after >= until {
-        return Ok(0);
-    }
-    if after < api.compacted_revision() {
-        return Err(format!(
-            "history is compacted to {}, past the checkpoint at {after}",
-            api.compacted_revision()
-        ));
-    }
-    let prefixes: Vec<(String, &Trigger)> = triggers
-        .iter()
-        .map(|(informer, trigger)| (Api::prefix(informer.kind(), None), trigger))
-        .collect();
-    let mut changes = api
-        .backend()
-        .watch(after)
-        .await
-        .map_err(|err| format!("the store's history after {after}: {err}"))?;
-    let mut told = 0;
-    let mut text = Vec::new();
-    while let Some(event) = changes.recv().await {
-        let event = event.map_err(|err| format!("the store's history after {after}: {err}"))?;
-        let revision = event.revision();
-        if revision > until {
-            break;
-        }
-        for (prefix, trigger) in &prefixes {
-            if !event.kv.key.starts_with(prefix.as_str()) {
-                continue;
-            }
-            text.clear();
-            let head = Api::write_stored(&event.kv, &mut text)
-                .ok()
-                .and_then(|()| crate::object::codec::decode_head(&text).ok());
-            let Some(head) = head else {
-                tracing::warn!(key = %event.kv.key, revision, "replay skips an undecodable object");
-                continue;
-            };
-            let head = Arc::new(head);
-            trigger(&match event.kind {
-                EventKind::Put => Change::Applied(head),
-                EventKind::Delete => Change::Deleted(head),
-            });
-            told += 1;
-        }
-        if revision >= until {
-            return Ok(told);
-        }
-    }
-    Err(format!(
-        "the store's history after {after} ended before revision {until}"
-    ))
 }
 
 #[cfg(test)]

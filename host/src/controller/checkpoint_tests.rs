@@ -32,6 +32,17 @@ fn noting(calls: Arc<Mutex<Vec<String>>>) -> Arc<dyn Reconciler> {
     ))
 }
 
+async fn start(api: &Api, reconciler: Arc<dyn Reconciler>, config: &Config) -> Controller {
+    Controller::start(
+        api.clone(),
+        Informers::new(api.clone()),
+        reconciler,
+        config.clone(),
+    )
+    .await
+    .unwrap()
+}
+
 async fn until(calls: &Arc<Mutex<Vec<String>>>, n: usize) {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while calls.lock().unwrap().len() < n {
@@ -59,14 +70,7 @@ async fn a_controller_resumes_from_its_checkpoint_with_what_changed_and_what_it_
     };
     let calls: Arc<Mutex<Vec<String>>> = Arc::default();
 
-    let first = Controller::start(
-        api.clone(),
-        Informers::new(api.clone()),
-        noting(calls.clone()),
-        config.clone(),
-    )
-    .await
-    .unwrap();
+    let first = start(&api, noting(calls.clone()), &config).await;
     until(&calls, 50).await;
     // A drained stop keeps the delayed key in its last checkpoint.
     first.shutdown_with_drain(Duration::from_secs(5)).await;
@@ -91,14 +95,7 @@ async fn a_controller_resumes_from_its_checkpoint_with_what_changed_and_what_it_
     api.create(&events, event("e50")).await.unwrap();
 
     calls.lock().unwrap().clear();
-    let second = Controller::start(
-        api.clone(),
-        Informers::new(api.clone()),
-        noting(calls.clone()),
-        config.clone(),
-    )
-    .await
-    .unwrap();
+    let second = start(&api, noting(calls.clone()), &config).await;
     until(&calls, 2).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut seen = calls.lock().unwrap().clone();
@@ -125,9 +122,7 @@ async fn a_controller_resumes_from_its_checkpoint_with_what_changed_and_what_it_
             }
         },
     ));
-    let third = Controller::start(api.clone(), Informers::new(api.clone()), other, config)
-        .await
-        .unwrap();
+    let third = start(&api, other, &config).await;
     until(&calls, 50).await;
     third.shutdown().await;
 }

@@ -54,6 +54,7 @@ mod parked;
 pub(crate) mod pool;
 mod requeue;
 pub(crate) mod respond;
+mod resume;
 mod tally;
 mod triggers;
 pub(crate) mod view;
@@ -116,7 +117,8 @@ pub struct Controller {
     sweeper: tokio::task::JoinHandle<()>,
     /// Queues the keys that wait for a destination when it recovers.
     recoveries: tokio::task::JoinHandle<()>,
-    /// Takes the checkpoint every [`checkpoint::EVERY`], when there is one.
+    /// Takes the checkpoint every [`checkpoint::EVERY`], when there is one
+    /// (`resume`).
     checkpointer: Option<tokio::task::JoinHandle<()>>,
     /// Handlers this controller registered, removed when it stops.
     handlers: Vec<(Informer, HandlerId)>,
@@ -241,7 +243,7 @@ impl Controller {
         // Shards move between a cluster's hosts: no checkpoint there.
         let checkpoint = config.checkpoint.clone().filter(|_| cluster.is_none());
         let resume = match &checkpoint {
-            Some(checkpoint) => resumable(&api, checkpoint, &*reconciler).await,
+            Some(checkpoint) => resume::resumable(&api, checkpoint, &*reconciler).await,
             None => None,
         };
         // Subscribed before the handlers list the cache, so a shard taken
@@ -268,24 +270,7 @@ impl Controller {
             i.wait_synced().await;
         }
         if let Some(saved) = &resume {
-            let started = std::time::Instant::now();
-            match checkpoint::replay(&api, &triggers, saved.revision).await {
-                Ok(changes) => tracing::info!(
-                    plugin = %manifest.name,
-                    revision = saved.revision,
-                    changes,
-                    owed = saved.owed.len(),
-                    took = ?started.elapsed(),
-                    "controller resumes from its checkpoint"
-                ),
-                Err(why) => {
-                    tracing::warn!(plugin = %manifest.name, %why, "cannot resume from the checkpoint; every object is queued");
-                    for (informer, id) in &handlers {
-                        informer.replay_to(*id);
-                    }
-                }
-            }
-            saved.queue_owed(&queue);
+            resume::catch_up(&api, saved, &triggers, &handlers, &queue, &manifest.name).await;
         }
 
         let view = |inline| -> Arc<dyn CacheView> {
@@ -380,41 +365,7 @@ impl Controller {
                 }
             })
         };
-        let checkpointer = shared.checkpoint.is_some().then(|| {
-            let shared = Arc::downgrade(&shared);
-            tokio::spawn(async move {
-                let (mut last, mut failing) = (None, false);
-                loop {
-                    tokio::time::sleep(checkpoint::EVERY).await;
-                    // Weak, as the sweeper: it does not keep the controller.
-                    let Some(taken) = shared.upgrade().map(|s| s.checkpoint()) else {
-                        return;
-                    };
-                    let Some((checkpoint, saved)) = taken else {
-                        continue;
-                    };
-                    if last.as_ref() == Some(&saved) {
-                        continue;
-                    }
-                    let file = checkpoint.path().to_owned();
-                    match save(checkpoint, saved.clone()).await {
-                        Ok(()) => {
-                            if std::mem::take(&mut failing) {
-                                tracing::info!(file = %file.display(), "checkpoint written again");
-                            }
-                            last = Some(saved);
-                        }
-                        // Once, not every second (a full disk): the last
-                        // checkpoint stands, which is safe.
-                        Err(err) if !failing => {
-                            failing = true;
-                            tracing::warn!(file = %file.display(), %err, "cannot write the checkpoint; the last one stands");
-                        }
-                        Err(_) => {}
-                    }
-                }
-            })
-        });
+        let checkpointer = resume::keep(&shared);
         tracing::info!(plugin = %manifest.name, kind = %manifest.reconciles, "controller started");
         Ok(Self {
             shared,
@@ -537,7 +488,7 @@ impl Controller {
         let last = self.last_checkpoint();
         self.stop_handlers();
         if let Some((checkpoint, saved)) = last {
-            save_last(checkpoint, saved).await;
+            resume::save_last(checkpoint, saved).await;
         }
         self.shared.queue.shutdown();
         self.shared.gate.open();
@@ -562,7 +513,7 @@ impl Controller {
             parked.idle().await;
         };
         if let Some((checkpoint, saved)) = last {
-            save_last(checkpoint, saved).await;
+            resume::save_last(checkpoint, saved).await;
         }
         if tokio::time::timeout(timeout, drained).await.is_err() {
             tracing::warn!(plugin = %self.manifest().name, "drain timed out; stopping");
@@ -599,58 +550,6 @@ impl Controller {
     }
 }
 
-/// The checkpoint `reconciler`'s controller can resume from, if any;
-/// why not is logged.
-async fn resumable(
-    api: &Api,
-    checkpoint: &Checkpoint,
-    reconciler: &dyn Reconciler,
-) -> Option<checkpoint::Saved> {
-    let plugin = &reconciler.manifest().name;
-    let revision = match api.current_revision().await {
-        Ok(revision) => revision,
-        Err(err) => {
-            tracing::warn!(%plugin, %err, "cannot check the checkpoint against the store; every object is queued");
-            return None;
-        }
-    };
-    let file = checkpoint.path().to_owned();
-    let identity = reconciler.identity();
-    let checkpoint = checkpoint.clone();
-    let loaded = tokio::task::spawn_blocking(move || checkpoint.load(&identity, revision))
-        .await
-        .unwrap_or_else(|err| Err(err.to_string()));
-    match loaded {
-        Ok(Some(saved)) => Some(saved),
-        Ok(None) => {
-            tracing::info!(%plugin, file = %file.display(), "no checkpoint yet; every object is queued");
-            None
-        }
-        Err(why) => {
-            tracing::warn!(%plugin, %why, "checkpoint not used; every object is queued");
-            None
-        }
-    }
-}
-
-/// Write a checkpoint off the async threads.
-async fn save(checkpoint: Checkpoint, saved: checkpoint::Saved) -> std::io::Result<()> {
-    tokio::task::spawn_blocking(move || checkpoint.save(&saved))
-        .await
-        .map_err(std::io::Error::other)?
-}
-
-/// Write a controller's last checkpoint as it stops.
-async fn save_last(checkpoint: Checkpoint, saved: checkpoint::Saved) {
-    let file = checkpoint.path().to_owned();
-    match save(checkpoint, saved).await {
-        Ok(()) => tracing::debug!(file = %file.display(), "last checkpoint written"),
-        Err(err) => {
-            tracing::warn!(file = %file.display(), %err, "cannot write the last checkpoint; the one before stands")
-        }
-    }
-}
-
 /// One running controller, as a plan calls it.
 pub(crate) struct PlanTarget {
     /// The reconciler running now.
@@ -677,35 +576,6 @@ impl Shared {
     /// Destinations answer again (`(plugin, destination)`; none: any may
     /// have): queue now, backoff forgotten, the keys whose requests failed
     /// there, so their held changes follow at once.
-    /// The store revision up to which every change of the controller's
-    /// kinds has queued what it queues; `None` before every informer has
-    /// listed.
-    fn delivered(&self) -> Option<i64> {
-        std::iter::once(&self.informer)
-            .chain(&self.owned_informers)
-            .map(Informer::delivered)
-            .min()
-            .filter(|revision| *revision > 0)
-    }
-
-    /// A checkpoint at `revision`: the keys owed now.
-    fn owed_since(&self, revision: i64) -> Option<checkpoint::Saved> {
-        let others = self
-            .failures
-            .keys()
-            .into_iter()
-            .chain(self.effects.keys())
-            .chain(self.clash_watch.keys());
-        checkpoint::Saved::take(self.reconciler().identity(), revision, &self.queue, others)
-    }
-
-    /// A checkpoint now, and where it goes.
-    fn checkpoint(&self) -> Option<(Checkpoint, checkpoint::Saved)> {
-        let checkpoint = self.checkpoint.clone()?;
-        let saved = self.owed_since(self.delivered()?)?;
-        Some((checkpoint, saved))
-    }
-
     fn wake_recovered(&self, destinations: &[(String, String)]) {
         let plugin = self.reconciler().manifest().name.clone();
         let keys: Vec<ObjectKey> = if destinations.is_empty() {
