@@ -325,7 +325,17 @@ fn merge(
     }
 
     let transferred = owners.iter().any(|o| o.touched);
-    if next == *live && previous == *fields && !transferred {
+    // A Secret's `stringData` is folded into `data` when it is stored, so
+    // the live object never has it: compare as it would be stored. A
+    // write would restamp the manager's entry with the time, so this is
+    // the only way the same apply writes nothing in a later second.
+    let unchanged = if super::secret::is_secret(kind) {
+        let mut stored = next.clone();
+        super::secret::prepare(Some(live), &mut stored).is_ok() && stored == *live
+    } else {
+        next == *live
+    };
+    if unchanged && previous == *fields && !transferred {
         return Ok(None);
     }
 

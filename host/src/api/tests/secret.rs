@@ -69,6 +69,9 @@ async fn string_data_is_folded_into_data_by_every_write() {
         .await
         .unwrap();
     assert_eq!(applied["data"]["token"], "dA==");
+    // In another second: an apply that wrote stamps its manager's entry
+    // with the time, so only a real no-op keeps the version.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let again = api
         .apply(
             &kind,
