@@ -485,11 +485,8 @@ impl Controller {
     /// reconciles finish, then release the informers (an informer nobody
     /// else holds stops its watch).
     pub async fn shutdown(mut self) {
-        let last = self.last_checkpoint();
+        self.save_last_checkpoint().await;
         self.stop_handlers();
-        if let Some((checkpoint, saved)) = last {
-            resume::save_last(checkpoint, saved).await;
-        }
         self.shared.queue.shutdown();
         self.shared.gate.open();
         for (index, worker) in self.workers.into_iter().enumerate() {
@@ -504,7 +501,7 @@ impl Controller {
     /// requeued while draining) before stopping, waiting at most `timeout`
     /// before falling back to [`shutdown`](Self::shutdown).
     pub async fn shutdown_with_drain(mut self, timeout: Duration) {
-        let last = self.last_checkpoint();
+        self.save_last_checkpoint().await;
         self.stop_handlers();
         let drained = self.shared.queue.shutdown_with_drain();
         let parked = self.shared.parked.clone();
@@ -512,9 +509,6 @@ impl Controller {
             drained.await;
             parked.idle().await;
         };
-        if let Some((checkpoint, saved)) = last {
-            resume::save_last(checkpoint, saved).await;
-        }
         if tokio::time::timeout(timeout, drained).await.is_err() {
             tracing::warn!(plugin = %self.manifest().name, "drain timed out; stopping");
         }
@@ -526,16 +520,18 @@ impl Controller {
         self.shared.parked.stop().await;
     }
 
-    /// The last checkpoint of a controller that stops, taken before its
+    /// Write the last checkpoint of a controller that stops, taken before its
     /// handlers are removed (a change they would not queue is after its
     /// revision) and before the queue lets go of its delayed keys (which
     /// a stop, drained or not, drops). Keys a drain then reconciles are
     /// owed in it all the same: once more at the next start.
-    fn last_checkpoint(&mut self) -> Option<(Checkpoint, checkpoint::Saved)> {
+    async fn save_last_checkpoint(&mut self) {
         if let Some(task) = self.checkpointer.take() {
             task.abort();
         }
-        self.shared.checkpoint()
+        if let Some((checkpoint, saved)) = self.shared.checkpoint() {
+            resume::save_last(checkpoint, saved).await;
+        }
     }
 
     fn stop_handlers(&mut self) {

@@ -91,11 +91,7 @@ pub fn decode_metadata(bytes: &[u8]) -> Result<Object, serde_json::Error> {
         Ok(head) => Ok(serde_json::json!({ "metadata": head.metadata })),
         Err(err) => {
             let mut object = decode_whole(bytes, err)?;
-            let metadata = object
-                .get_mut("metadata")
-                .map(Value::take)
-                .unwrap_or(Value::Null);
-            Ok(serde_json::json!({ "metadata": metadata }))
+            Ok(serde_json::json!({ "metadata": take(&mut object, "/metadata") }))
         }
     }
 }
@@ -139,18 +135,20 @@ pub fn decode_head(bytes: &[u8]) -> Result<Object, serde_json::Error> {
         )),
         Err(err) => {
             let mut object = decode_whole(bytes, err)?;
-            let metadata = object
-                .get_mut("metadata")
-                .map(Value::take)
-                .unwrap_or(Value::Null);
-            let conditions = object
-                .get_mut("status")
-                .and_then(|s| s.get_mut("conditions"))
-                .map(Value::take)
-                .unwrap_or(Value::Null);
+            let metadata = take(&mut object, "/metadata");
+            let conditions = take(&mut object, "/status/conditions");
             Ok(head(metadata, conditions))
         }
     }
+}
+
+/// The member at JSON pointer `pointer`, taken out of `object` (null if
+/// there is none).
+fn take(object: &mut Value, pointer: &str) -> Value {
+    object
+        .pointer_mut(pointer)
+        .map(Value::take)
+        .unwrap_or(Value::Null)
 }
 
 /// Bytes a partial parse did not take (a repeated member, nesting past the

@@ -535,10 +535,12 @@ where
         self.len() == 0
     }
 
-    /// Every key the queue still owes to a worker, at one moment: pending
-    /// or being processed (`None`: due now), or waiting for a delay (`Some`:
-    /// when it becomes ready). What a consumer that stops now would have
-    /// to queue again to lose nothing (a controller's checkpoint).
+    /// Every key the queue still owes to a worker, at one moment, unless
+    /// there are more than `most` (a queue of a million keys is not copied
+    /// to find that out): pending or being processed (`None`: due now), or
+    /// waiting for a delay (`Some`: when it becomes ready). What a consumer
+    /// that stops now would have to queue again to lose nothing (a
+    /// controller's checkpoint).
     ///
     /// ```
     /// use std::time::Duration;
@@ -551,28 +553,12 @@ where
     /// queue.add("waiting");
     /// queue.add_after("later", Duration::from_secs(60));
     /// assert_eq!(queue.try_get(), Some("taken"));
-    /// let mut owed = queue.owed();
+    /// let mut owed = queue.owed_up_to(3).unwrap();
     /// owed.sort_by_key(|(key, _)| *key);
     /// assert_eq!(owed.iter().map(|(k, due)| (*k, due.is_some())).collect::<Vec<_>>(),
     ///     [("later", true), ("taken", false), ("waiting", false)]);
+    /// assert!(queue.owed_up_to(2).is_none());
     /// # }
-    /// ```
-    #[must_use]
-    pub fn owed(&self) -> Vec<(K, Option<Instant>)> {
-        self.inner.state().owed()
-    }
-
-    /// [`WorkQueue::owed`], unless more than `most` keys are owed (a queue
-    /// of a million keys is not copied to find that out).
-    ///
-    /// ```
-    /// use setpoint::queue::{Config, WorkQueue};
-    ///
-    /// let queue = WorkQueue::new(Config::default());
-    /// queue.add("a");
-    /// queue.add("b");
-    /// assert!(queue.owed_up_to(1).is_none());
-    /// assert_eq!(queue.owed_up_to(2).map(|owed| owed.len()), Some(2));
     /// ```
     #[must_use]
     pub fn owed_up_to(&self, most: usize) -> Option<Vec<(K, Option<Instant>)>> {
