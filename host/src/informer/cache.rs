@@ -1,27 +1,122 @@
 //! The informer's cache: objects by key, plus indexes by owner uid, by namespace and by label
 //! (`key=value`), kept in step with every upsert and removal.
 //!
-//! Objects are kept as their JSON text, not decoded: a decoded 1 KiB
-//! object takes about 10 KiB (every JSON object is a `BTreeMap` node of 640
-//! bytes), the text a tenth of that. A reader gets the decoded object that
-//! someone still holds (the watch hub keeps recent changes decoded, so an
-//! object being reconciled usually is), or one decoded from the text. A
-//! list fills the cache from the store's text as it is (no decode, no
-//! encode, [`Cache::replace_read`]); what the indexes need of an object is
-//! read from its `metadata` alone ([`Terms`]). Each key is held once, shared
-//! by the map and every index.
+//! Over a store that reads single versions cheaply (the embedded store,
+//! [`Backend::version_reader`](crate::store::Backend::version_reader)) the
+//! cache keeps no copy of an object: only its key, index entries and the
+//! revision its text is stored at, read back from the store when someone
+//! asks ([`Source`]). An object a watch event brings is held decoded until
+//! the store can read it (writes are acknowledged a little before the
+//! database holds them), then let go ([`Cache::shed`]). Over other stores
+//! (memory, etcd) each object is kept as its JSON text, a tenth of the
+//! decoded object (every JSON object is a `BTreeMap` node of 640 bytes).
+//!
+//! A reader gets the decoded object that someone still holds (the watch
+//! hub keeps recent changes decoded, so an object being reconciled usually
+//! is), or one decoded from the text. A list fills the cache from the
+//! store's text without decoding it: what the indexes need of an object is
+//! read from its `metadata` alone ([`Terms`]). Each key is held once,
+//! shared by the map and every index.
 
-use std::collections::{HashMap, HashSet};
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 
 use super::Change;
 use super::terms::{NotReady, Terms};
-use crate::object::{Object, ObjectKey};
+use crate::api::Api;
+use crate::object::{KindInfo, Object, ObjectKey};
+use crate::store::{KeyValue, VersionReader};
+
+/// The store a cache reads its objects back from.
+pub(super) struct Source {
+    reader: Arc<dyn VersionReader>,
+    kind: Arc<KindInfo>,
+    /// Whether a failed read was logged as a warning already (a closed or
+    /// failed store fails every read; once is enough).
+    warned: std::sync::atomic::AtomicBool,
+}
+
+impl Source {
+    pub(super) fn new(reader: Arc<dyn VersionReader>, kind: Arc<KindInfo>) -> Self {
+        Self {
+            reader,
+            kind,
+            warned: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// The object `key` as stored at `revision`; `None` if that version
+    /// is gone (a later write replaced it and history was compacted past
+    /// it: the watch is about to tell the change).
+    fn read(&self, key: &ObjectKey, revision: i64) -> Option<KeyValue> {
+        let store_key = self.store_key(key);
+        self.logged(&store_key, self.reader.read_version(&store_key, revision))
+    }
+
+    /// The live version of `key`, decoded: what a reader gets of an
+    /// object whose cached version is gone ([`Source::read`]).
+    fn live(&self, key: &ObjectKey) -> Option<Arc<Object>> {
+        let store_key = self.store_key(key);
+        let kv = self.logged(&store_key, self.reader.read_current(&store_key))?;
+        Api::decode(&kv).ok().map(Arc::new)
+    }
+
+    fn store_key(&self, key: &ObjectKey) -> String {
+        Api::key(&self.kind, key.namespace.as_deref(), &key.name)
+    }
+
+    /// The read's value; a store that cannot be read is logged, once as a
+    /// warning (a closed or failed store fails every read).
+    fn logged(
+        &self,
+        store_key: &str,
+        read: crate::store::Result<Option<KeyValue>>,
+    ) -> Option<KeyValue> {
+        read.unwrap_or_else(|err| {
+            if self.warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::debug!(key = %store_key, %err, "informer cannot read a cached object back from the store");
+            } else {
+                tracing::warn!(key = %store_key, %err, "informer cannot read a cached object back from the store (further failures are logged at debug)");
+            }
+            None
+        })
+    }
+
+    /// The text of `key` at `revision` as the API writes it.
+    fn text(&self, key: &ObjectKey, revision: i64) -> Option<Vec<u8>> {
+        let kv = self.read(key, revision)?;
+        let mut text = Vec::with_capacity(kv.value.len() + 40);
+        Api::write_stored(&kv, &mut text).ok()?;
+        Some(text)
+    }
+
+    /// The object `key` at `revision`, decoded.
+    fn object(&self, key: &ObjectKey, revision: i64) -> Option<Object> {
+        Api::decode(&self.read(key, revision)?).ok()
+    }
+
+    /// The revision up to which the store reads every write.
+    fn readable(&self) -> i64 {
+        self.reader.readable()
+    }
+}
+
+/// Where a cached object's content is.
+pub(super) enum Text {
+    /// Here, as JSON (`metadata.resourceVersion` included): caches without
+    /// a [`Source`].
+    Held(Box<[u8]>),
+    /// Here, decoded, from a watch event, until the store reads it back
+    /// ([`Cache::shed`]).
+    Recent(Arc<Object>),
+    /// In the [`Source`], written at this revision.
+    Stored(i64),
+}
 
 /// One cached object.
 struct Entry {
-    /// The object as JSON, `metadata.resourceVersion` included.
-    json: Box<[u8]>,
+    text: Text,
     /// Its resource version, to tell an unchanged object at a glance.
     version: Option<Box<str>>,
     /// The decoded object, while anyone holds it.
@@ -29,70 +124,87 @@ struct Entry {
 }
 
 impl Entry {
-    fn new(object: &Arc<Object>, version: Option<Box<str>>) -> Self {
+    fn new(text: Text, version: Option<Box<str>>) -> Self {
         Self {
-            // Encoding a JSON value cannot fail (its keys are strings).
-            json: serde_json::to_vec(&**object)
-                .expect("a JSON value encodes")
-                .into_boxed_slice(),
-            version,
-            live: Mutex::new(Arc::downgrade(object)),
-        }
-    }
-
-    /// The entry for `json`, which nobody holds decoded yet.
-    fn from_json(json: Vec<u8>, version: Option<Box<str>>) -> Self {
-        Self {
-            json: json.into_boxed_slice(),
+            text,
             version,
             live: Mutex::new(Weak::new()),
         }
     }
 
+    /// Whether the content is held here, not in the store.
+    fn holds(&self) -> bool {
+        !matches!(self.text, Text::Stored(_))
+    }
+
     fn held(&self) -> Option<Arc<Object>> {
+        if let Text::Recent(object) = &self.text {
+            return Some(object.clone());
+        }
         self.live
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .upgrade()
     }
 
+    /// The object's JSON text, read back from the source if it is there;
+    /// `None` for an object held decoded, or one the source lost.
+    fn text<'a>(&'a self, key: &ObjectKey, source: Option<&Source>) -> Option<Cow<'a, [u8]>> {
+        match &self.text {
+            Text::Held(json) => Some(Cow::Borrowed(json)),
+            Text::Recent(_) => None,
+            Text::Stored(revision) => source?.text(key, *revision).map(Cow::Owned),
+        }
+    }
+
     /// What a listing tells of the object: the whole object if someone
     /// holds it decoded, else only its `metadata` and `status.conditions`
     /// (decoding those skips the rest, a fraction of a whole decode; see
     /// [`Change::Listed`]).
-    fn head(&self) -> Arc<Object> {
+    fn head(&self, key: &ObjectKey, source: Option<&Source>) -> Option<Arc<Object>> {
         if let Some(object) = self.held() {
-            return object;
+            return Some(object);
         }
-        crate::object::codec::decode_head(&self.json)
+        let text = self.text(key, source)?;
+        crate::object::codec::decode_head(&text)
             .map(Arc::new)
-            .unwrap_or_else(|_| self.object())
+            .ok()
+            .or_else(|| self.object(key, source))
     }
 
-    /// The object, decoded again only if nobody holds it.
-    fn object(&self) -> Arc<Object> {
+    /// The object, decoded again only if nobody holds it; `None` only if
+    /// the source lost this version (see [`Source::read`]).
+    fn object(&self, key: &ObjectKey, source: Option<&Source>) -> Option<Arc<Object>> {
+        if let Text::Recent(object) = &self.text {
+            return Some(object.clone());
+        }
         let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(object) = live.upgrade() {
-            return object;
+            return Some(object);
         }
-        // It was encoded from a JSON value, so it decodes: deeper than the
-        // parser's default limit only if an earlier version stored it so
-        // (read as the store reads it, `codec`).
-        let object = serde_json::from_slice(&self.json)
-            .ok()
-            .or_else(|| crate::object::codec::decode_deep(&self.json))
-            .expect("cached JSON decodes");
+        let object = match &self.text {
+            // It was encoded from a JSON value, so it decodes: deeper than
+            // the parser's default limit only if an earlier version stored
+            // it so (read as the store reads it, `codec`).
+            Text::Held(json) => serde_json::from_slice(json)
+                .ok()
+                .or_else(|| crate::object::codec::decode_deep(json))
+                .expect("cached JSON decodes"),
+            Text::Stored(revision) => source?.object(key, *revision)?,
+            Text::Recent(_) => unreachable!("answered above"),
+        };
         let object = Arc::new(object);
         *live = Arc::downgrade(&object);
-        object
+        Some(object)
     }
 
     /// What the indexes hold of it: from the decoded object if someone
-    /// holds it, else from the text's `metadata`.
-    fn terms(&self) -> Terms {
+    /// holds it, else from the text's `metadata`; `None` only if the
+    /// source lost it.
+    fn terms(&self, key: &ObjectKey, source: Option<&Source>) -> Option<Terms> {
         match self.held() {
-            Some(object) => Terms::of(&object),
-            None => Terms::of_json(&self.json).expect("cached JSON decodes"),
+            Some(object) => Some(Terms::of(&object)),
+            None => Terms::of_json(&self.text(key, source)?),
         }
     }
 }
@@ -134,9 +246,52 @@ pub struct Cache {
     /// and lists them without decoding every object).
     not_ready: HashMap<Arc<ObjectKey>, NotReady>,
     revision: i64,
+    /// Where objects are read back from; `None`: each is held as text.
+    source: Option<Source>,
+    /// Objects held decoded ([`Text::Recent`]) with their revisions,
+    /// oldest first, for [`Cache::shed`].
+    recent: VecDeque<(Arc<ObjectKey>, i64)>,
+    /// Entries whose content is held here ([`Text::Held`], [`Text::Recent`]).
+    held: usize,
 }
 
 impl Cache {
+    /// An empty cache that keeps no objects, only where `source` stores
+    /// them.
+    pub(super) fn reading_from(source: Source) -> Self {
+        Self {
+            source: Some(source),
+            ..Self::default()
+        }
+    }
+
+    /// Whether objects are read back from the store rather than held.
+    pub(super) fn reads_back(&self) -> bool {
+        self.source.is_some()
+    }
+
+    /// The object `entry` caches: its version, or, if the store lost that
+    /// (replaced and compacted before the watch told the change), the
+    /// live one, newer than the cache's revision for a moment.
+    fn read(&self, key: &ObjectKey, entry: &Entry) -> Option<Arc<Object>> {
+        let source = self.source.as_ref();
+        entry.object(key, source).or_else(|| source?.live(key))
+    }
+
+    /// How many objects' content the cache holds itself: every object
+    /// over a store without version reads, else those a watch event told
+    /// that the store cannot read back yet.
+    pub(super) fn held(&self) -> usize {
+        self.held
+    }
+
+    /// Takes `key`'s entry out of the map.
+    fn take(&mut self, key: &ObjectKey) -> Option<(Arc<ObjectKey>, Entry)> {
+        let (key, entry) = self.objects.remove_entry(key)?;
+        self.held -= usize::from(entry.holds());
+        Some((key, entry))
+    }
+
     /// One object.
     ///
     /// ```
@@ -154,7 +309,8 @@ impl Cache {
     /// assert!(cache.get(&ObjectKey::new(Some("other"), "web-0")).is_none());
     /// ```
     pub fn get(&self, key: &ObjectKey) -> Option<Arc<Object>> {
-        self.objects.get(key).map(Entry::object)
+        let (key, entry) = self.objects.get_key_value(key)?;
+        self.read(key, entry)
     }
 
     /// Every object.
@@ -173,14 +329,19 @@ impl Cache {
     /// assert_eq!(cache.iter().count(), 1);
     /// ```
     pub fn iter(&self) -> impl Iterator<Item = Arc<Object>> + '_ {
-        self.objects.values().map(Entry::object)
+        self.objects
+            .iter()
+            .filter_map(|(key, entry)| self.read(key, entry))
     }
 
     /// Every object as a listing tells it ([`Change::Listed`]): its
     /// `metadata` and `status.conditions`, or the whole object where one is
     /// held decoded anyway.
     pub(super) fn heads(&self) -> impl Iterator<Item = Arc<Object>> + '_ {
-        self.objects.values().map(Entry::head)
+        self.objects.iter().filter_map(|(key, entry)| {
+            let source = self.source.as_ref();
+            entry.head(key, source).or_else(|| source?.live(key))
+        })
     }
 
     /// Objects with an owner reference to `uid`.
@@ -291,9 +452,7 @@ impl Cache {
     }
 
     fn resolve(&self, keys: &Keys) -> Vec<Arc<Object>> {
-        keys.iter()
-            .filter_map(|k| self.objects.get(k).map(Entry::object))
-            .collect()
+        keys.iter().filter_map(|k| self.get(k)).collect()
     }
 
     /// The revision the cache reflects.
@@ -337,7 +496,23 @@ impl Cache {
         if self.unchanged(&terms) {
             return None;
         }
-        let entry = Entry::new(&object, terms.version.clone());
+        let text = match (&self.source, parse_revision(&terms)) {
+            (Some(_), Some(revision)) => {
+                self.recent
+                    .push_back((Arc::new(terms.key.clone()), revision));
+                Text::Recent(object.clone())
+            }
+            // Encoding a JSON value cannot fail (its keys are strings).
+            _ => Text::Held(
+                serde_json::to_vec(&*object)
+                    .expect("a JSON value encodes")
+                    .into_boxed_slice(),
+            ),
+        };
+        let entry = Entry::new(text, terms.version.clone());
+        if matches!(entry.text, Text::Held(_)) {
+            *entry.live.lock().unwrap_or_else(|p| p.into_inner()) = Arc::downgrade(&object);
+        }
         self.put(terms, entry);
         Some(Change::Applied(object))
     }
@@ -362,8 +537,15 @@ impl Cache {
     /// ```
     pub fn remove(&mut self, object: &Arc<Object>, revision: i64) -> Option<Change> {
         self.revision = self.revision.max(revision);
-        let (key, old) = self.objects.remove_entry(&ObjectKey::of(object))?;
-        self.unindex(&key, &old.terms());
+        let (key, old) = self.take(&ObjectKey::of(object))?;
+        // The watch tells the deletion with the object as it was last, the
+        // version cached: its terms are the ones indexed.
+        let terms = if old.version.as_deref() == meta_version(object) {
+            Some(Terms::of(object))
+        } else {
+            old.terms(&key, self.source.as_ref())
+        };
+        self.unindex_terms(&key, terms.as_ref());
         Some(Change::Deleted(object.clone()))
     }
 
@@ -408,7 +590,12 @@ impl Cache {
     /// for whoever is told about them).
     #[cfg(test)]
     pub(super) fn replace_json(&mut self, items: Vec<Vec<u8>>, revision: i64) -> Vec<Pending> {
-        self.replace_read(read_terms(items), revision)
+        let items = items
+            .into_iter()
+            .map(|text| Listed { text, revision })
+            .collect();
+        let read = read_terms(items, self.reads_back());
+        self.replace_read(read, revision)
     }
 
     /// Replace the cache with a list's texts at `revision`, each with its
@@ -416,7 +603,7 @@ impl Cache {
     /// locked); returns the changes against what was cached.
     pub(super) fn replace_read(
         &mut self,
-        items: Vec<(Terms, Vec<u8>)>,
+        items: Vec<(Terms, Text)>,
         revision: i64,
     ) -> Vec<Pending> {
         // Nothing to remove from an empty cache (the first list): no set
@@ -430,11 +617,11 @@ impl Cache {
                 .map(Pending::Ready)
                 .collect()
         };
-        for (terms, json) in items {
+        for (terms, text) in items {
             if self.unchanged(&terms) {
                 continue;
             }
-            let entry = Entry::from_json(json, terms.version.clone());
+            let entry = Entry::new(text, terms.version.clone());
             pending.push(Pending::Applied(self.put(terms, entry)));
         }
         self.revision = revision;
@@ -448,10 +635,11 @@ impl Cache {
             Pending::Ready(change) => Some(change),
             Pending::Applied(key) => {
                 let entry = self.objects.get(&key)?;
+                let source = self.source.as_ref();
                 Some(if first_list {
-                    Change::Listed(entry.head())
+                    Change::Listed(entry.head(&key, source).or_else(|| source?.live(&key))?)
                 } else {
-                    Change::Applied(entry.object())
+                    Change::Applied(self.read(&key, entry)?)
                 })
             }
         }
@@ -470,11 +658,19 @@ impl Cache {
             .into_iter()
             .cloned()
             .collect();
+        self.revision = self.revision.max(revision);
         let mut changes = Vec::new();
         for key in gone {
-            if let Some(old) = self.objects.get(&key).map(Entry::object) {
-                changes.extend(self.remove(&old, revision));
-            }
+            let Some((_, old)) = self.take(&key) else {
+                continue;
+            };
+            let source = self.source.as_ref();
+            let (terms, last) = (old.terms(&key, source), old.object(&key, source));
+            self.unindex_terms(&key, terms.as_ref());
+            // A stored version compacted away after its deletion: only its
+            // key is known (client-go's `DeletedFinalStateUnknown`).
+            let last = last.unwrap_or_else(|| Arc::new(self.key_only(&key, &old)));
+            changes.push(Change::Deleted(last));
         }
         changes
     }
@@ -482,14 +678,16 @@ impl Cache {
     /// Caches `entry` under `terms`' key (the key already held, if any, is
     /// kept) and indexes it; returns the key.
     fn put(&mut self, terms: Terms, entry: Entry) -> Arc<ObjectKey> {
-        let key = match self.objects.remove_entry(&terms.key) {
+        let key = match self.take(&terms.key) {
             Some((key, old)) => {
-                self.unindex(&key, &old.terms());
+                let old_terms = old.terms(&key, self.source.as_ref());
+                self.unindex_terms(&key, old_terms.as_ref());
                 key
             }
             None => Arc::new(terms.key.clone()),
         };
         self.index(&key, &terms);
+        self.held += usize::from(entry.holds());
         self.objects.insert(key.clone(), entry);
         key
     }
@@ -507,6 +705,65 @@ impl Cache {
         }
         if let Some(not_ready) = terms.not_ready {
             self.not_ready.insert(key.clone(), not_ready);
+        }
+    }
+
+    /// Takes `key` out of the indexes `terms` put it in; out of every
+    /// index if its terms are lost (its stored version compacted away
+    /// before the watch told the change; rare, and a walk of the indexes).
+    fn unindex_terms(&mut self, key: &ObjectKey, terms: Option<&Terms>) {
+        match terms {
+            Some(terms) => self.unindex(key, terms),
+            None => {
+                for keys in self.by_owner.values_mut().chain(self.by_label.values_mut()) {
+                    keys.remove(key);
+                }
+                self.by_owner.retain(|_, keys| !keys.is_empty());
+                self.by_label.retain(|_, keys| !keys.is_empty());
+                remove_from(&mut self.by_namespace, &key.namespace, key);
+                self.not_ready.remove(key);
+            }
+        }
+    }
+
+    /// An object of which only `key` and its version are known.
+    fn key_only(&self, key: &ObjectKey, entry: &Entry) -> Object {
+        let mut metadata = serde_json::json!({"name": key.name});
+        if let Some(namespace) = &key.namespace {
+            metadata["namespace"] = namespace.clone().into();
+        }
+        if let Some(version) = &entry.version {
+            metadata["resourceVersion"] = version.to_string().into();
+        }
+        let mut object = serde_json::json!({"metadata": metadata});
+        if let Some(source) = &self.source {
+            object["apiVersion"] = source.kind.api_version().into();
+            object["kind"] = source.kind.kind.clone().into();
+        }
+        object
+    }
+
+    /// Lets go of objects held decoded since a watch event told them, now
+    /// that the store reads them back: what the cache holds of an object
+    /// stays its key, index entries and revision.
+    pub(super) fn shed(&mut self) {
+        let Some(source) = &self.source else {
+            return;
+        };
+        let readable = source.readable();
+        while let Some((key, revision)) = self.recent.front() {
+            if *revision > readable {
+                break;
+            }
+            if let Some(entry) = self.objects.get_mut(&**key)
+                && let Text::Recent(object) = &entry.text
+                && parse_version(entry.version.as_deref()) == Some(*revision)
+            {
+                *entry.live.get_mut().unwrap_or_else(|p| p.into_inner()) = Arc::downgrade(object);
+                entry.text = Text::Stored(*revision);
+                self.held -= 1;
+            }
+            self.recent.pop_front();
         }
     }
 
@@ -562,16 +819,32 @@ fn add_to<I: std::hash::Hash + Eq + Clone>(
     }
 }
 
-/// Each text with its terms, read on as many threads as there are cores
-/// for a long list: a list of a million objects spent most of an
+/// One object of a list: its text as the API writes it and the revision
+/// it was written at.
+pub(super) struct Listed {
+    pub text: Vec<u8>,
+    pub revision: i64,
+}
+
+/// Each listed object with its terms, and its text kept (`keep_text`) or
+/// only where the store has it, read on as many threads as there are
+/// cores for a long list: a list of a million objects spent most of an
 /// informer's fill here (docs/benchmarks/scale.md, "Restarts without a
 /// storm").
-pub(super) fn read_terms(items: Vec<Vec<u8>>) -> Vec<(Terms, Vec<u8>)> {
+pub(super) fn read_terms(items: Vec<Listed>, reads_back: bool) -> Vec<(Terms, Text)> {
     // Only the store's own encoding comes here, and that decodes.
-    let read = |items: Vec<Vec<u8>>| -> Vec<(Terms, Vec<u8>)> {
+    let read = |items: Vec<Listed>| -> Vec<(Terms, Text)> {
         items
             .into_iter()
-            .map(|json| (Terms::of_json(&json).expect("stored JSON decodes"), json))
+            .map(|Listed { text, revision }| {
+                let terms = Terms::of_json(&text).expect("stored JSON decodes");
+                let text = if reads_back {
+                    Text::Stored(revision)
+                } else {
+                    Text::Held(text.into_boxed_slice())
+                };
+                (terms, text)
+            })
             .collect()
     };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
@@ -600,6 +873,21 @@ pub(super) fn read_terms(items: Vec<Vec<u8>>) -> Vec<(Terms, Vec<u8>)> {
             })
             .collect()
     })
+}
+
+/// The store revision a resource version names, if it names one.
+fn parse_version(version: Option<&str>) -> Option<i64> {
+    version?.parse().ok()
+}
+
+/// The revision an object's terms say it was written at.
+fn parse_revision(terms: &Terms) -> Option<i64> {
+    parse_version(terms.version.as_deref())
+}
+
+/// An object's `metadata.resourceVersion`.
+fn meta_version(object: &Object) -> Option<&str> {
+    crate::object::meta::resource_version(object)
 }
 
 /// Removes `key` from the index entry `entry`, dropping the entry once empty.

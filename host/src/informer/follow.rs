@@ -5,8 +5,14 @@
 use std::sync::Weak;
 
 use super::Inner;
+use super::cache::{Listed, Text, read_terms};
+use super::terms::Terms;
 use super::watcher::{Event, Watcher};
 use crate::api::Api;
+
+/// How many listed objects' texts a cache that reads objects back holds
+/// at most before reading their terms.
+const READ_EVERY: usize = 65_536;
 
 /// Keeps the cache of `inner` filled until the informer is dropped.
 pub(super) async fn run(inner: Weak<Inner>, api: Api) {
@@ -14,10 +20,14 @@ pub(super) async fn run(inner: Weak<Inner>, api: Api) {
         return;
     };
     let mut watcher = Watcher::new(&api, &Api::prefix(&kind, None));
+    let reads_back = inner.upgrade().is_some_and(|i| i.reads_back());
     // The list as the API's JSON text, written from the stored bytes as
     // each page arrives: nothing is decoded, and only one page of stored
-    // values is held beside the texts.
-    let mut listed: Vec<Vec<u8>> = Vec::new();
+    // values is held beside the texts. A cache that reads objects back
+    // from the store keeps only their terms: those are read every
+    // `READ_EVERY` objects, so that no more texts than that are held.
+    let mut listed: Vec<Listed> = Vec::new();
+    let mut read: Vec<(Terms, Text)> = Vec::new();
     let mut first_list = true;
     let mut progress = tokio::time::interval(super::PROGRESS_EVERY);
     progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -32,18 +42,30 @@ pub(super) async fn run(inner: Weak<Inner>, api: Api) {
                 if let Some(seen) = watcher.progress() {
                     inner.progress.fetch_max(seen, std::sync::atomic::Ordering::AcqRel);
                 }
+                inner.shed();
                 continue;
             }
         };
         let Some(event) = event else { break };
         let Some(inner) = inner.upgrade() else { return };
         match event {
-            Event::Init => listed.clear(),
+            Event::Init => {
+                listed.clear();
+                read.clear();
+            }
             Event::InitApply(kv) => {
                 // Room for the version spliced in, so the text is not moved again.
                 let mut text = Vec::with_capacity(kv.value.len() + 40);
                 match Api::write_stored(&kv, &mut text) {
-                    Ok(()) => listed.push(text),
+                    Ok(()) => {
+                        listed.push(Listed {
+                            text,
+                            revision: kv.mod_revision,
+                        });
+                        if reads_back && listed.len() >= READ_EVERY {
+                            read.extend(read_terms(std::mem::take(&mut listed), true));
+                        }
+                    }
                     Err(err) => {
                         tracing::warn!(kind = %kind.kind, key = %kv.key, %err, "informer skips an undecodable object");
                     }
@@ -51,8 +73,9 @@ pub(super) async fn run(inner: Weak<Inner>, api: Api) {
             }
             Event::InitDone { revision } => {
                 let initial = std::mem::take(&mut first_list);
+                read.extend(read_terms(std::mem::take(&mut listed), reads_back));
                 // The first list tells what exists, not what changed.
-                inner.apply_list(std::mem::take(&mut listed), revision, initial);
+                inner.apply_list(std::mem::take(&mut read), revision, initial);
                 inner
                     .lists
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -261,9 +261,15 @@ impl Informer {
     pub fn start(api: Api, kind: Arc<KindInfo>) -> Self {
         let (synced, _) = watch::channel(false);
         let (revision, _) = watch::channel(0);
+        // Over a store that reads versions back cheaply, the cache keeps
+        // keys and revisions, not objects (see `cache`).
+        let cache = match api.backend().version_reader() {
+            Some(reader) => Cache::reading_from(cache::Source::new(reader, kind.clone())),
+            None => Cache::default(),
+        };
         let inner = Arc::new(Inner {
             kind,
-            cache: RwLock::new(Cache::default()),
+            cache: RwLock::new(cache),
             handlers: Mutex::new(Vec::new()),
             next_handler: std::sync::atomic::AtomicU64::new(0),
             synced,
@@ -643,6 +649,19 @@ impl Informer {
 }
 
 impl Inner {
+    /// Whether the cache reads objects back from the store ([`cache`]).
+    fn reads_back(&self) -> bool {
+        self.cache
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .reads_back()
+    }
+
+    /// Lets go of recent objects the store now reads back ([`Cache::shed`]).
+    fn shed(&self) {
+        self.cache.write().unwrap_or_else(|p| p.into_inner()).shed();
+    }
+
     /// Replays the cache to handler `id` as [`Change::Listed`]; returns
     /// whether the handler is still registered.
     fn resync(&self, id: HandlerId) -> bool {
@@ -670,14 +689,13 @@ impl Inner {
         );
     }
 
-    /// Fills the cache from a list of the kind's objects as JSON text
-    /// ([`Cache::replace_read`]) at `revision`; objects are decoded only
-    /// to tell handlers about them, one at a time, and not at all if there
+    /// Fills the cache from a list of the kind's objects, their terms read
+    /// already (before the cache is locked, [`cache::read_terms`]) at
+    /// `revision` ([`Cache::replace_read`]); objects are decoded only to
+    /// tell handlers about them, one at a time, and not at all if there
     /// are none. The first list's objects are [`Change::Listed`].
-    fn apply_list(&self, items: Vec<Vec<u8>>, revision: i64, first_list: bool) {
+    fn apply_list(&self, items: Vec<(terms::Terms, cache::Text)>, revision: i64, first_list: bool) {
         let (started, objects) = (std::time::Instant::now(), items.len());
-        // Read before the cache is locked, on every core.
-        let items = cache::read_terms(items);
         self.tell(|cache| cache.replace_read(items, revision), first_list);
         tracing::debug!(kind = %self.kind.kind, objects, took = ?started.elapsed(), "informer filled from a list");
     }
@@ -685,6 +703,7 @@ impl Inner {
     fn tell(&self, changes: impl FnOnce(&mut Cache) -> Vec<Pending>, first_list: bool) {
         let mut cache = self.cache.write().unwrap_or_else(|p| p.into_inner());
         let changes = changes(&mut cache);
+        cache.shed();
         self.revision.send_replace(cache.revision());
         // Handlers run under the write lock so that `add_handler`'s replay and
         // later changes are ordered; handlers must be quick (they enqueue keys).
@@ -726,5 +745,7 @@ where
     a.keys().filter(|k| !b.contains((*k).borrow())).collect()
 }
 
+#[cfg(test)]
+mod read_back_tests;
 #[cfg(test)]
 mod tests;

@@ -55,6 +55,10 @@ pub struct InformerStats {
     pub resource: String,
     /// Objects in the informer's cache.
     pub objects: usize,
+    /// Objects whose content the cache holds itself: all of them over a
+    /// store without version reads (memory, etcd); over the embedded store
+    /// only those a watch event told a moment ago (the rest it reads back).
+    pub held: usize,
     /// Handlers registered (one per controller that watches the kind).
     pub handlers: usize,
     /// Lists the cache was filled from: 1 after the first, one more per
@@ -225,16 +229,20 @@ impl Informers {
             .collect();
         let mut stats: Vec<_> = running
             .iter()
-            .map(|inner| InformerStats {
-                group: inner.kind.group.clone(),
-                resource: inner.kind.plural.clone(),
-                objects: inner.cache.read().unwrap_or_else(|p| p.into_inner()).len(),
-                handlers: inner
-                    .handlers
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .len(),
-                lists: inner.lists.load(std::sync::atomic::Ordering::Relaxed),
+            .map(|inner| {
+                let (objects, held) = cache_len(inner);
+                InformerStats {
+                    group: inner.kind.group.clone(),
+                    resource: inner.kind.plural.clone(),
+                    objects,
+                    held,
+                    handlers: inner
+                        .handlers
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .len(),
+                    lists: inner.lists.load(std::sync::atomic::Ordering::Relaxed),
+                }
             })
             .collect();
         stats.sort_by(|a, b| (&a.group, &a.resource).cmp(&(&b.group, &b.resource)));
@@ -272,4 +280,10 @@ impl Informers {
             .unwrap_or_else(|p| p.into_inner())
             .clear();
     }
+}
+
+/// An informer's objects and how many of them its cache holds itself.
+fn cache_len(inner: &Inner) -> (usize, usize) {
+    let cache = inner.cache.read().unwrap_or_else(|p| p.into_inner());
+    (cache.len(), cache.held())
 }

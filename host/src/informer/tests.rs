@@ -168,6 +168,21 @@ async fn list_and_with_label_read_the_indexes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_informer_cut_off_by_the_hub_relists_without_gaps_or_a_storm() {
     let (api, kind) = api_with_small_history().await;
+    cut_off_relists_without_gaps_or_a_storm(api, kind).await;
+}
+
+/// The same over the embedded store, whose informers read objects back
+/// from the store rather than hold them (`cache`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_informer_over_the_embedded_store_cut_off_by_the_hub_relists_without_gaps_or_a_storm() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::store::EmbeddedBackend::open(dir.path()).unwrap();
+    let api = Api::open_with_history(Arc::new(store), 16).await.unwrap();
+    let kind = api.kinds().by_plural("", "events").unwrap();
+    cut_off_relists_without_gaps_or_a_storm(api, kind).await;
+}
+
+async fn cut_off_relists_without_gaps_or_a_storm(api: Api, kind: Arc<KindInfo>) {
     for i in 0..5 {
         api.create(&kind, event(&format!("still-{i}"), 0))
             .await

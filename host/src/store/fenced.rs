@@ -95,6 +95,10 @@ impl Backend for FencedBackend {
         self.inner.engine_metrics()
     }
 
+    fn version_reader(&self) -> Option<std::sync::Arc<dyn super::VersionReader>> {
+        self.inner.version_reader()
+    }
+
     fn writable(&self) -> Result<()> {
         self.inner.writable()
     }

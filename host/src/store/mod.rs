@@ -470,6 +470,33 @@ pub trait Backend: Send + Sync + 'static {
         ))
     }
 
+    /// Synchronous reads of single stored versions, for caches that keep
+    /// each object's revision rather than its value (the informers over the
+    /// embedded store, whose pages are in the process already). `None`
+    /// (the default) where such reads are not cheap: the caches then keep
+    /// the values. Wrappers that do not change what is read forward their
+    /// inner backend's.
+    ///
+    /// ```
+    /// use setpoint::store::{Backend, Condition, EmbeddedBackend, MemoryBackend};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// assert!(MemoryBackend::new().version_reader().is_none());
+    /// let dir = tempfile::tempdir()?;
+    /// let store = EmbeddedBackend::open(dir.path())?;
+    /// let put = store.put("/k", b"one".to_vec(), Condition::Any).await?;
+    /// let versions = store.version_reader().expect("the embedded store reads versions");
+    /// store.get("/k").await?; // a read waits until every acknowledged write is readable
+    /// assert!(versions.readable() >= put.mod_revision);
+    /// let read = versions.read_version("/k", put.mod_revision)?.expect("stored");
+    /// assert_eq!(&*read.value, b"one");
+    /// # store.close().await?;
+    /// # Ok(()) }
+    /// ```
+    fn version_reader(&self) -> Option<Arc<dyn VersionReader>> {
+        None
+    }
+
     /// Latencies and failures of this backend's operations, when it counts
     /// them (a [`Metered`] wrapper does; plain backends do not).
     fn metrics(&self) -> Option<&StoreMetrics> {
@@ -526,6 +553,24 @@ pub trait Backend: Send + Sync + 'static {
             "backups of the whole store (on etcd, use `etcdctl snapshot save`)",
         ))
     }
+}
+
+/// Reads of single stored versions without the async machinery: a
+/// redb point read in the caller's thread, a few microseconds from pages
+/// the process holds anyway ([`Backend::version_reader`]).
+pub trait VersionReader: Send + Sync + 'static {
+    /// The revision up to which every write can be read here (writes are
+    /// acknowledged from the log a little before the database holds them).
+    fn readable(&self) -> Revision;
+
+    /// The put of `key` at `revision`; `None` if that version is no longer
+    /// kept (a later write replaced it and history was compacted past
+    /// that) or is not readable yet (above [`VersionReader::readable`]).
+    /// A revision that holds something else is corruption, named.
+    fn read_version(&self, key: &str, revision: Revision) -> Result<Option<KeyValue>>;
+
+    /// The live version of `key`, if it exists.
+    fn read_current(&self, key: &str) -> Result<Option<KeyValue>>;
 }
 
 /// A consistent copy of a store, from [`Backend::backup`].

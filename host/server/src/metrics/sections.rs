@@ -54,12 +54,18 @@ pub(super) fn render_informers(out: &mut String, informers: &[InformerStats]) {
         &'static str,
         fn(&InformerStats) -> u64,
     );
-    let series: [Series; 3] = [
+    let series: [Series; 4] = [
         (
             "setpoint_informer_objects",
             "gauge",
             "Objects in the shared informer's cache.",
             |i| i.objects as u64,
+        ),
+        (
+            "setpoint_informer_held_objects",
+            "gauge",
+            "Objects whose content the informer's cache holds itself (over the embedded store, only those just written: the rest are read back from the store).",
+            |i| i.held as u64,
         ),
         (
             "setpoint_informer_handlers",

@@ -192,10 +192,31 @@ fn terms_of_a_long_list_are_read_in_order() {
             .unwrap()
         })
         .collect();
-    let read = super::read_terms(texts.clone());
+    let listed = |texts: &[Vec<u8>]| -> Vec<super::Listed> {
+        (0..)
+            .zip(texts)
+            .map(|(revision, text)| super::Listed {
+                text: text.clone(),
+                revision,
+            })
+            .collect()
+    };
+    // Kept only where the store has it: each keeps its own revision.
+    let stored = super::read_terms(listed(&texts), true);
+    for (i, (terms, text)) in (0..).zip(&stored) {
+        assert!(
+            matches!(text, super::Text::Stored(r) if *r == i),
+            "text {i} moved"
+        );
+        assert_eq!(terms.key.name, format!("p{i}"));
+    }
+    let read = super::read_terms(listed(&texts), false);
     assert_eq!(read.len(), texts.len());
     for (i, ((terms, text), original)) in read.iter().zip(&texts).enumerate() {
-        assert_eq!(text, original, "text {i} moved");
+        assert!(
+            matches!(text, super::Text::Held(t) if **t == **original),
+            "text {i} moved"
+        );
         assert_eq!(terms.key.name, format!("p{i}"));
         assert_eq!(terms.owners, [format!("o{}", i % 3)]);
         assert_eq!(terms.labels, [("n".to_owned(), format!("{}", i % 7))]);

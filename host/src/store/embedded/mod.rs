@@ -532,6 +532,10 @@ impl Backend for EmbeddedBackend {
         EmbeddedBackend::writable(self)
     }
 
+    fn version_reader(&self) -> Option<Arc<dyn crate::store::VersionReader>> {
+        Some(Arc::new(read::Versions(self.shared.clone())))
+    }
+
     async fn backup(&self) -> Result<Backup> {
         // After every write acknowledged so far is in the database.
         self.read(|shared, txn| backup::write(&txn, &shared.file))

@@ -162,3 +162,34 @@ fn range_past(
         .collect::<Result<_>>()?;
     Ok((kvs, more))
 }
+
+/// Single versions read in the caller's thread, for caches that keep
+/// revisions rather than values ([`crate::store::Backend::version_reader`]).
+pub(super) struct Versions(pub(super) std::sync::Arc<Shared>);
+
+impl crate::store::VersionReader for Versions {
+    fn readable(&self) -> Revision {
+        self.0.committed.load(Ordering::Acquire)
+    }
+
+    fn read_version(&self, key: &str, revision: Revision) -> Result<Option<KeyValue>> {
+        if revision > self.readable() {
+            return Ok(None);
+        }
+        let file = &self.0.file;
+        let txn = self.0.begin_read()?;
+        let revisions = txn.open_table(REVISIONS).ctx(file)?;
+        let Some(stored) = revisions.get(revision).ctx(file)? else {
+            // Compacted away (a later write replaced it).
+            return Ok(None);
+        };
+        Entry::decode(stored.value(), revision, file)?
+            .to_kv(key, revision, file)
+            .map(Some)
+    }
+
+    fn read_current(&self, key: &str) -> Result<Option<KeyValue>> {
+        let txn = self.0.begin_read()?;
+        get(&txn, &self.0.file, key)
+    }
+}
