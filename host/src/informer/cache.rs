@@ -19,7 +19,7 @@
 //! shared by the map and every index.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, Weak};
 
 use super::Change;
@@ -218,6 +218,10 @@ pub(super) enum Pending {
 
 /// Keys, each held once and shared by the map and the indexes.
 type Keys = HashSet<Arc<ObjectKey>>;
+
+/// The cache's maps: with a seeded fast hasher rather than SipHash.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
 /// Objects of one kind, as of one store revision.
 ///
@@ -609,7 +613,8 @@ impl Cache {
         // Nothing to remove from an empty cache (the first list): no set
         // of a million keys to build for that.
         let mut pending: Vec<Pending> = if self.objects.is_empty() {
-            Vec::new()
+            self.objects.reserve(items.len());
+            Vec::with_capacity(items.len())
         } else {
             let fresh: HashSet<ObjectKey> = items.iter().map(|(t, _)| t.key.clone()).collect();
             self.remove_missing(&fresh, revision)
@@ -814,7 +819,7 @@ fn add_to<I: std::hash::Hash + Eq + Clone>(
             keys.insert(key.clone());
         }
         None => {
-            index.insert(entry.clone(), Keys::from([key.clone()]));
+            index.insert(entry.clone(), Keys::from_iter([key.clone()]));
         }
     }
 }

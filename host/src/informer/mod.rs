@@ -738,9 +738,10 @@ impl Inner {
 }
 
 /// Keys present in `a` but not in `b`.
-fn missing<'a, K, V>(a: &'a HashMap<K, V>, b: &HashSet<ObjectKey>) -> Vec<&'a K>
+fn missing<'a, K, V, S, T>(a: &'a HashMap<K, V, S>, b: &HashSet<ObjectKey, T>) -> Vec<&'a K>
 where
     K: std::borrow::Borrow<ObjectKey> + std::hash::Hash + Eq,
+    T: std::hash::BuildHasher,
 {
     a.keys().filter(|k| !b.contains((*k).borrow())).collect()
 }
