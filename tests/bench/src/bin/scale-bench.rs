@@ -46,7 +46,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -150,17 +150,7 @@ impl Server {
 
     /// Resident and peak resident memory, in bytes.
     fn rss(&self) -> (u64, u64) {
-        let status =
-            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
-        let field = |name: &str| {
-            status
-                .lines()
-                .find(|l| l.starts_with(name))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u64>().ok())
-                .map_or(0, |kb| kb * 1024)
-        };
-        (field("VmRSS:"), field("VmHWM:"))
+        rss_pair(self.pid())
     }
 
     /// Process CPU time (user + system) so far.
@@ -470,6 +460,21 @@ async fn run(n: usize, clients: usize) -> anyhow::Result<()> {
         server.cpu().as_secs_f64(),
     );
 
+    // The server's RSS sampled every 20 ms while the LIST streams: the
+    // issue's bound is on how much it grows.
+    let rss_before = server.rss().0;
+    let listing = Arc::new(AtomicBool::new(true));
+    let sampler = {
+        let (listing, pid) = (listing.clone(), server.pid());
+        std::thread::spawn(move || {
+            let mut most = 0u64;
+            while listing.load(Ordering::Relaxed) {
+                most = most.max(rss_of(pid));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            most
+        })
+    };
     let started = Instant::now();
     let body = http
         .get(format!("{url}{PODS}"))
@@ -479,10 +484,15 @@ async fn run(n: usize, clients: usize) -> anyhow::Result<()> {
         .bytes()
         .await?;
     let list = started.elapsed();
+    listing.store(false, Ordering::Relaxed);
+    let rss_during = sampler.join().unwrap_or(0);
     println!(
-        "list: all {n} Pods in one LIST: {:.2} s, {:.0} MB of JSON",
+        "list: all {n} Pods in one LIST: {:.2} s, {:.0} MB of JSON; server RSS {:.0} MB before, at most {:.0} MB during (+{:.0} MB)",
         list.as_secs_f64(),
-        mb(body.len() as u64)
+        mb(body.len() as u64),
+        mb(rss_before),
+        mb(rss_during),
+        mb(rss_during.saturating_sub(rss_before))
     );
     drop(body);
     let mut pages = Vec::new();
@@ -784,4 +794,23 @@ fn main() -> anyhow::Result<()> {
         .unwrap_or_else(|| env_or("SCALE_N", 200_000usize));
     let clients = env_or("SCALE_CLIENTS", 32usize);
     runtime.block_on(run(n, clients))
+}
+
+/// Resident and peak resident memory of process `pid`, in bytes.
+fn rss_pair(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// Resident memory of process `pid`, in bytes.
+fn rss_of(pid: u32) -> u64 {
+    rss_pair(pid).0
 }
