@@ -244,6 +244,12 @@ impl Writer {
             drop(jobs);
             let _ = thread.join();
         }
+        // Nothing changes the index any more: saved for the next open
+        // (after a clean close only: a kept log holds writes the database
+        // does not, which the index may already count).
+        if !self.shared.log_kept.load(Ordering::Acquire) {
+            super::index_file::save(&self.shared);
+        }
         self.shared.close();
         for closer in closers {
             let _ = closer.send(());

@@ -22,9 +22,11 @@
 //! watch replay is a sequential scan, and compaction deletes mostly
 //! contiguous runs. `current` holds small entries. The versions of each
 //! key (for reads at a past revision, the value a deletion removed, and
-//! compaction) are indexed in memory (`history.rs`), rebuilt from
-//! `revisions` at open; formats 1 and 2 kept that index in an `index`
-//! table, which the upgrade drops.
+//! compaction) are indexed in memory (`history.rs`), read at open from the
+//! file a clean close (or the open before) saved it to (`index_file.rs`,
+//! trusted only when whole and of this database as it is) plus the changes
+//! after it, else rebuilt from `revisions`; formats 1 and 2 kept that index
+//! in an `index` table, which the upgrade drops.
 //!
 //! # Writes
 //!
@@ -110,6 +112,7 @@
 mod backup;
 mod commit;
 mod history;
+mod index_file;
 mod open;
 mod overlay;
 mod read;
@@ -240,6 +243,7 @@ impl EmbeddedBackend {
             compacted: AtomicI64::new(counters.compacted),
             recent: Mutex::new(Recent::new(counters.revision)),
             history: RwLock::new(opened.history),
+            index_writer: Mutex::new(opened.index_writer),
             closed: AtomicBool::new(false),
             log_kept: AtomicBool::new(false),
             stats: Stats::default(),

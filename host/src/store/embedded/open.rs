@@ -13,6 +13,7 @@ use redb::{Builder, Database, ReadableDatabase, ReadableTable, RepairSession};
 
 use super::commit;
 use super::history::History;
+use super::index_file::{self, Loaded};
 use super::overlay::Overlay;
 use super::room::{Room, RoomyFile};
 use super::schema::{
@@ -30,8 +31,11 @@ pub(super) struct Opened<I: LogIo> {
     pub lock: File,
     pub file: PathBuf,
     pub counters: Counters,
-    /// Every key's versions, read from `revisions`.
+    /// Every key's versions, read from the saved index and `revisions`.
     pub history: History,
+    /// The thread saving the index for the next open, if this one built it
+    /// or replayed many changes onto it.
+    pub index_writer: Option<std::thread::JoinHandle<()>>,
     pub wal: Wal<I>,
     /// The room reserved for the database file.
     pub room: Arc<Room>,
@@ -157,12 +161,26 @@ pub(super) fn open<I: LogIo>(dir: &Path, io: I) -> Result<Opened<I>> {
     )?;
     wal.forget(&found)?;
     let replayed_at = started.elapsed();
-    let history = load_history(&db, &file)?;
+    let (history, loaded) = match index_file::load(dir, &db, &counters, &file)? {
+        Some((history, replayed)) => (history, Loaded::Saved { replayed }),
+        None => (load_history(&db, &file)?, Loaded::Rebuilt),
+    };
+    let index_at = started.elapsed();
+    let save = match loaded {
+        Loaded::Rebuilt => true,
+        Loaded::Saved { replayed } => replayed > index_file::RESAVE_AFTER,
+    };
+    let index_writer = if save {
+        save_later(dir, &db, &counters, &file, &history)?
+    } else {
+        None
+    };
     tracing::debug!(
         dir = %dir.display(),
         check = ?checked_at,
         replay = ?replayed_at - checked_at,
-        history = ?started.elapsed() - replayed_at,
+        history = ?index_at - replayed_at,
+        index = ?loaded,
         versions = history.len(),
         "store open: integrity check, log replay, version index"
     );
@@ -172,9 +190,36 @@ pub(super) fn open<I: LogIo>(dir: &Path, io: I) -> Result<Opened<I>> {
         file,
         counters,
         history,
+        index_writer,
         wal,
         room,
     })
+}
+
+/// Encodes `history` as of `counters` and writes it on a thread of its
+/// own (the host starts meanwhile); a failure is logged, never fatal.
+fn save_later(
+    dir: &Path,
+    db: &Database,
+    counters: &Counters,
+    file: &Path,
+    history: &History,
+) -> Result<Option<std::thread::JoinHandle<()>>> {
+    let txn = db.begin_read().ctx(file)?;
+    let Some(stamp) = index_file::stamp(&txn, counters, file)? else {
+        return Ok(None);
+    };
+    let bytes = index_file::encode(history, &stamp);
+    let dir = dir.to_owned();
+    let writer = std::thread::Builder::new()
+        .name("store-index".into())
+        .spawn(move || {
+            if let Err(err) = index_file::write(&dir, &bytes) {
+                tracing::warn!(dir = %dir.display(), %err, "saving the version index failed: the next open rebuilds it");
+            }
+        })
+        .map_err(|e| io_context(e, "starting the version index writer".into()))?;
+    Ok(Some(writer))
 }
 
 /// Builds the in-memory index of versions from every change kept in

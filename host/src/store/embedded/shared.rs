@@ -53,6 +53,9 @@ pub(super) struct Shared {
     pub(super) recent: Mutex<Recent>,
     /// Every key's versions since compaction.
     pub(super) history: RwLock<History>,
+    /// The thread saving the index the open built (`index_file`), joined
+    /// before the close saves it again.
+    pub(super) index_writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     pub(super) closed: AtomicBool,
     /// Set at close when the database could not be made to hold every
     /// write (a failed write, or no final checkpoint on a full disk): the
