@@ -596,9 +596,12 @@ impl Cache {
     pub(super) fn replace_json(&mut self, items: Vec<Vec<u8>>, revision: i64) -> Vec<Pending> {
         let items = items
             .into_iter()
-            .map(|text| Listed { text, revision })
+            .map(|text| match self.reads_back() {
+                true => Listed::Stored(text.into(), revision),
+                false => Listed::Text(text),
+            })
             .collect();
-        let read = read_terms(items, self.reads_back());
+        let read = read_terms(items);
         self.replace_read(read, revision)
     }
 
@@ -824,31 +827,37 @@ fn add_to<I: std::hash::Hash + Eq + Clone>(
     }
 }
 
-/// One object of a list: its text as the API writes it and the revision
-/// it was written at.
-pub(super) struct Listed {
-    pub text: Vec<u8>,
-    pub revision: i64,
+/// One object of a list.
+pub(super) enum Listed {
+    /// Its text as the API writes it (`metadata.resourceVersion` in), to
+    /// be kept ([`Text::Held`]).
+    Text(Vec<u8>),
+    /// Its bytes as stored and the revision they were written at, for a
+    /// cache that reads objects back ([`Text::Stored`]): only its terms are
+    /// read, and nothing is copied.
+    Stored(Arc<[u8]>, i64),
 }
 
-/// Each listed object with its terms, and its text kept (`keep_text`) or
-/// only where the store has it, read on as many threads as there are
-/// cores for a long list: a list of a million objects spent most of an
-/// informer's fill here (docs/benchmarks/scale.md, "Restarts without a
-/// storm").
-pub(super) fn read_terms(items: Vec<Listed>, reads_back: bool) -> Vec<(Terms, Text)> {
+/// Each listed object with its terms and what the cache keeps of it, read
+/// on as many threads as there are cores for a long list: a list of a
+/// million objects spent most of an informer's fill here
+/// (docs/benchmarks/scale.md, "Restarts without a storm").
+pub(super) fn read_terms(items: Vec<Listed>) -> Vec<(Terms, Text)> {
     // Only the store's own encoding comes here, and that decodes.
     let read = |items: Vec<Listed>| -> Vec<(Terms, Text)> {
         items
             .into_iter()
-            .map(|Listed { text, revision }| {
-                let terms = Terms::of_json(&text).expect("stored JSON decodes");
-                let text = if reads_back {
-                    Text::Stored(revision)
-                } else {
-                    Text::Held(text.into_boxed_slice())
-                };
-                (terms, text)
+            .map(|listed| match listed {
+                Listed::Text(text) => {
+                    let terms = Terms::of_json(&text).expect("stored JSON decodes");
+                    (terms, Text::Held(text.into_boxed_slice()))
+                }
+                Listed::Stored(bytes, revision) => {
+                    let mut terms = Terms::of_json(&bytes).expect("stored JSON decodes");
+                    // Stored bytes carry no version: the store's revision is it.
+                    terms.version = Some(revision.to_string().into());
+                    (terms, Text::Stored(revision))
+                }
             })
             .collect()
     };

@@ -53,19 +53,18 @@ pub(super) async fn run(inner: Weak<Inner>, api: Api) {
                 listed.clear();
                 read.clear();
             }
+            Event::InitApply(kv) if reads_back => {
+                // Only the terms are read, from the bytes as stored.
+                listed.push(Listed::Stored(kv.value, kv.mod_revision));
+                if listed.len() >= READ_EVERY {
+                    read.extend(read_terms(std::mem::take(&mut listed)));
+                }
+            }
             Event::InitApply(kv) => {
                 // Room for the version spliced in, so the text is not moved again.
                 let mut text = Vec::with_capacity(kv.value.len() + 40);
                 match Api::write_stored(&kv, &mut text) {
-                    Ok(()) => {
-                        listed.push(Listed {
-                            text,
-                            revision: kv.mod_revision,
-                        });
-                        if reads_back && listed.len() >= READ_EVERY {
-                            read.extend(read_terms(std::mem::take(&mut listed), true));
-                        }
-                    }
+                    Ok(()) => listed.push(Listed::Text(text)),
                     Err(err) => {
                         tracing::warn!(kind = %kind.kind, key = %kv.key, %err, "informer skips an undecodable object");
                     }
@@ -73,7 +72,7 @@ pub(super) async fn run(inner: Weak<Inner>, api: Api) {
             }
             Event::InitDone { revision } => {
                 let initial = std::mem::take(&mut first_list);
-                read.extend(read_terms(std::mem::take(&mut listed), reads_back));
+                read.extend(read_terms(std::mem::take(&mut listed)));
                 // The first list tells what exists, not what changed.
                 inner.apply_list(std::mem::take(&mut read), revision, initial);
                 inner

@@ -135,13 +135,15 @@ async fn cache_of(api: &Api, kind: &Arc<KindInfo>) -> Cache {
     let listed = list
         .items
         .iter()
-        .map(|object| Listed {
-            text: serde_json::to_vec(object).unwrap(),
-            revision: revision_of(object),
+        .map(|object| {
+            Listed::Stored(
+                serde_json::to_vec(object).unwrap().into(),
+                revision_of(object),
+            )
         })
         .collect();
     let revision = list.resource_version;
-    cache.replace_read(read_terms(listed, true), revision);
+    cache.replace_read(read_terms(listed), revision);
     assert_eq!(cache.held(), 0);
     cache
 }
@@ -190,13 +192,15 @@ async fn a_version_compacted_away_before_the_watch_tells_its_change_leaves_no_st
     let listed = relisted
         .items
         .iter()
-        .map(|object| Listed {
-            text: serde_json::to_vec(object).unwrap(),
-            revision: revision_of(object),
+        .map(|object| {
+            Listed::Stored(
+                serde_json::to_vec(object).unwrap().into(),
+                revision_of(object),
+            )
         })
         .collect();
     let changes: Vec<Change> = cache
-        .replace_read(read_terms(listed, true), relisted.resource_version)
+        .replace_read(read_terms(listed), relisted.resource_version)
         .into_iter()
         .filter_map(|pending| cache.change(pending, false))
         .collect();

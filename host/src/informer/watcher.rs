@@ -168,7 +168,7 @@ impl Watcher {
                         return Some(Event::InitApply(kv));
                     }
                     if !pager.done() {
-                        match pager.next_page(self.backend.as_ref()).await {
+                        match pager.next_page(&self.backend).await {
                             Ok(kvs) => *page = kvs.into_iter(),
                             Err(err) => {
                                 tracing::warn!(prefix = %self.prefix, %err, "list failed; listing again");
@@ -279,12 +279,25 @@ impl Watcher {
 }
 
 /// Pages through every key under a prefix at the revision of the first
-/// page. Cancel safe: it moves on only when a page has arrived.
+/// page. Cancel safe: it moves on only when a page has arrived. Once the
+/// revision is known, the next page is read while the caller handles this
+/// one (on the embedded store a page is read on the blocking pool, so the
+/// read and the caller's work overlap on two cores).
 pub(crate) struct Pager {
     prefix: String,
     revision: Option<Revision>,
     start_after: Option<String>,
     done: bool,
+    /// The next page, being read.
+    ahead: Option<tokio::task::JoinHandle<crate::store::Result<crate::store::RangeResult>>>,
+}
+
+impl Drop for Pager {
+    fn drop(&mut self) {
+        if let Some(ahead) = self.ahead.take() {
+            ahead.abort();
+        }
+    }
 }
 
 impl Pager {
@@ -294,6 +307,7 @@ impl Pager {
             revision: None,
             start_after: None,
             done: false,
+            ahead: None,
         }
     }
 
@@ -310,25 +324,42 @@ impl Pager {
     /// The next page (empty once done).
     pub(crate) async fn next_page(
         &mut self,
-        backend: &dyn Backend,
+        backend: &Arc<dyn Backend>,
     ) -> crate::store::Result<Vec<KeyValue>> {
         if self.done {
             return Ok(Vec::new());
         }
-        let page = backend
-            .range(Range {
-                prefix: self.prefix.clone(),
-                start_after: self.start_after.clone(),
-                limit: PAGE,
-                revision: self.revision,
-            })
-            .await?;
+        let page = match &mut self.ahead {
+            // Awaited in place: a cancelled call leaves it for the next.
+            Some(ahead) => {
+                let page = ahead.await.map_err(|err| {
+                    crate::store::Error::Unavailable(format!("a list page's read failed: {err}"))
+                });
+                self.ahead = None;
+                page??
+            }
+            None => backend.range(self.range()).await?,
+        };
         self.revision = Some(page.revision);
         match page.kvs.last() {
-            Some(last) if page.more => self.start_after = Some(last.key.clone()),
+            Some(last) if page.more => {
+                self.start_after = Some(last.key.clone());
+                let (backend, range) = (backend.clone(), self.range());
+                self.ahead = Some(tokio::spawn(async move { backend.range(range).await }));
+            }
             _ => self.done = true,
         }
         Ok(page.kvs)
+    }
+
+    /// The range of the next page.
+    fn range(&self) -> Range {
+        Range {
+            prefix: self.prefix.clone(),
+            start_after: self.start_after.clone(),
+            limit: PAGE,
+            revision: self.revision,
+        }
     }
 }
 

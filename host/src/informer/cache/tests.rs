@@ -192,25 +192,31 @@ fn terms_of_a_long_list_are_read_in_order() {
             .unwrap()
         })
         .collect();
-    let listed = |texts: &[Vec<u8>]| -> Vec<super::Listed> {
+    let stored = |texts: &[Vec<u8>]| -> Vec<super::Listed> {
         (0..)
             .zip(texts)
-            .map(|(revision, text)| super::Listed {
-                text: text.clone(),
-                revision,
-            })
+            .map(|(revision, text)| super::Listed::Stored(text.as_slice().into(), revision))
             .collect()
     };
+    let held = |texts: &[Vec<u8>]| -> Vec<super::Listed> {
+        texts.iter().cloned().map(super::Listed::Text).collect()
+    };
     // Kept only where the store has it: each keeps its own revision.
-    let stored = super::read_terms(listed(&texts), true);
+    let stored = super::read_terms(stored(&texts));
     for (i, (terms, text)) in (0..).zip(&stored) {
         assert!(
             matches!(text, super::Text::Stored(r) if *r == i),
             "text {i} moved"
         );
         assert_eq!(terms.key.name, format!("p{i}"));
+        let version = i.to_string();
+        assert_eq!(
+            terms.version.as_deref(),
+            Some(&*version),
+            "the store's revision"
+        );
     }
-    let read = super::read_terms(listed(&texts), false);
+    let read = super::read_terms(held(&texts));
     assert_eq!(read.len(), texts.len());
     for (i, ((terms, text), original)) in read.iter().zip(&texts).enumerate() {
         assert!(

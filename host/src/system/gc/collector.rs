@@ -80,7 +80,7 @@ impl Collector {
         let mut pager = Pager::new(ROOT);
         while !pager.done() {
             let page = pager
-                .next_page(self.api.backend().as_ref())
+                .next_page(self.api.backend())
                 .await
                 .map_err(|e| e.to_string())?;
             self.progress.heartbeat();
