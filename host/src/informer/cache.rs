@@ -219,9 +219,65 @@ pub(super) enum Pending {
 /// Keys, each held once and shared by the map and the indexes.
 type Keys = HashSet<Arc<ObjectKey>>;
 
+/// A first list at least this long fills the map and the indexes on two
+/// threads ([`Cache::fill`]).
+const FILL_ON_TWO_THREADS: usize = 65_536;
+
 /// The cache's maps: with a seeded fast hasher rather than SipHash.
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+
+/// The cache's indexes: by owner uid, by namespace, by label, and of the
+/// objects that are not `Ready`.
+#[derive(Default)]
+struct Indexes {
+    by_owner: HashMap<String, Keys>,
+    by_namespace: HashMap<Option<String>, Keys>,
+    by_label: HashMap<(String, String), Keys>,
+    /// Objects whose `Ready` condition is not `True` (the console counts
+    /// and lists them without decoding every object).
+    not_ready: HashMap<Arc<ObjectKey>, NotReady>,
+}
+
+impl Indexes {
+    fn add(&mut self, key: &Arc<ObjectKey>, terms: &Terms) {
+        // Looked up before an entry is made: most objects share their
+        // owner, namespace and labels with others, and a key copied for
+        // `entry` would be an allocation per index per object.
+        for uid in &terms.owners {
+            add_to(&mut self.by_owner, uid, key);
+        }
+        add_to(&mut self.by_namespace, &key.namespace, key);
+        for label in &terms.labels {
+            add_to(&mut self.by_label, label, key);
+        }
+        if let Some(not_ready) = terms.not_ready {
+            self.not_ready.insert(key.clone(), not_ready);
+        }
+    }
+
+    fn remove(&mut self, key: &ObjectKey, terms: &Terms) {
+        for uid in &terms.owners {
+            remove_from(&mut self.by_owner, uid, key);
+        }
+        remove_from(&mut self.by_namespace, &key.namespace, key);
+        for label in &terms.labels {
+            remove_from(&mut self.by_label, label, key);
+        }
+        self.not_ready.remove(key);
+    }
+
+    /// Takes `key` out of every index entry, its terms unknown.
+    fn remove_everywhere(&mut self, key: &ObjectKey) {
+        for keys in self.by_owner.values_mut().chain(self.by_label.values_mut()) {
+            keys.remove(key);
+        }
+        self.by_owner.retain(|_, keys| !keys.is_empty());
+        self.by_label.retain(|_, keys| !keys.is_empty());
+        remove_from(&mut self.by_namespace, &key.namespace, key);
+        self.not_ready.remove(key);
+    }
+}
 
 /// Objects of one kind, as of one store revision.
 ///
@@ -243,12 +299,7 @@ type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 #[derive(Default)]
 pub struct Cache {
     objects: HashMap<Arc<ObjectKey>, Entry>,
-    by_owner: HashMap<String, Keys>,
-    by_namespace: HashMap<Option<String>, Keys>,
-    by_label: HashMap<(String, String), Keys>,
-    /// Objects whose `Ready` condition is not `True` (the console counts
-    /// and lists them without decoding every object).
-    not_ready: HashMap<Arc<ObjectKey>, NotReady>,
+    indexes: Indexes,
     revision: i64,
     /// Where objects are read back from; `None`: each is held as text.
     source: Option<Source>,
@@ -365,7 +416,8 @@ impl Cache {
     /// assert!(cache.owned_by("someone-else").is_empty());
     /// ```
     pub fn owned_by(&self, uid: &str) -> Vec<Arc<Object>> {
-        self.by_owner
+        self.indexes
+            .by_owner
             .get(uid)
             .map(|keys| self.resolve(keys))
             .unwrap_or_default()
@@ -388,7 +440,8 @@ impl Cache {
     /// assert!(cache.in_namespace(None).is_empty(), "no cluster-scoped objects");
     /// ```
     pub fn in_namespace(&self, namespace: Option<&str>) -> Vec<Arc<Object>> {
-        self.by_namespace
+        self.indexes
+            .by_namespace
             .get(&namespace.map(str::to_owned))
             .map(|keys| self.resolve(keys))
             .unwrap_or_default()
@@ -411,7 +464,8 @@ impl Cache {
     /// assert!(cache.with_label("app", "db").is_empty());
     /// ```
     pub fn with_label(&self, key: &str, value: &str) -> Vec<Arc<Object>> {
-        self.by_label
+        self.indexes
+            .by_label
             .get(&(key.to_owned(), value.to_owned()))
             .map(|keys| self.resolve(keys))
             .unwrap_or_default()
@@ -613,6 +667,10 @@ impl Cache {
         items: Vec<(Terms, Text)>,
         revision: i64,
     ) -> Vec<Pending> {
+        if self.objects.is_empty() && items.len() >= FILL_ON_TWO_THREADS {
+            self.revision = revision;
+            return self.fill(items);
+        }
         // Nothing to remove from an empty cache (the first list): no set
         // of a million keys to build for that.
         let mut pending: Vec<Pending> = if self.objects.is_empty() {
@@ -634,6 +692,39 @@ impl Cache {
         }
         self.revision = revision;
         pending
+    }
+
+    /// Fills an empty cache from a long list, the map on one thread and
+    /// the indexes on another (each takes a hash of every key; a start at
+    /// a million spent seconds here).
+    fn fill(&mut self, items: Vec<(Terms, Text)>) -> Vec<Pending> {
+        let mut keys = Vec::with_capacity(items.len());
+        let mut entries = Vec::with_capacity(items.len());
+        let mut all_terms = Vec::with_capacity(items.len());
+        for (mut terms, text) in items {
+            let key = std::mem::replace(&mut terms.key, ObjectKey::new(None, ""));
+            keys.push(Arc::new(key));
+            entries.push(Entry::new(text, terms.version.take()));
+            all_terms.push(terms);
+        }
+        self.held += entries.iter().filter(|e| e.holds()).count();
+        let (objects, indexes) = (&mut self.objects, &mut self.indexes);
+        objects.reserve(keys.len());
+        std::thread::scope(|scope| {
+            let keys = &keys;
+            let filling = scope.spawn(move || {
+                for (key, entry) in keys.iter().zip(entries) {
+                    objects.insert(key.clone(), entry);
+                }
+            });
+            for (key, terms) in keys.iter().zip(&all_terms) {
+                indexes.add(key, terms);
+            }
+            filling
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        });
+        keys.into_iter().map(Pending::Applied).collect()
     }
 
     /// The change `pending` stands for, its object decoded if it has to be;
@@ -701,19 +792,7 @@ impl Cache {
     }
 
     fn index(&mut self, key: &Arc<ObjectKey>, terms: &Terms) {
-        // Looked up before an entry is made: most objects share their
-        // owner, namespace and labels with others, and a key copied for
-        // `entry` would be an allocation per index per object.
-        for uid in &terms.owners {
-            add_to(&mut self.by_owner, uid, key);
-        }
-        add_to(&mut self.by_namespace, &key.namespace, key);
-        for label in &terms.labels {
-            add_to(&mut self.by_label, label, key);
-        }
-        if let Some(not_ready) = terms.not_ready {
-            self.not_ready.insert(key.clone(), not_ready);
-        }
+        self.indexes.add(key, terms);
     }
 
     /// Takes `key` out of the indexes `terms` put it in; out of every
@@ -721,16 +800,8 @@ impl Cache {
     /// before the watch told the change; rare, and a walk of the indexes).
     fn unindex_terms(&mut self, key: &ObjectKey, terms: Option<&Terms>) {
         match terms {
-            Some(terms) => self.unindex(key, terms),
-            None => {
-                for keys in self.by_owner.values_mut().chain(self.by_label.values_mut()) {
-                    keys.remove(key);
-                }
-                self.by_owner.retain(|_, keys| !keys.is_empty());
-                self.by_label.retain(|_, keys| !keys.is_empty());
-                remove_from(&mut self.by_namespace, &key.namespace, key);
-                self.not_ready.remove(key);
-            }
+            Some(terms) => self.indexes.remove(key, terms),
+            None => self.indexes.remove_everywhere(key),
         }
     }
 
@@ -775,17 +846,6 @@ impl Cache {
         }
     }
 
-    fn unindex(&mut self, key: &ObjectKey, terms: &Terms) {
-        for uid in &terms.owners {
-            remove_from(&mut self.by_owner, uid, key);
-        }
-        remove_from(&mut self.by_namespace, &key.namespace, key);
-        for label in &terms.labels {
-            remove_from(&mut self.by_label, label, key);
-        }
-        self.not_ready.remove(key);
-    }
-
     /// The objects whose `Ready` condition is not `True`, with what it says.
     ///
     /// ```
@@ -804,7 +864,8 @@ impl Cache {
     /// assert!(cache.not_ready().is_empty(), "the index follows the object");
     /// ```
     pub fn not_ready(&self) -> Vec<(ObjectKey, NotReady)> {
-        self.not_ready
+        self.indexes
+            .not_ready
             .iter()
             .map(|(key, n)| ((**key).clone(), *n))
             .collect()

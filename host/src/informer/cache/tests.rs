@@ -45,8 +45,18 @@ fn namespace_and_label_indexes_follow_upserts_and_removals() {
     cache.remove(&Arc::new(labelled("c", "two", "5", "web")), 5);
     assert!(cache.with_label("app", "web").is_empty());
     assert!(cache.in_namespace(Some("two")).is_empty());
-    assert!(!cache.by_label.contains_key(&("app".into(), "web".into())));
-    assert!(!cache.by_namespace.contains_key(&Some("two".to_owned())));
+    assert!(
+        !cache
+            .indexes
+            .by_label
+            .contains_key(&("app".into(), "web".into()))
+    );
+    assert!(
+        !cache
+            .indexes
+            .by_namespace
+            .contains_key(&Some("two".to_owned()))
+    );
     assert_eq!(cache.len(), 2);
 }
 
@@ -231,4 +241,60 @@ fn terms_of_a_long_list_are_read_in_order() {
     cache.replace_read(read, 20_000);
     assert_eq!(cache.len(), 20_000);
     assert_eq!(cache.owned_by("o1").len(), 6_667);
+}
+
+/// A long first list fills the map and the indexes on two threads: what
+/// it answers is what the one-at-a-time path answers.
+#[test]
+fn a_long_first_list_filled_on_two_threads_answers_as_one_at_a_time() {
+    let n = super::FILL_ON_TWO_THREADS + 1000;
+    let texts: Vec<Vec<u8>> = (0..n)
+        .map(|i| {
+            let ready = if i % 5 == 0 { "False" } else { "True" };
+            serde_json::to_vec(&json!({"metadata": {"name": format!("p{i}"),
+                "namespace": format!("ns{}", i % 3), "resourceVersion": (i + 1).to_string(),
+                "labels": {"n": format!("{}", i % 7)}, "ownerReferences": [{"uid": format!("o{}", i % 11)}]},
+                "status": {"conditions": [{"type": "Ready", "status": ready}]}}))
+            .unwrap()
+        })
+        .collect();
+    let mut filled = Cache::default();
+    let pending = filled.replace_json(texts.clone(), n as i64);
+    assert_eq!(pending.len(), n, "every object is told");
+    // The same objects one at a time: the cache is not empty, so no fill.
+    let mut one_by_one = Cache::default();
+    one_by_one.replace_json(texts[..1].to_vec(), 1);
+    one_by_one.replace_json(texts.clone(), n as i64);
+
+    for cache in [&filled, &one_by_one] {
+        assert_eq!(cache.len(), n);
+        assert_eq!(cache.revision(), n as i64);
+        assert_eq!(cache.held(), n, "held as text: no source");
+    }
+    for owner in 0..11 {
+        let uid = format!("o{owner}");
+        assert_eq!(filled.owned_by(&uid).len(), one_by_one.owned_by(&uid).len());
+    }
+    for label in 0..7 {
+        let value = label.to_string();
+        assert_eq!(
+            filled.with_label("n", &value).len(),
+            one_by_one.with_label("n", &value).len()
+        );
+    }
+    for ns in 0..3 {
+        let ns = format!("ns{ns}");
+        assert_eq!(
+            filled.in_namespace(Some(&ns)).len(),
+            one_by_one.in_namespace(Some(&ns)).len()
+        );
+    }
+    assert_eq!(filled.not_ready().len(), n.div_ceil(5));
+    assert_eq!(filled.not_ready().len(), one_by_one.not_ready().len());
+    let key = ObjectKey::new(Some("ns1"), "p7");
+    assert_eq!(filled.get(&key), one_by_one.get(&key));
+    assert_eq!(
+        filled.get(&key).unwrap()["metadata"]["resourceVersion"],
+        "8"
+    );
 }
