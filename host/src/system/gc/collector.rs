@@ -120,7 +120,9 @@ impl Collector {
 
     /// Whether a dependent with this owner reference needs a decision.
     fn needs_attention(&self, owner: &OwnerRef) -> bool {
-        self.graph.node(&owner.uid).is_none_or(|n| n.foreground)
+        self.graph
+            .foreground(&owner.uid)
+            .is_none_or(|foreground| foreground)
     }
 
     /// Update the index with one change and queue the work it causes.
@@ -141,6 +143,11 @@ impl Collector {
         }
         let previous = self.graph.upsert(key, object);
         let Some(node) = self.graph.node(&uid).cloned() else {
+            // A plain object now (no owners, no deletion policy): only the
+            // owners it had may be waiting for it.
+            if let Some(previous) = previous {
+                self.requeue_foreground_owners(&previous.owners);
+            }
             return;
         };
         if node.foreground || node.orphan {
@@ -258,8 +265,8 @@ impl Collector {
     /// Classify an owner; absence is confirmed with a live read.
     async fn owner_state(&self, reference: &Value, dependent: &Object) -> Result<OwnerState> {
         let uid = ref_uid(reference);
-        if let Some(node) = self.graph.node(uid) {
-            return Ok(if node.foreground {
+        if let Some(foreground) = self.graph.foreground(uid) {
+            return Ok(if foreground {
                 OwnerState::Waiting
             } else {
                 OwnerState::Solid
