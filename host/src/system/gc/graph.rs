@@ -108,6 +108,7 @@ impl Plain {
         }
     }
 
+    #[cfg(test)]
     fn len(&self) -> usize {
         self.uuids.len() + self.others.len()
     }
@@ -182,6 +183,7 @@ impl Graph {
     }
 
     /// How many objects the graph knows.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.nodes.len() + self.plain.len()
     }
