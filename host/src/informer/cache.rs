@@ -219,10 +219,6 @@ pub(super) enum Pending {
 /// Keys, each held once and shared by the map and the indexes.
 type Keys = HashSet<Arc<ObjectKey>>;
 
-/// A first list at least this long fills the map and the indexes on two
-/// threads ([`Cache::fill`]).
-const FILL_ON_TWO_THREADS: usize = 65_536;
-
 /// The cache's maps: with a seeded fast hasher rather than SipHash.
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
@@ -667,10 +663,6 @@ impl Cache {
         items: Vec<(Terms, Text)>,
         revision: i64,
     ) -> Vec<Pending> {
-        if self.objects.is_empty() && items.len() >= FILL_ON_TWO_THREADS {
-            self.revision = revision;
-            return self.fill(items);
-        }
         // Nothing to remove from an empty cache (the first list): no set
         // of a million keys to build for that.
         let mut pending: Vec<Pending> = if self.objects.is_empty() {
@@ -692,39 +684,6 @@ impl Cache {
         }
         self.revision = revision;
         pending
-    }
-
-    /// Fills an empty cache from a long list, the map on one thread and
-    /// the indexes on another (each takes a hash of every key; a start at
-    /// a million spent seconds here).
-    fn fill(&mut self, items: Vec<(Terms, Text)>) -> Vec<Pending> {
-        let mut keys = Vec::with_capacity(items.len());
-        let mut entries = Vec::with_capacity(items.len());
-        let mut all_terms = Vec::with_capacity(items.len());
-        for (mut terms, text) in items {
-            let key = std::mem::replace(&mut terms.key, ObjectKey::new(None, ""));
-            keys.push(Arc::new(key));
-            entries.push(Entry::new(text, terms.version.take()));
-            all_terms.push(terms);
-        }
-        self.held += entries.iter().filter(|e| e.holds()).count();
-        let (objects, indexes) = (&mut self.objects, &mut self.indexes);
-        objects.reserve(keys.len());
-        std::thread::scope(|scope| {
-            let keys = &keys;
-            let filling = scope.spawn(move || {
-                for (key, entry) in keys.iter().zip(entries) {
-                    objects.insert(key.clone(), entry);
-                }
-            });
-            for (key, terms) in keys.iter().zip(&all_terms) {
-                indexes.add(key, terms);
-            }
-            filling
-                .join()
-                .unwrap_or_else(|p| std::panic::resume_unwind(p));
-        });
-        keys.into_iter().map(Pending::Applied).collect()
     }
 
     /// The change `pending` stands for, its object decoded if it has to be;
