@@ -11,7 +11,8 @@
 //! - the time until every Pod is `Running`, after the last create (done
 //!   when podsim has made two reconciles per Pod and its queue is idle,
 //!   confirmed by a LIST showing every Pod `Running`);
-//! - the server's RSS then (and its peak), per object;
+//! - the server's RSS then (and its peak), per object, and after
+//!   `SCALE_IDLE_SECS` (90) idle;
 //! - podsim's reconciles per Pod;
 //! - a full LIST (time, bytes) and a 500-item page (median of 9);
 //! - restart to ready: `kill -9`, start again, time until `/readyz`
@@ -459,6 +460,25 @@ async fn run(n: usize, clients: usize) -> anyhow::Result<()> {
         mb(peak),
         server.cpu().as_secs_f64(),
     );
+    // Converged, then idle: the bound is on the idle host (the
+    // watch hub lets go of its history after a while, the allocator
+    // returns freed pages).
+    let idle = Duration::from_secs(env_or("SCALE_IDLE_SECS", 90u64));
+    if !idle.is_zero() {
+        let started = Instant::now();
+        let mut least = u64::MAX;
+        while started.elapsed() < idle {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            least = least.min(server.rss().0);
+        }
+        println!(
+            "idle: RSS {:.0} MB after {} s idle (least {:.0} MB); server CPU so far {:.0} s",
+            mb(server.rss().0),
+            idle.as_secs(),
+            mb(least),
+            server.cpu().as_secs_f64(),
+        );
+    }
 
     // The server's RSS sampled every 20 ms while the LIST streams: the
     // issue's bound is on how much it grows.
