@@ -1,7 +1,8 @@
 //! What the informer's cache indexes of an object (its key, owners,
 //! labels and whether it is not `Ready`), read from the decoded object or
-//! from its JSON text with only `metadata` and `status.conditions` decoded: the cache keeps text, and decoding a whole 1 KiB
-//! object to find its labels costs ten times the text in allocations.
+//! from its JSON text with only `metadata` and `status.conditions` read:
+//! a list brings text, and decoding a whole 1 KiB object to find its
+//! labels costs ten times the text in allocations.
 
 use crate::object::{Object, ObjectKey, meta};
 
@@ -64,13 +65,10 @@ impl Terms {
         }
     }
 
-    /// The terms of an object given as JSON text: the same as
-    /// [`Terms::of`] the decoded text. Only `metadata` and
-    /// `status.conditions` are decoded, the rest skipped; text this does not take (a repeated `metadata`, nesting past
-    /// the parser's limit) is decoded whole, as the store reads it.
-    /// The terms of an object's JSON text: read straight from the text
-    /// where it has the shape objects have (no value built, nothing but
-    /// the kept strings allocated), else from its decoded head
+    /// The terms of an object's JSON text, the same as [`Terms::of`] of
+    /// the decoded text: read straight from the text where it has the
+    /// shape objects have (no value built, nothing but the kept strings
+    /// allocated), else from its decoded head
     /// ([`codec::decode_head`](crate::object::codec::decode_head)), which
     /// takes any text the store reads.
     pub(super) fn of_json(json: &[u8]) -> Option<Self> {
