@@ -91,6 +91,12 @@ impl Source {
         Some(text)
     }
 
+    /// What the indexes hold of `key` at `revision`, read from the bytes
+    /// as stored (no text written for it).
+    fn terms(&self, key: &ObjectKey, revision: i64) -> Option<Terms> {
+        Terms::of_stored(&self.read(key, revision)?.value, revision)
+    }
+
     /// The object `key` at `revision`, decoded.
     fn object(&self, key: &ObjectKey, revision: i64) -> Option<Object> {
         Api::decode(&self.read(key, revision)?).ok()
@@ -132,6 +138,21 @@ impl Entry {
         }
     }
 
+    /// An entry holding `object` as its text, and decoded while anyone
+    /// holds it.
+    fn held_as_text(object: &Arc<Object>, version: Option<Box<str>>) -> Self {
+        Self {
+            // Encoding a JSON value cannot fail (its keys are strings).
+            text: Text::Held(
+                serde_json::to_vec(&**object)
+                    .expect("a JSON value encodes")
+                    .into_boxed_slice(),
+            ),
+            version,
+            live: Mutex::new(Arc::downgrade(object)),
+        }
+    }
+
     /// Whether the content is held here, not in the store.
     fn holds(&self) -> bool {
         !matches!(self.text, Text::Stored(_))
@@ -147,16 +168,6 @@ impl Entry {
             .upgrade()
     }
 
-    /// The object's JSON text, read back from the source if it is there;
-    /// `None` for an object held decoded, or one the source lost.
-    fn text<'a>(&'a self, key: &ObjectKey, source: Option<&Source>) -> Option<Cow<'a, [u8]>> {
-        match &self.text {
-            Text::Held(json) => Some(Cow::Borrowed(json)),
-            Text::Recent(_) => None,
-            Text::Stored(revision) => source?.text(key, *revision).map(Cow::Owned),
-        }
-    }
-
     /// What a listing tells of the object: the whole object if someone
     /// holds it decoded, else only its `metadata` and `status.conditions`
     /// (decoding those skips the rest, a fraction of a whole decode; see
@@ -165,7 +176,11 @@ impl Entry {
         if let Some(object) = self.held() {
             return Some(object);
         }
-        let text = self.text(key, source)?;
+        let text = match &self.text {
+            Text::Held(json) => Cow::Borrowed(&json[..]),
+            Text::Stored(revision) => Cow::Owned(source?.text(key, *revision)?),
+            Text::Recent(_) => unreachable!("held, answered above"),
+        };
         crate::object::codec::decode_head(&text)
             .map(Arc::new)
             .ok()
@@ -202,9 +217,13 @@ impl Entry {
     /// holds it, else from the text's `metadata`; `None` only if the
     /// source lost it.
     fn terms(&self, key: &ObjectKey, source: Option<&Source>) -> Option<Terms> {
-        match self.held() {
-            Some(object) => Some(Terms::of(&object)),
-            None => Terms::of_json(&self.text(key, source)?),
+        if let Some(object) = self.held() {
+            return Some(Terms::of(&object));
+        }
+        match &self.text {
+            Text::Held(json) => Terms::of_json(json),
+            Text::Stored(revision) => source?.terms(key, *revision),
+            Text::Recent(_) => unreachable!("held, answered above"),
         }
     }
 }
@@ -329,6 +348,13 @@ impl Cache {
         entry.object(key, source).or_else(|| source?.live(key))
     }
 
+    /// What a listing tells of the object `entry` caches ([`Entry::head`]),
+    /// the live object if the store lost that version ([`Cache::read`]).
+    fn head(&self, key: &ObjectKey, entry: &Entry) -> Option<Arc<Object>> {
+        let source = self.source.as_ref();
+        entry.head(key, source).or_else(|| source?.live(key))
+    }
+
     /// How many objects' content the cache holds itself: every object
     /// over a store without version reads, else those a watch event told
     /// that the store cannot read back yet.
@@ -389,10 +415,9 @@ impl Cache {
     /// `metadata` and `status.conditions`, or the whole object where one is
     /// held decoded anyway.
     pub(super) fn heads(&self) -> impl Iterator<Item = Arc<Object>> + '_ {
-        self.objects.iter().filter_map(|(key, entry)| {
-            let source = self.source.as_ref();
-            entry.head(key, source).or_else(|| source?.live(key))
-        })
+        self.objects
+            .iter()
+            .filter_map(|(key, entry)| self.head(key, entry))
     }
 
     /// Objects with an owner reference to `uid`.
@@ -550,23 +575,15 @@ impl Cache {
         if self.unchanged(&terms) {
             return None;
         }
-        let text = match (&self.source, parse_revision(&terms)) {
+        let version = terms.version.clone();
+        let entry = match (&self.source, parse_revision(&terms)) {
             (Some(_), Some(revision)) => {
                 self.recent
                     .push_back((Arc::new(terms.key.clone()), revision));
-                Text::Recent(object.clone())
+                Entry::new(Text::Recent(object.clone()), version)
             }
-            // Encoding a JSON value cannot fail (its keys are strings).
-            _ => Text::Held(
-                serde_json::to_vec(&*object)
-                    .expect("a JSON value encodes")
-                    .into_boxed_slice(),
-            ),
+            _ => Entry::held_as_text(&object, version),
         };
-        let entry = Entry::new(text, terms.version.clone());
-        if matches!(entry.text, Text::Held(_)) {
-            *entry.live.lock().unwrap_or_else(|p| p.into_inner()) = Arc::downgrade(&object);
-        }
         self.put(terms, entry);
         Some(Change::Applied(object))
     }
@@ -693,9 +710,8 @@ impl Cache {
             Pending::Ready(change) => Some(change),
             Pending::Applied(key) => {
                 let entry = self.objects.get(&key)?;
-                let source = self.source.as_ref();
                 Some(if first_list {
-                    Change::Listed(entry.head(&key, source).or_else(|| source?.live(&key))?)
+                    Change::Listed(self.head(&key, entry)?)
                 } else {
                     Change::Applied(self.read(&key, entry)?)
                 })
@@ -744,14 +760,10 @@ impl Cache {
             }
             None => Arc::new(terms.key.clone()),
         };
-        self.index(&key, &terms);
+        self.indexes.add(&key, &terms);
         self.held += usize::from(entry.holds());
         self.objects.insert(key.clone(), entry);
         key
-    }
-
-    fn index(&mut self, key: &Arc<ObjectKey>, terms: &Terms) {
-        self.indexes.add(key, terms);
     }
 
     /// Takes `key` out of the indexes `terms` put it in; out of every
@@ -873,9 +885,7 @@ pub(super) fn read_terms(items: Vec<Listed>) -> Vec<(Terms, Text)> {
                     (terms, Text::Held(text.into_boxed_slice()))
                 }
                 Listed::Stored(bytes, revision) => {
-                    let mut terms = Terms::of_json(&bytes).expect("stored JSON decodes");
-                    // Stored bytes carry no version: the store's revision is it.
-                    terms.version = Some(revision.to_string().into());
+                    let terms = Terms::of_stored(&bytes, revision).expect("stored JSON decodes");
                     (terms, Text::Stored(revision))
                 }
             })

@@ -126,11 +126,9 @@ async fn over_the_embedded_store_the_cache_holds_keys_and_revisions_not_objects(
     assert_eq!(informer.inner.cache.read().unwrap().held(), 0);
 }
 
-/// A cache filled from the store as an informer fills it, at the store's
-/// current revision.
-async fn cache_of(api: &Api, kind: &Arc<KindInfo>) -> Cache {
-    let reader = api.backend().version_reader().unwrap();
-    let mut cache = Cache::reading_from(Source::new(reader, kind.clone()));
+/// Every object of `kind` as an informer's list hands them to a cache that
+/// reads back, and the revision listed at.
+async fn list_of(api: &Api, kind: &Arc<KindInfo>) -> (Vec<Listed>, i64) {
     let list = api.list(kind, &Default::default()).await.unwrap();
     let listed = list
         .items
@@ -142,7 +140,15 @@ async fn cache_of(api: &Api, kind: &Arc<KindInfo>) -> Cache {
             )
         })
         .collect();
-    let revision = list.resource_version;
+    (listed, list.resource_version)
+}
+
+/// A cache filled from the store as an informer fills it, at the store's
+/// current revision.
+async fn cache_of(api: &Api, kind: &Arc<KindInfo>) -> Cache {
+    let reader = api.backend().version_reader().unwrap();
+    let mut cache = Cache::reading_from(Source::new(reader, kind.clone()));
+    let (listed, revision) = list_of(api, kind).await;
     cache.replace_read(read_terms(listed), revision);
     assert_eq!(cache.held(), 0);
     cache
@@ -188,19 +194,9 @@ async fn a_version_compacted_away_before_the_watch_tells_its_change_leaves_no_st
         .unwrap();
     let now = api.current_revision().await.unwrap();
     api.compact(now).await.unwrap();
-    let relisted = api.list(&kind, &Default::default()).await.unwrap();
-    let listed = relisted
-        .items
-        .iter()
-        .map(|object| {
-            Listed::Stored(
-                serde_json::to_vec(object).unwrap().into(),
-                revision_of(object),
-            )
-        })
-        .collect();
+    let (listed, revision) = list_of(&api, &kind).await;
     let changes: Vec<Change> = cache
-        .replace_read(read_terms(listed), relisted.resource_version)
+        .replace_read(read_terms(listed), revision)
         .into_iter()
         .filter_map(|pending| cache.change(pending, false))
         .collect();

@@ -79,6 +79,14 @@ impl Terms {
             .ok()
             .map(|head| Self::of(&head))
     }
+
+    /// The terms of an object's bytes as stored, written at `revision`:
+    /// stored bytes carry no resource version, the store's revision is it.
+    pub(super) fn of_stored(bytes: &[u8], revision: i64) -> Option<Self> {
+        let mut terms = Self::of_json(bytes)?;
+        terms.version = Some(revision.to_string().into());
+        Some(terms)
+    }
 }
 
 /// The terms read straight from an object's text, as [`Terms::of`] reads

@@ -483,7 +483,7 @@ async fn on_a_full_disk_writes_are_507_reads_go_on_and_the_store_says_not_writab
 
 /// The files of `dir` as they are on disk now (the store still open): what
 /// a crash at this moment leaves, in a new directory.
-fn crash_copy(dir: &Path) -> tempfile::TempDir {
+pub(super) fn crash_copy(dir: &Path) -> tempfile::TempDir {
     let image = tempfile::tempdir().unwrap();
     for entry in std::fs::read_dir(dir).unwrap() {
         let entry = entry.unwrap();

@@ -224,7 +224,7 @@ impl History {
 
     /// The index [`History::encode`] wrote, or what is wrong with the
     /// bytes: keys out of order or not UTF-8, a key without versions,
-    /// versions out of order, bytes cut short or left over.
+    /// versions out of order, bytes cut short.
     pub(super) fn decode(mut body: &[u8]) -> Result<Self, String> {
         let mut keys: Vec<(Arc<str>, Versions)> = Vec::new();
         let mut versions_held = 0usize;

@@ -26,9 +26,7 @@ use redb::{Database, ReadTransaction, ReadableDatabase};
 use super::Shared;
 use super::history::History;
 use super::open::Counters;
-use super::schema::{
-    Context, Entry, META, META_CLEANED, META_COMPACTED, META_REVISION, REVISIONS, read_meta,
-};
+use super::schema::{Context, Entry, META, REVISIONS};
 use crate::store::{Error, Result, Revision};
 
 /// The file in the data directory.
@@ -68,30 +66,41 @@ pub(super) enum Loaded {
     Rebuilt,
 }
 
-/// The stamp of the database `txn` reads, at `counters`; `None` if its
-/// newest entry is not there to name (a deletion at the top that a
-/// cleanup removed): no index is saved then.
-pub(super) fn stamp(
+/// The stamp of the database `txn` reads, at `revision` with history
+/// cleaned up to `cleaned`; `None` if the entry at `revision` is not there
+/// to name (a deletion at the top that a cleanup removed): no index is
+/// saved then.
+fn stamp(
     txn: &ReadTransaction,
-    counters: &Counters,
+    revision: Revision,
+    cleaned: Revision,
     file: &Path,
 ) -> Result<Option<Stamp>> {
-    if counters.revision == 0 {
+    if revision == 0 {
         return Ok(Some(Stamp {
-            revision: 0,
-            cleaned: counters.cleaned,
+            revision,
+            cleaned,
             entry_crc: 0,
         }));
     }
     let revisions = txn.open_table(REVISIONS).ctx(file)?;
-    Ok(revisions
-        .get(counters.revision)
-        .ctx(file)?
-        .map(|stored| Stamp {
-            revision: counters.revision,
-            cleaned: counters.cleaned,
-            entry_crc: crc32fast::hash(stored.value()),
-        }))
+    Ok(revisions.get(revision).ctx(file)?.map(|stored| Stamp {
+        revision,
+        cleaned,
+        entry_crc: crc32fast::hash(stored.value()),
+    }))
+}
+
+/// The file's bytes for `history`, the index of the database `txn` reads
+/// at `counters`; `None` if no stamp names it ([`stamp`]).
+fn snapshot(
+    txn: &ReadTransaction,
+    counters: &Counters,
+    history: &History,
+    file: &Path,
+) -> Result<Option<Vec<u8>>> {
+    let stamp = stamp(txn, counters.revision, counters.cleaned, file)?;
+    Ok(stamp.map(|stamp| encode(history, &stamp)))
 }
 
 /// The file's bytes for `history` as of `stamp`.
@@ -195,11 +204,7 @@ pub(super) fn load(
         );
         return Ok(None);
     }
-    let now = Counters {
-        revision: saved.revision,
-        ..*counters
-    };
-    if stamp(&txn, &now, file)? != Some(saved) {
+    if stamp(&txn, saved.revision, saved.cleaned, file)? != Some(saved) {
         refuse(
             &path,
             &format!(
@@ -221,9 +226,34 @@ pub(super) fn load(
     Ok(Some((history, replayed)))
 }
 
+/// Encodes `history`, the index of `db` at `counters`, in the open and
+/// writes it on a thread of its own (the host starts meanwhile).
+pub(super) fn save_later(
+    dir: &Path,
+    db: &Database,
+    counters: &Counters,
+    file: &Path,
+    history: &History,
+) -> Result<Option<std::thread::JoinHandle<()>>> {
+    let txn = db.begin_read().ctx(file)?;
+    let Some(bytes) = snapshot(&txn, counters, history, file)? else {
+        return Ok(None);
+    };
+    let dir = dir.to_owned();
+    let writer = std::thread::Builder::new()
+        .name("store-index".into())
+        .spawn(move || {
+            if let Err(err) = write(&dir, &bytes) {
+                unsaved(&dir, &Error::Io(err));
+            }
+        })
+        .map_err(|e| super::open::io_context(e, "starting the version index writer".into()))?;
+    Ok(Some(writer))
+}
+
 /// Saves the index of the store `shared` holds, at a clean close (after
-/// the final checkpoint; nothing changes the index any more). A failure
-/// (a full disk) is logged: the next open rebuilds the index.
+/// the final checkpoint; nothing changes the index any more), once the
+/// open's writer is done.
 pub(super) fn save(shared: &Shared) {
     let joined = shared
         .index_writer
@@ -235,24 +265,24 @@ pub(super) fn save(shared: &Shared) {
         tracing::warn!(file = %shared.file.display(), "the version index writer panicked");
     }
     let file = &shared.file;
+    let dir = file.parent().unwrap_or(Path::new("."));
     let saved = (|| -> Result<()> {
         let txn = shared.begin_read()?;
-        let meta = txn.open_table(META).ctx(file)?;
-        let counters = Counters {
-            revision: read_meta(&meta, META_REVISION, file)?,
-            compacted: read_meta(&meta, META_COMPACTED, file)?,
-            cleaned: read_meta(&meta, META_CLEANED, file)?,
-        };
-        let Some(stamp) = stamp(&txn, &counters, file)? else {
-            return Ok(());
-        };
-        let bytes = encode(&shared.history(), &stamp);
-        let dir = file.parent().unwrap_or(Path::new("."));
-        write(dir, &bytes).map_err(Error::Io)
+        let counters = Counters::read(&txn.open_table(META).ctx(file)?, file)?;
+        match snapshot(&txn, &counters, &shared.history(), file)? {
+            Some(bytes) => write(dir, &bytes).map_err(Error::Io),
+            None => Ok(()),
+        }
     })();
     if let Err(err) = saved {
-        tracing::warn!(file = %file.display(), %err, "saving the version index failed: the next open rebuilds it");
+        unsaved(dir, &err);
     }
+}
+
+/// Logs a save that failed (a full disk, say): never fatal, the next open
+/// rebuilds the index.
+fn unsaved(dir: &Path, err: &Error) {
+    tracing::warn!(dir = %dir.display(), %err, "saving the version index failed: the next open rebuilds it");
 }
 
 /// Logs why the saved index at `path` is not used.

@@ -49,6 +49,17 @@ pub(super) struct Counters {
     pub cleaned: Revision,
 }
 
+impl Counters {
+    /// The counters the `meta` table holds.
+    pub(super) fn read(meta: &impl ReadableTable<&'static str, i64>, file: &Path) -> Result<Self> {
+        Ok(Self {
+            revision: read_meta(meta, META_REVISION, file)?,
+            compacted: read_meta(meta, META_COMPACTED, file)?,
+            cleaned: read_meta(meta, META_CLEANED, file)?,
+        })
+    }
+}
+
 /// redb calls the repair callback with this progress just before rolling the
 /// file back to its previous commit because the latest one does not verify.
 const ROLLBACK_PROGRESS: f64 = 0.3;
@@ -171,7 +182,7 @@ pub(super) fn open<I: LogIo>(dir: &Path, io: I) -> Result<Opened<I>> {
         Loaded::Saved { replayed } => replayed > index_file::RESAVE_AFTER,
     };
     let index_writer = if save {
-        save_later(dir, &db, &counters, &file, &history)?
+        index_file::save_later(dir, &db, &counters, &file, &history)?
     } else {
         None
     };
@@ -194,32 +205,6 @@ pub(super) fn open<I: LogIo>(dir: &Path, io: I) -> Result<Opened<I>> {
         wal,
         room,
     })
-}
-
-/// Encodes `history` as of `counters` and writes it on a thread of its
-/// own (the host starts meanwhile); a failure is logged, never fatal.
-fn save_later(
-    dir: &Path,
-    db: &Database,
-    counters: &Counters,
-    file: &Path,
-    history: &History,
-) -> Result<Option<std::thread::JoinHandle<()>>> {
-    let txn = db.begin_read().ctx(file)?;
-    let Some(stamp) = index_file::stamp(&txn, counters, file)? else {
-        return Ok(None);
-    };
-    let bytes = index_file::encode(history, &stamp);
-    let dir = dir.to_owned();
-    let writer = std::thread::Builder::new()
-        .name("store-index".into())
-        .spawn(move || {
-            if let Err(err) = index_file::write(&dir, &bytes) {
-                tracing::warn!(dir = %dir.display(), %err, "saving the version index failed: the next open rebuilds it");
-            }
-        })
-        .map_err(|e| io_context(e, "starting the version index writer".into()))?;
-    Ok(Some(writer))
 }
 
 /// Builds the in-memory index of versions from every change kept in
@@ -492,11 +477,7 @@ fn read_counters(db: &impl ReadableDatabase, file: &Path) -> Result<Stored> {
             file.display()
         )));
     }
-    let counters = Counters {
-        revision: read_meta(&meta, META_REVISION, file)?,
-        compacted: read_meta(&meta, META_COMPACTED, file)?,
-        cleaned: read_meta(&meta, META_CLEANED, file)?,
-    };
+    let counters = Counters::read(&meta, file)?;
     let log_segment = match meta.get(META_LOG_SEGMENT).ctx(file)? {
         Some(segment) => Some(u64::try_from(segment.value()).map_err(|_| {
             Error::Corrupt(format!(

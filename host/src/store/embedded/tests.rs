@@ -22,7 +22,7 @@ async fn make() -> (Arc<dyn Backend>, tempfile::TempDir) {
 
 crate::store::conformance::conformance_tests!(make);
 
-async fn put(store: &EmbeddedBackend, key: &str, value: &str) -> Revision {
+pub(super) async fn put(store: &EmbeddedBackend, key: &str, value: &str) -> Revision {
     store
         .put(key, value.as_bytes().to_vec(), Condition::Any)
         .await

@@ -141,20 +141,16 @@ impl Collector {
             }
             return;
         }
-        let previous = self.graph.upsert(key, object);
+        if let Some(previous) = self.graph.upsert(key, object) {
+            self.requeue_foreground_owners(&previous.owners);
+        }
+        // A plain object (no owners, no deletion policy) has no node and
+        // nothing more to do.
         let Some(node) = self.graph.node(&uid).cloned() else {
-            // A plain object now (no owners, no deletion policy): only the
-            // owners it had may be waiting for it.
-            if let Some(previous) = previous {
-                self.requeue_foreground_owners(&previous.owners);
-            }
             return;
         };
         if node.foreground || node.orphan {
             self.queue.add(Item::Owner(uid.clone()));
-        }
-        if let Some(previous) = previous {
-            self.requeue_foreground_owners(&previous.owners);
         }
         self.requeue_foreground_owners(&node.owners);
         if node.owners.iter().any(|o| self.needs_attention(o)) {

@@ -60,9 +60,7 @@ impl Node {
             orphan: deleting && finalizers.contains(&ORPHAN_FINALIZER),
         }
     }
-}
 
-impl Node {
     /// Whether only the object's existence matters: no owners and no
     /// deletion policy to carry out.
     fn is_plain(&self) -> bool {
@@ -137,15 +135,10 @@ impl Graph {
         let node = Node::of(key, object);
         let current: HashSet<String> = node.owners.iter().map(|o| o.uid.clone()).collect();
         for owner in &current {
-            match self.dependents.get_mut(owner) {
-                Some(dependents) => {
-                    dependents.insert(uid.to_owned());
-                }
-                None => {
-                    self.dependents
-                        .insert(owner.clone(), HashSet::from([uid.to_owned()]));
-                }
-            }
+            self.dependents
+                .entry(owner.clone())
+                .or_default()
+                .insert(uid.to_owned());
         }
         let previous = if node.is_plain() {
             self.plain.insert(uid);

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use super::*;
 use crate::store::embedded::EmbeddedBackend;
+use crate::store::embedded::fault_tests::crash_copy;
+use crate::store::embedded::tests::put;
 use crate::store::{Backend, Condition, Range};
 
 fn history() -> History {
@@ -97,14 +99,6 @@ fn put_test_key(out: &mut Vec<u8>, key: &str, revisions: &[i64]) {
     out.extend(revisions.iter().map(|r| (2 * r) as u8));
 }
 
-async fn put(store: &EmbeddedBackend, key: &str, value: &str) -> Revision {
-    store
-        .put(key, value.as_bytes().to_vec(), Condition::Any)
-        .await
-        .unwrap()
-        .mod_revision
-}
-
 /// Every key and value at every revision the store still reads, and how
 /// many versions its index holds: what the index answers.
 async fn reads(store: &EmbeddedBackend) -> (Vec<Vec<(String, Vec<u8>, Revision)>>, u64) {
@@ -143,19 +137,6 @@ async fn churn(store: &EmbeddedBackend, round: usize) {
             .unwrap();
     }
     put(store, &format!("/round/{round}"), "x").await;
-}
-
-/// The files of `dir` as they are on disk now (the store still open): what
-/// a crash at this moment leaves, in a new directory.
-fn crash_copy(dir: &Path) -> tempfile::TempDir {
-    let image = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let entry = entry.unwrap();
-        if entry.file_type().unwrap().is_file() && entry.file_name() != "LOCK" {
-            std::fs::copy(entry.path(), image.path().join(entry.file_name())).unwrap();
-        }
-    }
-    image
 }
 
 fn saved_stamp(dir: &Path) -> Option<Stamp> {
