@@ -24,89 +24,13 @@ use std::sync::{Arc, Mutex, Weak};
 
 use super::Change;
 use super::terms::{NotReady, Terms};
-use crate::api::Api;
-use crate::object::{KindInfo, Object, ObjectKey};
-use crate::store::{KeyValue, VersionReader};
+use crate::object::{Object, ObjectKey};
 
-/// The store a cache reads its objects back from.
-pub(super) struct Source {
-    reader: Arc<dyn VersionReader>,
-    kind: Arc<KindInfo>,
-    /// Whether a failed read was logged as a warning already (a closed or
-    /// failed store fails every read; once is enough).
-    warned: std::sync::atomic::AtomicBool,
-}
+mod indexes;
+mod source;
 
-impl Source {
-    pub(super) fn new(reader: Arc<dyn VersionReader>, kind: Arc<KindInfo>) -> Self {
-        Self {
-            reader,
-            kind,
-            warned: std::sync::atomic::AtomicBool::new(false),
-        }
-    }
-
-    /// The object `key` as stored at `revision`; `None` if that version
-    /// is gone (a later write replaced it and history was compacted past
-    /// it: the watch is about to tell the change).
-    fn read(&self, key: &ObjectKey, revision: i64) -> Option<KeyValue> {
-        let store_key = self.store_key(key);
-        self.logged(&store_key, self.reader.read_version(&store_key, revision))
-    }
-
-    /// The live version of `key`, decoded: what a reader gets of an
-    /// object whose cached version is gone ([`Source::read`]).
-    fn live(&self, key: &ObjectKey) -> Option<Arc<Object>> {
-        let store_key = self.store_key(key);
-        let kv = self.logged(&store_key, self.reader.read_current(&store_key))?;
-        Api::decode(&kv).ok().map(Arc::new)
-    }
-
-    fn store_key(&self, key: &ObjectKey) -> String {
-        Api::key(&self.kind, key.namespace.as_deref(), &key.name)
-    }
-
-    /// The read's value; a store that cannot be read is logged, once as a
-    /// warning (a closed or failed store fails every read).
-    fn logged(
-        &self,
-        store_key: &str,
-        read: crate::store::Result<Option<KeyValue>>,
-    ) -> Option<KeyValue> {
-        read.unwrap_or_else(|err| {
-            if self.warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                tracing::debug!(key = %store_key, %err, "informer cannot read a cached object back from the store");
-            } else {
-                tracing::warn!(key = %store_key, %err, "informer cannot read a cached object back from the store (further failures are logged at debug)");
-            }
-            None
-        })
-    }
-
-    /// The text of `key` at `revision` as the API writes it.
-    fn text(&self, key: &ObjectKey, revision: i64) -> Option<Vec<u8>> {
-        let kv = self.read(key, revision)?;
-        let mut text = Vec::with_capacity(kv.value.len() + 40);
-        Api::write_stored(&kv, &mut text).ok()?;
-        Some(text)
-    }
-
-    /// What the indexes hold of `key` at `revision`, read from the bytes
-    /// as stored (no text written for it).
-    fn terms(&self, key: &ObjectKey, revision: i64) -> Option<Terms> {
-        Terms::of_stored(&self.read(key, revision)?.value, revision)
-    }
-
-    /// The object `key` at `revision`, decoded.
-    fn object(&self, key: &ObjectKey, revision: i64) -> Option<Object> {
-        Api::decode(&self.read(key, revision)?).ok()
-    }
-
-    /// The revision up to which the store reads every write.
-    fn readable(&self) -> i64 {
-        self.reader.readable()
-    }
-}
+use indexes::Indexes;
+pub(super) use source::Source;
 
 /// Where a cached object's content is.
 pub(super) enum Text {
@@ -241,58 +165,6 @@ type Keys = HashSet<Arc<ObjectKey>>;
 /// The cache's maps: with a seeded fast hasher rather than SipHash.
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
-
-/// The cache's indexes: by owner uid, by namespace, by label, and of the
-/// objects that are not `Ready`.
-#[derive(Default)]
-struct Indexes {
-    by_owner: HashMap<String, Keys>,
-    by_namespace: HashMap<Option<String>, Keys>,
-    by_label: HashMap<(String, String), Keys>,
-    /// Objects whose `Ready` condition is not `True` (the console counts
-    /// and lists them without decoding every object).
-    not_ready: HashMap<Arc<ObjectKey>, NotReady>,
-}
-
-impl Indexes {
-    fn add(&mut self, key: &Arc<ObjectKey>, terms: &Terms) {
-        // Looked up before an entry is made: most objects share their
-        // owner, namespace and labels with others, and a key copied for
-        // `entry` would be an allocation per index per object.
-        for uid in &terms.owners {
-            add_to(&mut self.by_owner, uid, key);
-        }
-        add_to(&mut self.by_namespace, &key.namespace, key);
-        for label in &terms.labels {
-            add_to(&mut self.by_label, label, key);
-        }
-        if let Some(not_ready) = terms.not_ready {
-            self.not_ready.insert(key.clone(), not_ready);
-        }
-    }
-
-    fn remove(&mut self, key: &ObjectKey, terms: &Terms) {
-        for uid in &terms.owners {
-            remove_from(&mut self.by_owner, uid, key);
-        }
-        remove_from(&mut self.by_namespace, &key.namespace, key);
-        for label in &terms.labels {
-            remove_from(&mut self.by_label, label, key);
-        }
-        self.not_ready.remove(key);
-    }
-
-    /// Takes `key` out of every index entry, its terms unknown.
-    fn remove_everywhere(&mut self, key: &ObjectKey) {
-        for keys in self.by_owner.values_mut().chain(self.by_label.values_mut()) {
-            keys.remove(key);
-        }
-        self.by_owner.retain(|_, keys| !keys.is_empty());
-        self.by_label.retain(|_, keys| !keys.is_empty());
-        remove_from(&mut self.by_namespace, &key.namespace, key);
-        self.not_ready.remove(key);
-    }
-}
 
 /// Objects of one kind, as of one store revision.
 ///
@@ -787,8 +659,8 @@ impl Cache {
         }
         let mut object = serde_json::json!({"metadata": metadata});
         if let Some(source) = &self.source {
-            object["apiVersion"] = source.kind.api_version().into();
-            object["kind"] = source.kind.kind.clone().into();
+            object["apiVersion"] = source.kind().api_version().into();
+            object["kind"] = source.kind().kind.clone().into();
         }
         object
     }
@@ -840,22 +712,6 @@ impl Cache {
             .iter()
             .map(|(key, n)| ((**key).clone(), *n))
             .collect()
-    }
-}
-
-/// Adds `key` to the index entry `entry`, made if it is the first.
-fn add_to<I: std::hash::Hash + Eq + Clone>(
-    index: &mut HashMap<I, Keys>,
-    entry: &I,
-    key: &Arc<ObjectKey>,
-) {
-    match index.get_mut(entry) {
-        Some(keys) => {
-            keys.insert(key.clone());
-        }
-        None => {
-            index.insert(entry.clone(), Keys::from_iter([key.clone()]));
-        }
     }
 }
 
@@ -932,16 +788,6 @@ fn parse_revision(terms: &Terms) -> Option<i64> {
 /// An object's `metadata.resourceVersion`.
 fn meta_version(object: &Object) -> Option<&str> {
     crate::object::meta::resource_version(object)
-}
-
-/// Removes `key` from the index entry `entry`, dropping the entry once empty.
-fn remove_from<I: std::hash::Hash + Eq>(index: &mut HashMap<I, Keys>, entry: &I, key: &ObjectKey) {
-    if let Some(keys) = index.get_mut(entry) {
-        keys.remove(key);
-        if keys.is_empty() {
-            index.remove(entry);
-        }
-    }
 }
 
 #[cfg(test)]
