@@ -223,11 +223,27 @@ async fn a_restart_with_100k_pods_reconciles_only_what_changed_and_misses_nothin
 
     // The same after a kill -9, with changes made while the host was down:
     // exactly those are reconciled (the new Pod twice: Pending, then
-    // Running; the relabelled one once; the deleted one not at all).
+    // Running; the relabelled one once; the deleted one not at all). The
+    // Pods' informer starts from the cache it saved once the kind was
+    // quiet, caught up with the changes.
+    let saved = data.join("informers").join("demo.setpoint.dev_v1.Pod");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !saved.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "no informer cache saved within 60 s of idling"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     server.kill9();
     change_offline(&data).await;
     let server = serve(&data, plugins.path());
     ready(&server.url).await;
+    assert!(
+        log(&server).contains("informer filled from its saved cache"),
+        "{}",
+        log(&server)
+    );
     podsim_idle(&server.url, Duration::from_secs(120)).await;
     let all = phases(&server.url).await;
     assert_eq!(all.len(), PODS_N);

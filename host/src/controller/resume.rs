@@ -103,19 +103,10 @@ async fn replay(api: &Api, triggers: &[(Informer, Trigger)], after: i64) -> Resu
         .iter()
         .map(|(informer, trigger)| (Api::prefix(informer.kind(), None), trigger))
         .collect();
-    let mut changes = api
-        .backend()
-        .watch(after)
-        .await
-        .map_err(|err| format!("the store's history after {after}: {err}"))?;
     let mut told = 0;
     let mut text = Vec::new();
-    while let Some(event) = changes.recv().await {
-        let event = event.map_err(|err| format!("the store's history after {after}: {err}"))?;
+    crate::store::replay_history(api.backend().as_ref(), after, until, |event| {
         let revision = event.revision();
-        if revision > until {
-            break;
-        }
         for (prefix, trigger) in &prefixes {
             if !event.kv.key.starts_with(prefix.as_str()) {
                 continue;
@@ -135,13 +126,9 @@ async fn replay(api: &Api, triggers: &[(Informer, Trigger)], after: i64) -> Resu
             });
             told += 1;
         }
-        if revision >= until {
-            return Ok(told);
-        }
-    }
-    Err(format!(
-        "the store's history after {after} ended before revision {until}"
-    ))
+    })
+    .await?;
+    Ok(told)
 }
 
 /// Take the controller's checkpoint every [`checkpoint::EVERY`] while it

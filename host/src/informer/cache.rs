@@ -27,9 +27,11 @@ use super::terms::{NotReady, Terms};
 use crate::object::{Object, ObjectKey};
 
 mod indexes;
+pub(super) mod saved;
 mod source;
 
 use indexes::Indexes;
+pub(super) use saved::Saved;
 pub(super) use source::Source;
 
 /// Where a cached object's content is.
@@ -556,6 +558,8 @@ impl Cache {
         // of a million keys to build for that.
         let mut pending: Vec<Pending> = if self.objects.is_empty() {
             self.objects.reserve(items.len());
+            self.indexes
+                .reserve_for(items.iter().map(|(terms, _)| terms));
             Vec::with_capacity(items.len())
         } else {
             let fresh: HashSet<ObjectKey> = items.iter().map(|(t, _)| t.key.clone()).collect();
@@ -591,6 +595,34 @@ impl Cache {
         }
     }
 
+    /// Every object, as the changes a first list into an empty cache gives.
+    pub(super) fn all_pending(&self) -> Vec<Pending> {
+        self.objects
+            .keys()
+            .map(|key| Pending::Applied(key.clone()))
+            .collect()
+    }
+
+    /// A change from the store's history applied to a restored cache
+    /// (`saving`): the object `terms` describe, now stored as `text`.
+    pub(super) fn catch_up_put(&mut self, terms: Terms, text: Text) {
+        let version = terms.version.clone();
+        self.put(terms, Entry::new(text, version));
+    }
+
+    /// A deletion from the store's history applied to a restored cache.
+    pub(super) fn catch_up_delete(&mut self, key: &ObjectKey) {
+        if let Some((key, old)) = self.take(key) {
+            let terms = old.terms(&key, self.source.as_ref());
+            self.unindex_terms(&key, terms.as_ref());
+        }
+    }
+
+    /// A restored cache caught up with the store's history to `revision`.
+    pub(super) fn caught_up_to(&mut self, revision: i64) {
+        self.revision = self.revision.max(revision);
+    }
+
     /// Whether the object `terms` describe is cached at that version.
     fn unchanged(&self, terms: &Terms) -> bool {
         self.objects
@@ -623,14 +655,15 @@ impl Cache {
 
     /// Caches `entry` under `terms`' key (the key already held, if any, is
     /// kept) and indexes it; returns the key.
-    fn put(&mut self, terms: Terms, entry: Entry) -> Arc<ObjectKey> {
+    fn put(&mut self, mut terms: Terms, entry: Entry) -> Arc<ObjectKey> {
         let key = match self.take(&terms.key) {
             Some((key, old)) => {
                 let old_terms = old.terms(&key, self.source.as_ref());
                 self.unindex_terms(&key, old_terms.as_ref());
                 key
             }
-            None => Arc::new(terms.key.clone()),
+            // The terms' own key, not a copy: the indexes take it from the Arc.
+            None => Arc::new(std::mem::replace(&mut terms.key, ObjectKey::new(None, ""))),
         };
         self.indexes.add(&key, &terms);
         self.held += usize::from(entry.holds());

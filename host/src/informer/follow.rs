@@ -6,6 +6,7 @@ use std::sync::Weak;
 
 use super::Inner;
 use super::cache::{Listed, Text, read_terms};
+use super::saving::{self, Saver};
 use super::terms::Terms;
 use super::watcher::{Event, Watcher};
 use crate::api::Api;
@@ -19,8 +20,18 @@ pub(super) async fn run(inner: Weak<Inner>, api: Api) {
     let Some(kind) = inner.upgrade().map(|i| i.kind.clone()) else {
         return;
     };
-    let mut watcher = Watcher::new(&api, &Api::prefix(&kind, None));
     let reads_back = inner.upgrade().is_some_and(|i| i.reads_back());
+    let prefix = Api::prefix(&kind, None);
+    // A cache saved at the last run, caught up, stands for the first list.
+    let restored = match inner.upgrade() {
+        Some(inner) if reads_back => saving::restore(&inner, &api).await,
+        _ => None,
+    };
+    let mut watcher = match restored {
+        Some(revision) => Watcher::resume(&api, &prefix, revision),
+        None => Watcher::new(&api, &prefix),
+    };
+    let mut saver = Saver::new(&api, &kind, restored);
     // The list as the API's JSON text, written from the stored bytes as
     // each page arrives: nothing is decoded, and only one page of stored
     // values is held beside the texts. A cache that reads objects back
@@ -28,7 +39,18 @@ pub(super) async fn run(inner: Weak<Inner>, api: Api) {
     // `READ_EVERY` objects, so that no more texts than that are held.
     let mut listed: Vec<Listed> = Vec::new();
     let mut read: Vec<(Terms, Text)> = Vec::new();
-    let mut first_list = true;
+    let mut first_list = restored.is_none();
+    if restored.is_some()
+        && let Some(inner) = inner.upgrade()
+    {
+        inner
+            .lists
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        inner
+            .restored
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        inner.synced.send_replace(true);
+    }
     let mut progress = tokio::time::interval(super::PROGRESS_EVERY);
     progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -43,6 +65,7 @@ pub(super) async fn run(inner: Weak<Inner>, api: Api) {
                     inner.progress.fetch_max(seen, std::sync::atomic::Ordering::AcqRel);
                 }
                 inner.shed();
+                saver.tick(&inner);
                 continue;
             }
         };

@@ -30,6 +30,7 @@
 mod cache;
 mod follow;
 mod reads;
+mod saving;
 mod shared;
 mod terms;
 pub mod watcher;
@@ -210,6 +211,11 @@ struct Inner {
     /// to the handlers, changes of other kinds included (see
     /// [`Informer::delivered`]); moved by the follower while it watches.
     progress: std::sync::atomic::AtomicI64,
+    /// The fewest objects its cache is saved with ([`saving::SAVE_FROM`];
+    /// tests lower it).
+    save_from: std::sync::atomic::AtomicUsize,
+    /// Its first fill was its saved cache, not a list.
+    restored: std::sync::atomic::AtomicBool,
 }
 
 /// Whether a handler is told about objects that did not change: the first
@@ -278,6 +284,8 @@ impl Informer {
             resyncs: Mutex::default(),
             lists: std::sync::atomic::AtomicU64::new(0),
             progress: std::sync::atomic::AtomicI64::new(0),
+            save_from: std::sync::atomic::AtomicUsize::new(saving::SAVE_FROM),
+            restored: std::sync::atomic::AtomicBool::new(false),
         });
         let task = tokio::spawn(follow::run(Arc::downgrade(&inner), api));
         *inner.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
@@ -748,5 +756,7 @@ where
 
 #[cfg(test)]
 mod read_back_tests;
+#[cfg(test)]
+mod saving_tests;
 #[cfg(test)]
 mod tests;

@@ -27,7 +27,7 @@ fn event(name: &str, app: &str, owner: &str, count: i64) -> Object {
         "count": count})
 }
 
-fn names(objects: &[Arc<Object>]) -> Vec<String> {
+pub(super) fn names(objects: &[Arc<Object>]) -> Vec<String> {
     let mut names: Vec<_> = objects
         .iter()
         .map(|o| crate::object::meta::name(o).to_owned())

@@ -129,6 +129,22 @@ impl Watcher {
         }
     }
 
+    /// A watcher that follows the watch after `revision` at once, for a
+    /// consumer that holds what a list at `revision` gives (an informer's
+    /// saved cache, caught up): it lists only if the watch cannot start
+    /// there, as after a broken watch.
+    pub(crate) fn resume(api: &Api, prefix: &str, revision: Revision) -> Self {
+        let mut watcher = Self::new(api, prefix);
+        match watcher.hub.subscribe(prefix, revision) {
+            Ok(subscription) => watcher.state = State::Watching(subscription),
+            Err(watch::Error::Closed) => watcher.state = State::Closed,
+            Err(err) => {
+                tracing::debug!(prefix, %err, "cannot watch from the saved revision; listing");
+            }
+        }
+        watcher
+    }
+
     /// The next event; `None` once the watch hub has stopped. Cancel safe.
     ///
     /// ```

@@ -277,6 +277,37 @@ impl WatchEvent {
 /// A stream of changes, ended by dropping it. An `Err` item ends the stream.
 pub type WatchStream = mpsc::Receiver<Result<WatchEvent>>;
 
+/// Hands `each` every change `backend` stored after revision `after` up
+/// to `until`, in order, from its history: how a cache or a controller
+/// saved at `after` catches up. Why not, if the history cannot say (it
+/// ended early, or the store failed).
+pub(crate) async fn replay_history(
+    backend: &dyn Backend,
+    after: Revision,
+    until: Revision,
+    mut each: impl FnMut(WatchEvent),
+) -> std::result::Result<(), String> {
+    if after >= until {
+        return Ok(());
+    }
+    let failed = |err: Error| format!("the store's history after {after}: {err}");
+    let mut changes = backend.watch(after).await.map_err(failed)?;
+    while let Some(event) = changes.recv().await {
+        let event = event.map_err(failed)?;
+        let revision = event.revision();
+        if revision > until {
+            break;
+        }
+        each(event);
+        if revision >= until {
+            return Ok(());
+        }
+    }
+    Err(format!(
+        "the store's history after {after} ended before revision {until}"
+    ))
+}
+
 /// The result of a delete.
 ///
 /// ```
@@ -571,6 +602,12 @@ pub trait VersionReader: Send + Sync + 'static {
 
     /// The live version of `key`, if it exists.
     fn read_current(&self, key: &str) -> Result<Option<KeyValue>>;
+
+    /// A directory where caches over this store may keep what they save
+    /// between runs (the embedded store's `DATA/informers/`), if any.
+    fn saved_dir(&self) -> Option<std::path::PathBuf> {
+        None
+    }
 }
 
 /// A consistent copy of a store, from [`Backend::backup`].

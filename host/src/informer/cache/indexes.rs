@@ -48,6 +48,41 @@ impl Indexes {
         self.not_ready.remove(key);
     }
 
+    /// Makes room in each index entry for the objects `terms` describe,
+    /// before they are added to an empty cache: a set grown a key at a
+    /// time to a million members rehashes every key it holds at each
+    /// doubling, and hashing a key is a walk to its name (the informer
+    /// fill at a million objects, docs/benchmarks/scale.md).
+    pub(super) fn reserve_for<'a>(&mut self, terms: impl Iterator<Item = &'a Terms>) {
+        let mut owners: HashMap<&str, usize> = HashMap::default();
+        let mut namespaces: HashMap<Option<&str>, usize> = HashMap::default();
+        let mut labels: HashMap<(&str, &str), usize> = HashMap::default();
+        for terms in terms {
+            for uid in &terms.owners {
+                *owners.entry(uid).or_default() += 1;
+            }
+            *namespaces
+                .entry(terms.key.namespace.as_deref())
+                .or_default() += 1;
+            for (name, value) in &terms.labels {
+                *labels.entry((name, value)).or_default() += 1;
+            }
+        }
+        for (uid, count) in owners {
+            reserve_in(&mut self.by_owner, uid.to_owned(), count);
+        }
+        for (namespace, count) in namespaces {
+            reserve_in(&mut self.by_namespace, namespace.map(str::to_owned), count);
+        }
+        for ((name, value), count) in labels {
+            reserve_in(
+                &mut self.by_label,
+                (name.to_owned(), value.to_owned()),
+                count,
+            );
+        }
+    }
+
     /// Takes `key` out of every index entry, its terms unknown.
     pub(super) fn remove_everywhere(&mut self, key: &ObjectKey) {
         for keys in self.by_owner.values_mut().chain(self.by_label.values_mut()) {
@@ -75,6 +110,17 @@ fn add_to<I: std::hash::Hash + Eq + Clone>(
         }
     }
 }
+
+/// Room for `count` more keys in the index entry `entry`; worth it only
+/// for large entries (a set of a few keys is made as it fills).
+fn reserve_in<I: std::hash::Hash + Eq>(index: &mut HashMap<I, Keys>, entry: I, count: usize) {
+    if count >= RESERVE_FROM {
+        index.entry(entry).or_default().reserve(count);
+    }
+}
+
+/// The size from which an index entry's room is made ahead.
+const RESERVE_FROM: usize = 64;
 
 /// Removes `key` from the index entry `entry`, dropping the entry once empty.
 fn remove_from<I: std::hash::Hash + Eq>(index: &mut HashMap<I, Keys>, entry: &I, key: &ObjectKey) {

@@ -5,7 +5,8 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io;
+use std::os::unix::fs::FileExt;
 use std::sync::{Mutex, MutexGuard};
 
 /// Granularity of the in-memory copies.
@@ -50,15 +51,15 @@ impl Overlay {
 impl Inner {
     /// Reads `out.len()` bytes at `offset` from the file, zeros past its
     /// visible end.
-    fn read_file(&mut self, offset: u64, out: &mut [u8]) -> io::Result<()> {
-        out.fill(0);
+    fn read_file(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
         if offset >= self.file_len {
+            out.fill(0);
             return Ok(());
         }
         let available = usize::try_from(self.file_len - offset).unwrap_or(usize::MAX);
         let n = out.len().min(available);
-        self.file.seek(SeekFrom::Start(offset))?;
-        self.file.read_exact(&mut out[..n])
+        out[n..].fill(0);
+        self.file.read_exact_at(&mut out[..n], offset)
     }
 
     /// The chunk `index`, copied into the overlay if it was not yet.
@@ -78,7 +79,7 @@ impl redb::StorageBackend for Overlay {
     }
 
     fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
-        let mut inner = self.inner();
+        let inner = self.inner();
         let end = offset + out.len() as u64;
         if end > inner.len {
             return Err(io::Error::new(
@@ -88,6 +89,16 @@ impl redb::StorageBackend for Overlay {
                     inner.len
                 ),
             ));
+        }
+        // Most reads touch no chunk written (a check writes little): one
+        // read of the file then, not one per chunk.
+        let written = inner
+            .chunks
+            .range(offset / CHUNK..end.div_ceil(CHUNK))
+            .next()
+            .is_some();
+        if !written {
+            return inner.read_file(offset, out);
         }
         let mut pos = offset;
         while pos < end {
@@ -142,7 +153,7 @@ impl redb::StorageBackend for Overlay {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
+    use std::io::{Read, Seek, SeekFrom, Write};
 
     use redb::StorageBackend;
 

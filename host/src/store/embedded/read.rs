@@ -192,4 +192,8 @@ impl crate::store::VersionReader for Versions {
         let txn = self.0.begin_read()?;
         get(&txn, &self.0.file, key)
     }
+
+    fn saved_dir(&self) -> Option<std::path::PathBuf> {
+        Some(self.0.file.parent()?.join("informers"))
+    }
 }

@@ -1,0 +1,215 @@
+//! When an informer over the embedded store saves its cache and how it
+//! starts from the saved one (the file's format is `cache/saved.rs`).
+//!
+//! At start, instead of listing every object, the informer reads the
+//! cache it saved, checks it against the store, and catches up with the
+//! store's changes since its revision (its history, as a controller
+//! resuming from its checkpoint does); the watch follows from there. What
+//! it then holds is what a list at that revision would have given, and
+//! its handlers are told it as they are told a first list. A file that is
+//! missing, damaged, of another store or kind, or older than the store's
+//! compaction is named in the log and the informer lists.
+//!
+//! A cache of at least [`SAVE_FROM`] objects is saved once no change of
+//! its kind has come for [`QUIET`] (a save holds the cache while it is
+//! encoded, so it waits for a pause rather than stall a busy watch), at
+//! most once every [`BETWEEN_SAVES`], written beside the last file, synced
+//! and renamed over it. A kind never quiet is not saved: its next start
+//! lists, as it always did.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use super::Inner;
+use super::cache::{Cache, Listed, Saved, Source, read_terms, saved};
+use crate::api::Api;
+use crate::object::KindInfo;
+use crate::store::EventKind;
+
+/// The fewest objects worth saving: a smaller cache lists in moments.
+pub(super) const SAVE_FROM: usize = 10_000;
+
+/// How long no change of the kind must have come before a save.
+pub(super) const QUIET: Duration = Duration::from_secs(2);
+
+/// The least time between two saves: a kind written every few seconds
+/// is not written out whole every few seconds (a start catches up with
+/// what changed since, from the store's history).
+pub(super) const BETWEEN_SAVES: Duration = Duration::from_secs(60);
+
+/// The file a cache of `kind` is saved to over `api`'s store, if the
+/// store keeps such files.
+fn file_of(api: &Api, kind: &KindInfo) -> Option<PathBuf> {
+    let dir = api.backend().version_reader()?.saved_dir()?;
+    let name = format!("{}.{}", kind.api_version().replace('/', "_"), kind.kind);
+    Some(dir.join(name))
+}
+
+/// The cache saved for `inner`'s kind, caught up with the store: given to
+/// `inner` as its first list. Returns the revision the watch goes on from,
+/// or `None` (logged) if the informer must list.
+pub(super) async fn restore(inner: &Arc<Inner>, api: &Api) -> Option<i64> {
+    let kind = inner.kind.clone();
+    let file = file_of(api, &kind)?;
+    let reader = api.backend().version_reader()?;
+    let started = Instant::now();
+    let source = Source::new(reader, kind.clone());
+    let (read, source) = {
+        let file = file.clone();
+        tokio::task::spawn_blocking(move || {
+            let read = match std::fs::read(&file) {
+                Ok(bytes) => Saved::read(&bytes, &source).and_then(|saved| {
+                    saved.check(&source)?;
+                    Ok(saved)
+                }),
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => Err(String::new()),
+                Err(err) => Err(format!("cannot be read: {err}")),
+            };
+            (read, source)
+        })
+        .await
+        .ok()?
+    };
+    let saved = match read {
+        Ok(saved) => saved,
+        // Nothing saved (a new store, or a small kind): the usual list.
+        Err(why) if why.is_empty() => return None,
+        Err(why) => {
+            tracing::warn!(kind = %kind.kind, file = %file.display(), %why, "saved informer cache not used; listing");
+            return None;
+        }
+    };
+    let compacted = api.compacted_revision();
+    if saved.revision < compacted {
+        tracing::info!(kind = %kind.kind, revision = saved.revision, compacted, "saved informer cache is older than the store's history; listing");
+        return None;
+    }
+    let until = api.current_revision().await.ok()?;
+    let objects = saved.len();
+    let mut cache = Cache::restored(source, saved);
+    let caught_up = match catch_up(api, &kind, &mut cache, until).await {
+        Ok(changes) => changes,
+        Err(why) => {
+            tracing::warn!(kind = %kind.kind, %why, "saved informer cache cannot catch up; listing");
+            return None;
+        }
+    };
+    inner.tell(
+        |current| {
+            *current = cache;
+            current.all_pending()
+        },
+        true,
+    );
+    tracing::info!(kind = %kind.kind, objects, changes = caught_up, revision = until, took = ?started.elapsed(), "informer filled from its saved cache");
+    Some(until)
+}
+
+/// Applies to `cache` the store's changes of `kind` after its revision up
+/// to `until`, from the store's history. Returns how many there were.
+async fn catch_up(
+    api: &Api,
+    kind: &KindInfo,
+    cache: &mut Cache,
+    until: i64,
+) -> Result<u64, String> {
+    let after = cache.revision();
+    if after >= until {
+        return Ok(0);
+    }
+    let prefix = Api::prefix(kind, None);
+    let mut told = 0;
+    crate::store::replay_history(api.backend().as_ref(), after, until, |event| {
+        if !event.kv.key.starts_with(&prefix) {
+            return;
+        }
+        let (kind, kv) = (event.kind, event.kv);
+        let listed = Listed::Stored(kv.value, kv.mod_revision);
+        let Some((terms, text)) = read_terms(vec![listed]).pop() else {
+            tracing::warn!(key = %kv.key, "informer skips an undecodable object");
+            return;
+        };
+        match kind {
+            EventKind::Put => cache.catch_up_put(terms, text),
+            EventKind::Delete => cache.catch_up_delete(&terms.key),
+        }
+        told += 1;
+    })
+    .await?;
+    cache.caught_up_to(until);
+    Ok(told)
+}
+
+/// Saves an informer's cache when it is due (see the module docs); one
+/// per informer, driven by its follower's progress tick.
+pub(super) struct Saver {
+    file: Option<PathBuf>,
+    /// The cache's revision at the last tick, and since when it is that.
+    seen: (i64, Instant),
+    /// The revision last saved (or restored from), and when.
+    saved: i64,
+    saved_at: Option<Instant>,
+    writing: Option<tokio::task::JoinHandle<()>>,
+    /// The last save failed (logged once, not at every try).
+    failing: Arc<AtomicBool>,
+}
+
+impl Saver {
+    pub(super) fn new(api: &Api, kind: &KindInfo, restored: Option<i64>) -> Self {
+        let revision = restored.unwrap_or(-1);
+        Self {
+            file: file_of(api, kind),
+            seen: (revision, Instant::now()),
+            saved: revision,
+            saved_at: None,
+            writing: None,
+            failing: Arc::default(),
+        }
+    }
+
+    /// Saves `inner`'s cache if it is due.
+    pub(super) fn tick(&mut self, inner: &Inner) {
+        let Some(file) = &self.file else { return };
+        if self.writing.as_ref().is_some_and(|w| !w.is_finished()) {
+            return;
+        }
+        let cache = inner.cache.read().unwrap_or_else(|p| p.into_inner());
+        let revision = cache.revision();
+        if revision != self.seen.0 {
+            self.seen = (revision, Instant::now());
+            return;
+        }
+        let save_from = inner.save_from.load(Ordering::Relaxed);
+        let too_soon = self.saved_at.is_some_and(|at| at.elapsed() < BETWEEN_SAVES);
+        if revision == self.saved
+            || self.seen.1.elapsed() < QUIET
+            || too_soon
+            || cache.len() < save_from
+        {
+            return;
+        }
+        let Some(bytes) = cache.saved_bytes() else {
+            return;
+        };
+        drop(cache);
+        (self.saved, self.saved_at) = (revision, Some(Instant::now()));
+        let (file, kind) = (file.clone(), inner.kind.kind.clone());
+        let failing = self.failing.clone();
+        self.writing = Some(tokio::task::spawn_blocking(move || {
+            match saved::write_file(&file, &bytes) {
+                Ok(()) => {
+                    failing.store(false, Ordering::Relaxed);
+                    tracing::debug!(%kind, file = %file.display(), revision, bytes = bytes.len(), "informer cache saved");
+                }
+                // A full disk: the last file stands, and is still right
+                // (older only: the start catches up from it).
+                Err(err) if !failing.swap(true, Ordering::Relaxed) => {
+                    tracing::warn!(%kind, file = %file.display(), %err, "cannot save the informer cache; the last one stands");
+                }
+                Err(_) => {}
+            }
+        }));
+    }
+}
