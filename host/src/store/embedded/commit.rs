@@ -210,14 +210,19 @@ impl Writer {
                     Ok(queued) => queued,
                     Err(RecvTimeoutError::Timeout) => {
                         self.checkpoint();
+                        self.save_index_when_idle();
                         continue;
                     }
                     Err(RecvTimeoutError::Disconnected) => break,
                 }
             } else {
-                match self.requests.recv() {
+                match self.requests.recv_timeout(IDLE_CHECKPOINT) {
                     Ok(queued) => queued,
-                    Err(_) => break,
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.save_index_when_idle();
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => break,
                 }
             };
             batch.push(first);
@@ -253,6 +258,14 @@ impl Writer {
         self.shared.close();
         for closer in closers {
             let _ = closer.send(());
+        }
+    }
+
+    /// Once idle: the applier saves the version index for the next open
+    /// if it moved far enough ([`super::index_file::save_when_idle`]).
+    fn save_index_when_idle(&mut self) {
+        if !self.shared.failed() && self.checkpointing.is_none() {
+            self.hand_over(Job::SaveIndex);
         }
     }
 

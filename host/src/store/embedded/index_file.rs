@@ -251,6 +251,53 @@ pub(super) fn save_later(
     Ok(Some(writer))
 }
 
+/// While the store runs, on the applier's thread between its jobs (the
+/// database and the index agree) once the writer is idle: saves the index
+/// on a thread if it moved [`RESAVE_AFTER`] changes or was cleaned since
+/// `last` (the revision and cleanup point of the last save, updated), so
+/// that an open after a crash reads it instead of rebuilding it. An
+/// earlier save still writing defers this one to the next idle moment.
+pub(super) fn save_when_idle(shared: &Shared, last: &mut (Revision, Revision)) -> Result<()> {
+    let file = &shared.file;
+    let txn = shared.begin_read()?;
+    let counters = Counters::read(&txn.open_table(META).ctx(file)?, file)?;
+    let moved = u64::try_from(counters.revision - last.0).unwrap_or(0);
+    if moved < RESAVE_AFTER && counters.cleaned == last.1 {
+        return Ok(());
+    }
+    let mut writer = shared
+        .index_writer
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if writer.as_ref().is_some_and(|w| !w.is_finished()) {
+        return Ok(());
+    }
+    if let Some(Err(_)) = writer.take().map(std::thread::JoinHandle::join) {
+        tracing::warn!(file = %file.display(), "the version index writer panicked");
+    }
+    // What the index is saved with must be what an open after a crash
+    // finds: the commits since the last checkpoint (cleanup chunks) made
+    // durable, the log segment they name unchanged.
+    drop(txn);
+    shared.begin_write(true)?.commit().ctx(file)?;
+    let txn = shared.begin_read()?;
+    let Some(bytes) = snapshot(&txn, &counters, &shared.history(), file)? else {
+        return Ok(());
+    };
+    *last = (counters.revision, counters.cleaned);
+    let dir = file.parent().unwrap_or(Path::new(".")).to_owned();
+    let spawned = std::thread::Builder::new()
+        .name("store-index".into())
+        .spawn(move || {
+            if let Err(err) = write(&dir, &bytes) {
+                unsaved(&dir, &Error::Io(err));
+            }
+        })
+        .map_err(|e| super::open::io_context(e, "starting the version index writer".into()))?;
+    *writer = Some(spawned);
+    Ok(())
+}
+
 /// Saves the index of the store `shared` holds, at a clean close (after
 /// the final checkpoint; nothing changes the index any more), once the
 /// open's writer is done.

@@ -47,6 +47,12 @@ pub(in crate::store::embedded) enum Job {
         log_segment: u64,
         reply: SyncSender<Result<()>>,
     },
+    /// Save the version index for the next open, where the database and
+    /// the index agree (between jobs and cleanup chunks), if it moved
+    /// enough since the last save ([`index_file::save_when_idle`]).
+    ///
+    /// [`index_file::save_when_idle`]: crate::store::embedded::index_file::save_when_idle
+    SaveIndex,
 }
 
 /// The applier thread's state.
@@ -59,6 +65,9 @@ pub(super) struct Applier {
     pub(super) compact_waiters: Vec<(Revision, oneshot::Sender<Result<()>>)>,
     /// Set when a cleanup chunk failed; cleared by the next compaction.
     pub(super) cleanup_failed: bool,
+    /// The revision and cleanup point the version index was last saved
+    /// at (or read, or rebuilt, at the open).
+    index_saved: (Revision, Revision),
     /// Revisions the next compaction chunk cleans.
     pub(super) clean_chunk: usize,
     /// No compaction chunk starts before this while batches are waiting.
@@ -78,6 +87,7 @@ impl Applier {
             clean_chunk: compact::CLEAN_FIRST,
             clean_after: Instant::now(),
             wrote_since_clean: false,
+            index_saved: (counters.revision, counters.cleaned),
         }
     }
 
@@ -120,15 +130,24 @@ impl Applier {
                     Err(_) => break,
                 }
             };
+            if matches!(first, Job::SaveIndex) {
+                self.save_index();
+                continue;
+            }
             jobs.push(first);
             // Whatever queued meanwhile shares the transaction, up to a
             // checkpoint, which must follow the batches before it.
-            let mut changes = 0;
+            let (mut changes, mut save_index) = (0, false);
             while !matches!(jobs.last(), Some(Job::Checkpoint { .. })) && changes < MAX_CHANGES {
                 if let Some(Job::Batch { changes: c, .. }) = jobs.last() {
                     changes += c.len();
                 }
                 match self.jobs.try_recv() {
+                    // After this transaction, as if it came next.
+                    Ok(Job::SaveIndex) => {
+                        save_index = true;
+                        break;
+                    }
                     Ok(job) => jobs.push(job),
                     Err(_) => break,
                 }
@@ -143,10 +162,26 @@ impl Applier {
             if let Some((log_segment, reply)) = checkpoint {
                 let _ = reply.send(self.checkpoint(log_segment));
             }
+            if save_index {
+                self.save_index();
+            }
         }
         for (_, waiter) in self.compact_waiters.drain(..) {
             // The compaction point is durable; the cleanup resumes on reopen.
             let _ = waiter.send(Ok(()));
+        }
+    }
+
+    /// [`Job::SaveIndex`]: a failure only means the next open rebuilds
+    /// the index.
+    fn save_index(&mut self) {
+        if self.shared.failed() {
+            return;
+        }
+        if let Err(err) =
+            super::super::index_file::save_when_idle(&self.shared, &mut self.index_saved)
+        {
+            tracing::warn!(file = %self.shared.file.display(), %err, "saving the version index failed: the next open rebuilds it");
         }
     }
 

@@ -307,3 +307,39 @@ async fn a_crash_at_each_step_of_a_save_leaves_the_old_index_or_the_new() {
     assert_eq!(reads(&store).await, expected);
     store.close().await.unwrap();
 }
+
+/// A running store saves its index once idle after a cleanup (or many
+/// changes), durably with the database it describes: an open after a
+/// crash then reads it as it is, and answers every read as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_index_saved_while_idle_is_read_by_the_open_after_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedBackend::open(dir.path()).unwrap();
+    churn(&store, 0).await;
+    churn(&store, 1).await;
+    let point = store.current_revision().await.unwrap() - 10;
+    store.compact(point).await.unwrap();
+    let mut saved = None;
+    for _ in 0..200 {
+        saved = saved_stamp(dir.path()).filter(|stamp| stamp.cleaned == point);
+        if saved.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let saved = saved.expect("saved once idle after the cleanup, without a close");
+    assert_eq!(saved.revision, store.current_revision().await.unwrap());
+    let expected = reads(&store).await;
+    let bytes = std::fs::read(dir.path().join(FILE)).unwrap();
+
+    let crashed = crash_copy(dir.path());
+    store.close().await.unwrap();
+    let reopened = EmbeddedBackend::open(crashed.path()).unwrap();
+    assert_eq!(reads(&reopened).await, expected);
+    assert_eq!(
+        std::fs::read(crashed.path().join(FILE)).unwrap(),
+        bytes,
+        "read as it is, not refused and rebuilt"
+    );
+    reopened.close().await.unwrap();
+}
