@@ -56,24 +56,34 @@ pub(super) async fn restore(inner: &Arc<Inner>, api: &Api) -> Option<i64> {
     let reader = api.backend().version_reader()?;
     let started = Instant::now();
     let source = Source::new(reader, kind.clone());
-    let (read, source) = {
+    let compacted = api.compacted_revision();
+    // Read, checked and built off the async threads (a second or two at
+    // a million objects).
+    let read = {
         let file = file.clone();
         tokio::task::spawn_blocking(move || {
-            let read = match std::fs::read(&file) {
+            let saved = match std::fs::read(&file) {
                 Ok(bytes) => Saved::read(&bytes, &source).and_then(|saved| {
                     saved.check(&source)?;
                     Ok(saved)
                 }),
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => Err(String::new()),
                 Err(err) => Err(format!("cannot be read: {err}")),
-            };
-            (read, source)
+            }?;
+            if saved.revision < compacted {
+                return Err(format!(
+                    "saved at revision {}, older than the store's compaction to {compacted}",
+                    saved.revision
+                ));
+            }
+            let objects = saved.len();
+            Ok((Cache::restored(source, saved), objects))
         })
         .await
         .ok()?
     };
-    let saved = match read {
-        Ok(saved) => saved,
+    let (mut cache, objects) = match read {
+        Ok(read) => read,
         // Nothing saved (a new store, or a small kind): the usual list.
         Err(why) if why.is_empty() => return None,
         Err(why) => {
@@ -81,14 +91,7 @@ pub(super) async fn restore(inner: &Arc<Inner>, api: &Api) -> Option<i64> {
             return None;
         }
     };
-    let compacted = api.compacted_revision();
-    if saved.revision < compacted {
-        tracing::info!(kind = %kind.kind, revision = saved.revision, compacted, "saved informer cache is older than the store's history; listing");
-        return None;
-    }
     let until = api.current_revision().await.ok()?;
-    let objects = saved.len();
-    let mut cache = Cache::restored(source, saved);
     let caught_up = match catch_up(api, &kind, &mut cache, until).await {
         Ok(changes) => changes,
         Err(why) => {

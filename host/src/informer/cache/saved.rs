@@ -126,48 +126,70 @@ impl Cache {
         Some(file)
     }
 
-    /// A cache reading from `source`, holding what `saved` holds.
+    /// A cache reading from `source`, holding what `saved` holds. The map
+    /// and the namespace index are built on this thread while the other
+    /// indexes are built on a second one (hashing a million keys into
+    /// each is most of a start from a saved cache).
     pub(in crate::informer) fn restored(source: Source, saved: Saved) -> Self {
-        let mut cache = Cache::reading_from(source);
-        cache.revision = saved.revision;
-        cache.objects.reserve(saved.objects.len());
-        let mut namespaces: HashMap<Option<String>, Keys> = HashMap::default();
-        for (key, revision) in &saved.objects {
-            let entry = Entry::new(Text::Stored(*revision), Some(revision.to_string().into()));
-            cache.objects.insert(key.clone(), entry);
-            match namespaces.get_mut(&key.namespace) {
-                Some(keys) => {
-                    keys.insert(key.clone());
-                }
-                None => {
-                    let mut keys = Keys::default();
-                    keys.insert(key.clone());
-                    namespaces.insert(key.namespace.clone(), keys);
-                }
-            }
-        }
-        cache.indexes.by_namespace = namespaces;
+        let Saved {
+            revision,
+            objects,
+            owners,
+            labels,
+            not_ready,
+            ..
+        } = saved;
         let keys_of = |numbers: Vec<u32>| -> Keys {
             numbers
                 .into_iter()
-                .map(|n| saved.objects[n as usize].0.clone())
+                .map(|n| objects[n as usize].0.clone())
                 .collect()
         };
-        cache.indexes.by_owner = saved
-            .owners
-            .into_iter()
-            .map(|(uid, numbers)| (uid, keys_of(numbers)))
-            .collect();
-        cache.indexes.by_label = saved
-            .labels
-            .into_iter()
-            .map(|(label, numbers)| (label, keys_of(numbers)))
-            .collect();
-        cache.indexes.not_ready = saved
-            .not_ready
-            .into_iter()
-            .map(|(n, not_ready)| (saved.objects[n as usize].0.clone(), not_ready))
-            .collect();
+        let ((map, namespaces), (by_owner, by_label, not_ready)) = std::thread::scope(|scope| {
+            let others = scope.spawn(|| {
+                let by_owner: HashMap<String, Keys> = owners
+                    .into_iter()
+                    .map(|(uid, numbers)| (uid, keys_of(numbers)))
+                    .collect();
+                let by_label: HashMap<(String, String), Keys> = labels
+                    .into_iter()
+                    .map(|(label, numbers)| (label, keys_of(numbers)))
+                    .collect();
+                let not_ready: HashMap<Arc<ObjectKey>, NotReady> = not_ready
+                    .into_iter()
+                    .map(|(n, not_ready)| (objects[n as usize].0.clone(), not_ready))
+                    .collect();
+                (by_owner, by_label, not_ready)
+            });
+            let mut map: HashMap<Arc<ObjectKey>, Entry> = HashMap::default();
+            map.reserve(objects.len());
+            let mut namespaces: HashMap<Option<String>, Keys> = HashMap::default();
+            for (key, revision) in &objects {
+                let entry = Entry::new(Text::Stored(*revision), Some(revision.to_string().into()));
+                map.insert(key.clone(), entry);
+                match namespaces.get_mut(&key.namespace) {
+                    Some(keys) => {
+                        keys.insert(key.clone());
+                    }
+                    None => {
+                        let mut keys = Keys::default();
+                        keys.insert(key.clone());
+                        namespaces.insert(key.namespace.clone(), keys);
+                    }
+                }
+            }
+            let others = others
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            ((map, namespaces), others)
+        });
+        let mut cache = Cache::reading_from(source);
+        cache.revision = revision;
+        cache.objects = map;
+        cache.indexes.by_namespace = namespaces;
+        cache.indexes.by_owner = by_owner;
+        cache.indexes.by_label = by_label;
+        cache.indexes.not_ready = not_ready;
         cache
     }
 }
