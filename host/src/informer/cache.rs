@@ -450,15 +450,16 @@ impl Cache {
             return None;
         }
         let version = terms.version.clone();
-        let entry = match (&self.source, parse_revision(&terms)) {
-            (Some(_), Some(revision)) => {
-                self.recent
-                    .push_back((Arc::new(terms.key.clone()), revision));
-                Entry::new(Text::Recent(object.clone()), version)
-            }
-            _ => Entry::held_as_text(&object, version),
+        let recent = parse_revision(&terms).filter(|_| self.source.is_some());
+        let entry = match recent {
+            Some(_) => Entry::new(Text::Recent(object.clone()), version),
+            None => Entry::held_as_text(&object, version),
         };
-        self.put(terms, entry);
+        let key = self.put(terms, entry);
+        // The map's key, shared: let go of by `shed` once stored.
+        if let Some(revision) = recent {
+            self.recent.push_back((key, revision));
+        }
         Some(Change::Applied(object))
     }
 
