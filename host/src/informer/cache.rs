@@ -573,8 +573,7 @@ impl Cache {
             if self.unchanged(&terms) {
                 continue;
             }
-            let entry = Entry::new(text, terms.version.clone());
-            pending.push(Pending::Applied(self.put(terms, entry)));
+            pending.push(Pending::Applied(self.put_text(terms, text)));
         }
         self.revision = revision;
         pending
@@ -604,11 +603,12 @@ impl Cache {
             .collect()
     }
 
-    /// A change from the store's history applied to a restored cache
-    /// (`saving`): the object `terms` describe, now stored as `text`.
-    pub(super) fn catch_up_put(&mut self, terms: Terms, text: Text) {
+    /// Caches the object `terms` describe as `text` (listed, or a change
+    /// from the store's history applied to a restored cache); returns its
+    /// key.
+    pub(super) fn put_text(&mut self, terms: Terms, text: Text) -> Arc<ObjectKey> {
         let version = terms.version.clone();
-        self.put(terms, Entry::new(text, version));
+        self.put(terms, Entry::new(text, version))
     }
 
     /// A deletion from the store's history applied to a restored cache.

@@ -44,12 +44,9 @@ pub(super) async fn run(inner: Weak<Inner>, api: Api) {
         && let Some(inner) = inner.upgrade()
     {
         inner
-            .lists
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        inner
             .restored
             .store(true, std::sync::atomic::Ordering::Relaxed);
-        inner.synced.send_replace(true);
+        inner.filled();
     }
     let mut progress = tokio::time::interval(super::PROGRESS_EVERY);
     progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -98,10 +95,7 @@ pub(super) async fn run(inner: Weak<Inner>, api: Api) {
                 read.extend(read_terms(std::mem::take(&mut listed)));
                 // The first list tells what exists, not what changed.
                 inner.apply_list(std::mem::take(&mut read), revision, initial);
-                inner
-                    .lists
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                inner.synced.send_replace(true);
+                inner.filled();
             }
             Event::Apply(event) => inner.apply(|cache| {
                 cache

@@ -702,6 +702,14 @@ impl Inner {
     /// `revision` ([`Cache::replace_read`]); objects are decoded only to
     /// tell handlers about them, one at a time, and not at all if there
     /// are none. The first list's objects are [`Change::Listed`].
+    /// A list (or the saved cache) filled the cache: counted, and the
+    /// informer synced.
+    fn filled(&self) {
+        self.lists
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.synced.send_replace(true);
+    }
+
     fn apply_list(&self, items: Vec<(terms::Terms, cache::Text)>, revision: i64, first_list: bool) {
         let (started, objects) = (std::time::Instant::now(), items.len());
         self.tell(|cache| cache.replace_read(items, revision), first_list);

@@ -135,7 +135,9 @@ async fn catch_up(
             return;
         };
         match kind {
-            EventKind::Put => cache.catch_up_put(terms, text),
+            EventKind::Put => {
+                cache.put_text(terms, text);
+            }
             EventKind::Delete => cache.catch_up_delete(&terms.key),
         }
         told += 1;

@@ -118,6 +118,13 @@ async fn wait_for_save(file: &Path, revision: i64) -> Vec<u8> {
     panic!("{} was not saved at {revision}", file.display());
 }
 
+/// Puts `bytes` where a store in `dir` keeps the Events' saved cache.
+fn place_saved(dir: &Path, bytes: &[u8]) {
+    let file = saved_file(dir);
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(file, bytes).unwrap();
+}
+
 /// What an informer that lists (nothing saved) answers over `api`.
 async fn listed_answers(api: &Api, kind: &Arc<KindInfo>, file: &Path) -> Vec<String> {
     let kept = std::fs::read(file).ok();
@@ -259,8 +266,7 @@ async fn a_saved_cache_of_another_store_ahead_or_behind_compaction_is_not_used()
     let other = tempfile::tempdir().unwrap();
     let (other_api, _) = open(other.path()).await;
     fill(&other_api, &kind, 20).await;
-    std::fs::create_dir_all(saved_file(other.path()).parent().unwrap()).unwrap();
-    std::fs::write(saved_file(other.path()), &saved).unwrap();
+    place_saved(other.path(), &saved);
     let foreign = informer(&other_api, &kind).await;
     assert!(!restored(&foreign), "another store's cache");
     let uid = |informer: &Informer| {
@@ -277,8 +283,7 @@ async fn a_saved_cache_of_another_store_ahead_or_behind_compaction_is_not_used()
     let behind = tempfile::tempdir().unwrap();
     let (behind_api, _) = open(behind.path()).await;
     fill(&behind_api, &kind, 5).await;
-    std::fs::create_dir_all(saved_file(behind.path()).parent().unwrap()).unwrap();
-    std::fs::write(saved_file(behind.path()), &saved).unwrap();
+    place_saved(behind.path(), &saved);
     let ahead = informer(&behind_api, &kind).await;
     assert!(!restored(&ahead), "a cache ahead of the store");
     assert_eq!(ahead.len(), 5);

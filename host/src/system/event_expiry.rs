@@ -9,7 +9,7 @@ use tokio::task::JoinHandle;
 
 use crate::api::{Api, DeleteOptions};
 use crate::informer::watcher::Pager;
-use crate::object::{meta, time};
+use crate::object::time;
 use crate::store::KeyValue;
 
 /// Start a task that every `interval` deletes the Events last seen more
@@ -126,35 +126,21 @@ impl Seen {
             #[serde(rename = "creationTimestamp", default)]
             creation_timestamp: Option<serde_json::Value>,
         }
+        // The whole decode resolves what the head parse refuses (a member
+        // repeated), as the API reads it; the fields are then read alike.
+        let head = match serde_json::from_slice::<Head>(&kv.value) {
+            Ok(head) => head,
+            Err(_) => serde_json::from_value(Api::decode(kv).ok()?).ok()?,
+        };
         let text =
             |v: &Option<serde_json::Value>| v.as_ref().and_then(|v| v.as_str().map(str::to_owned));
-        let (namespace, name, times) = match serde_json::from_slice::<Head>(&kv.value) {
-            Ok(head) => {
-                let metadata = head.metadata.as_ref();
-                let seen = [&head.last_timestamp, &head.event_time]
-                    .into_iter()
-                    .find_map(text)
-                    .or_else(|| metadata.and_then(|m| text(&m.creation_timestamp)));
-                (
-                    metadata.and_then(|m| text(&m.namespace)),
-                    metadata.and_then(|m| text(&m.name)).unwrap_or_default(),
-                    seen,
-                )
-            }
-            Err(_) => {
-                let event = Api::decode(kv).ok()?;
-                let seen = ["lastTimestamp", "eventTime"]
-                    .iter()
-                    .find_map(|f| event[*f].as_str())
-                    .or_else(|| event["metadata"]["creationTimestamp"].as_str())
-                    .map(str::to_owned);
-                (
-                    meta::namespace(&event).map(str::to_owned),
-                    meta::name(&event).to_owned(),
-                    seen,
-                )
-            }
-        };
+        let metadata = head.metadata.as_ref();
+        let times = [&head.last_timestamp, &head.event_time]
+            .into_iter()
+            .find_map(text)
+            .or_else(|| metadata.and_then(|m| text(&m.creation_timestamp)));
+        let namespace = metadata.and_then(|m| text(&m.namespace));
+        let name = metadata.and_then(|m| text(&m.name)).unwrap_or_default();
         Some(Self {
             namespace,
             name,

@@ -210,7 +210,6 @@ impl Writer {
                     Ok(queued) => queued,
                     Err(RecvTimeoutError::Timeout) => {
                         self.checkpoint();
-                        self.save_index_when_idle();
                         continue;
                     }
                     Err(RecvTimeoutError::Disconnected) => break,
@@ -261,8 +260,9 @@ impl Writer {
         }
     }
 
-    /// Once idle: the applier saves the version index for the next open
-    /// if it moved far enough ([`super::index_file::save_when_idle`]).
+    /// Idle with nothing logged since the last checkpoint: the applier
+    /// saves the version index for the next open if it moved far enough
+    /// ([`super::index_file::save_when_idle`]).
     fn save_index_when_idle(&mut self) {
         if !self.shared.failed() && self.checkpointing.is_none() {
             self.hand_over(Job::SaveIndex);

@@ -239,16 +239,21 @@ pub(super) fn save_later(
     let Some(bytes) = snapshot(&txn, counters, history, file)? else {
         return Ok(None);
     };
+    write_later(dir, bytes).map(Some)
+}
+
+/// Writes an encoded index to `dir` on a thread of its own; a failure is
+/// logged ([`unsaved`]).
+fn write_later(dir: &Path, bytes: Vec<u8>) -> Result<std::thread::JoinHandle<()>> {
     let dir = dir.to_owned();
-    let writer = std::thread::Builder::new()
+    std::thread::Builder::new()
         .name("store-index".into())
         .spawn(move || {
             if let Err(err) = write(&dir, &bytes) {
                 unsaved(&dir, &Error::Io(err));
             }
         })
-        .map_err(|e| super::open::io_context(e, "starting the version index writer".into()))?;
-    Ok(Some(writer))
+        .map_err(|e| super::open::io_context(e, "starting the version index writer".into()))
 }
 
 /// While the store runs, on the applier's thread between its jobs (the
@@ -285,16 +290,7 @@ pub(super) fn save_when_idle(shared: &Shared, last: &mut (Revision, Revision)) -
         return Ok(());
     };
     *last = (counters.revision, counters.cleaned);
-    let dir = file.parent().unwrap_or(Path::new(".")).to_owned();
-    let spawned = std::thread::Builder::new()
-        .name("store-index".into())
-        .spawn(move || {
-            if let Err(err) = write(&dir, &bytes) {
-                unsaved(&dir, &Error::Io(err));
-            }
-        })
-        .map_err(|e| super::open::io_context(e, "starting the version index writer".into()))?;
-    *writer = Some(spawned);
+    *writer = Some(write_later(file.parent().unwrap_or(Path::new(".")), bytes)?);
     Ok(())
 }
 
