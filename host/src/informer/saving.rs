@@ -62,6 +62,7 @@ pub(super) async fn restore(inner: &Arc<Inner>, api: &Api) -> Option<i64> {
     let read = {
         let file = file.clone();
         tokio::task::spawn_blocking(move || {
+            let waited = started.elapsed();
             let saved = match std::fs::read(&file) {
                 Ok(bytes) => Saved::read(&bytes, &source).and_then(|saved| {
                     saved.check(&source)?;
@@ -77,7 +78,15 @@ pub(super) async fn restore(inner: &Arc<Inner>, api: &Api) -> Option<i64> {
                 ));
             }
             let objects = saved.len();
-            Ok((Cache::restored(source, saved), objects))
+            let checked = started.elapsed();
+            let cache = Cache::restored(source, saved);
+            tracing::debug!(
+                waited = ?waited,
+                read_and_checked = ?checked - waited,
+                built = ?started.elapsed() - checked,
+                "informer's saved cache read"
+            );
+            Ok((cache, objects))
         })
         .await
         .ok()?
@@ -99,6 +108,7 @@ pub(super) async fn restore(inner: &Arc<Inner>, api: &Api) -> Option<i64> {
             return None;
         }
     };
+    let caught_up_at = started.elapsed();
     inner.tell(
         |current| {
             *current = cache;
@@ -106,7 +116,7 @@ pub(super) async fn restore(inner: &Arc<Inner>, api: &Api) -> Option<i64> {
         },
         true,
     );
-    tracing::info!(kind = %kind.kind, objects, changes = caught_up, revision = until, took = ?started.elapsed(), "informer filled from its saved cache");
+    tracing::info!(kind = %kind.kind, objects, changes = caught_up, revision = until, took = ?started.elapsed(), caught_up_at = ?caught_up_at, "informer filled from its saved cache");
     Some(until)
 }
 

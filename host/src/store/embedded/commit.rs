@@ -251,10 +251,11 @@ impl Writer {
         // Nothing changes the index any more: saved for the next open
         // (after a clean close only: a kept log holds writes the database
         // does not, which the index may already count).
-        if !self.shared.log_kept.load(Ordering::Acquire) {
+        let holds_every_write = !self.shared.log_kept.load(Ordering::Acquire);
+        if holds_every_write {
             super::index_file::save(&self.shared);
         }
-        self.shared.close();
+        self.shared.close(holds_every_write);
         for closer in closers {
             let _ = closer.send(());
         }

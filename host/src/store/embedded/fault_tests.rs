@@ -401,7 +401,12 @@ async fn checkpoints_wait_while_the_disk_is_full_and_a_close_keeps_the_log() {
             .ends_with(".log")),
         "the log is kept"
     );
+    assert!(
+        !dir.path().join(super::seal::FILE).exists(),
+        "a database that needs its log is not sealed"
+    );
     let store = EmbeddedBackend::open(dir.path()).unwrap();
+    assert!(!store.stats().opened_sealed);
     let found = keys(&store).await;
     assert_eq!(found.len(), 1 + written.len());
     store.close().await.unwrap();

@@ -21,6 +21,7 @@ use super::schema::{
     META_COMPACTED, META_FORMAT, META_LOG_SEGMENT, META_REVISION, OLDEST_FORMAT_VERSION, REVISIONS,
     db_error, read_meta,
 };
+use super::seal;
 use super::wal::{Found, LogIo, Wal};
 use crate::store::{Error, Result, Revision};
 
@@ -39,6 +40,9 @@ pub(super) struct Opened<I: LogIo> {
     pub wal: Wal<I>,
     /// The room reserved for the database file.
     pub room: Arc<Room>,
+    /// The file matched the seal of the last clean close, so the full check
+    /// was not needed (`seal.rs`).
+    pub sealed: bool,
 }
 
 /// The persistent counters of the `meta` table.
@@ -109,13 +113,32 @@ pub(super) fn open<I: LogIo>(dir: &Path, io: I) -> Result<Opened<I>> {
         Err(e) => return Err(io_context(e, format!("reading {}", file.display()))),
     }
     let started = std::time::Instant::now();
-    let checked = check(&file)?;
+    let sealed = match seal::check(dir, &file) {
+        seal::Found::Matches => true,
+        seal::Found::Missing => false,
+        seal::Found::Mismatch(why) => {
+            tracing::warn!(
+                file = %file.display(),
+                why,
+                "the seal left by the last clean close does not hold: checking every page"
+            );
+            false
+        }
+    };
+    let checked = if sealed {
+        read_sealed(&file)?
+    } else {
+        check(&file)?
+    };
     let checked_at = started.elapsed();
     // The log is checked against the database before anything is written.
     let checked_replay = found
         .replay(checked.stored.counters.revision, checked.stored.log_segment)
         .map_err(|err| checked.blame(err, &file))?;
     let crashed = checked.crashed;
+    // From here on the file may change: its seal must not outlive it.
+    seal::remove(dir)
+        .map_err(|e| io_context(e, format!("removing the seal of {}", file.display())))?;
     let mut builder = Builder::new();
     builder.set_cache_size(CACHE_BYTES);
     if crashed {
@@ -189,6 +212,7 @@ pub(super) fn open<I: LogIo>(dir: &Path, io: I) -> Result<Opened<I>> {
     tracing::debug!(
         dir = %dir.display(),
         check = ?checked_at,
+        sealed,
         replay = ?replayed_at - checked_at,
         history = ?index_at - replayed_at,
         index = ?loaded,
@@ -204,6 +228,7 @@ pub(super) fn open<I: LogIo>(dir: &Path, io: I) -> Result<Opened<I>> {
         index_writer,
         wal,
         room,
+        sealed,
     })
 }
 
@@ -371,6 +396,35 @@ fn check(file: &Path) -> Result<Checked> {
     Ok(Checked {
         crashed,
         rolled_back,
+        stored,
+    })
+}
+
+/// What a database that matches its seal (`seal.rs`) holds: opened
+/// read-only, its counters read back. A seal is written only after a clean
+/// close, and the file is byte for byte what that close left.
+fn read_sealed(file: &Path) -> Result<Checked> {
+    let db = guard(
+        || {
+            let overlay = File::open(file)
+                .and_then(Overlay::new)
+                .map_err(|e| io_context(e, format!("opening {}", file.display())))?;
+            Ok(check_builder().open_read_only_with_backend(overlay))
+        },
+        file,
+    )?
+    .map_err(|e| match e {
+        redb::DatabaseError::RepairAborted => Error::Corrupt(format!(
+            "{} matches the seal of a clean close, yet redb finds it was not closed: the seal \
+             was not written by this store. It was left untouched",
+            file.display()
+        )),
+        e => db_error(file, e),
+    })?;
+    let stored = read_counters(&db, file)?;
+    Ok(Checked {
+        crashed: false,
+        rolled_back: false,
         stored,
     })
 }

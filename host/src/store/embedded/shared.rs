@@ -4,7 +4,7 @@
 //! tail and the index of versions.
 
 use std::fs::File;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{
     Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard,
@@ -61,6 +61,8 @@ pub(super) struct Shared {
     /// write (a failed write, or no final checkpoint on a full disk): the
     /// log stays for the next open to replay.
     pub(super) log_kept: AtomicBool,
+    /// The open found the file as the last clean close sealed it.
+    pub(super) opened_sealed: bool,
     pub(super) stats: Stats,
 }
 
@@ -226,17 +228,29 @@ impl Shared {
     }
 
     /// Closes the database (a clean shutdown), releases the directory lock
-    /// and wakes the watchers so that they end.
-    pub(super) fn close(&self) {
+    /// and wakes the watchers so that they end. `seal`: the database holds
+    /// every write (no log is kept), so a clean close leaves a seal
+    /// (`seal.rs`) for the next open.
+    pub(super) fn close(&self, seal: bool) {
         let db = self
             .db
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        if let Some(db) = db
-            && let Err(e) = db.close()
-        {
-            tracing::warn!(file = %self.file.display(), error = %e, "closing the store failed");
+        let closed = match db.map(redb::Database::close) {
+            Some(Ok(())) => true,
+            Some(Err(e)) => {
+                tracing::warn!(file = %self.file.display(), error = %e, "closing the store failed");
+                false
+            }
+            None => false,
+        };
+        if seal && closed {
+            // Still under the directory lock: nothing else opens the file.
+            let dir = self.file.parent().unwrap_or(Path::new("."));
+            if let Err(err) = super::seal::Seal::take(&self.file).and_then(|seal| seal.write(dir)) {
+                tracing::warn!(file = %self.file.display(), %err, "sealing the closed store failed: the next open checks every page");
+            }
         }
         self.lock
             .lock()

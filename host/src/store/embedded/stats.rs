@@ -75,6 +75,11 @@ pub struct EmbeddedStats {
     /// database yet (reads wait for them; the writer holds back past
     /// 64k changes).
     pub unapplied: u64,
+    /// The open found `store.redb` byte for byte as the last clean close
+    /// sealed it, and so skipped the integrity check of every page (a
+    /// start after a crash, or with the seal missing or not matching, runs
+    /// it).
+    pub opened_sealed: bool,
 }
 
 impl EmbeddedStats {
