@@ -11,6 +11,10 @@
 //! cleanup is the only thing that removes versions). Anything else is named
 //! in the log, and the index is rebuilt from `revisions` as before.
 //!
+//! The open reads and decodes it on a thread of its own while the database
+//! file is being checked, and checks it against the database once that is
+//! open.
+//!
 //! It is written beside (`versions.new`), synced and renamed over the last
 //! one, the directory synced: a crash leaves the old file or the new. It is
 //! written when nothing else runs on the store: after an open that rebuilt
@@ -158,31 +162,54 @@ pub(super) fn write(dir: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
-/// The saved index of `db` if there is a valid one, with the changes
-/// after it recorded; else `None`, with why named in the log.
+/// The index saved in `dir`, read and decoded (whole, by its CRC) but not
+/// yet checked against the database: needs no database, so the open runs
+/// it while the database file is being checked. `None` if there is none
+/// or it is damaged (named in the log).
+pub(super) fn read(dir: &Path) -> Option<(Stamp, History)> {
+    let path = dir.join(FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(err) => {
+            refuse(&path, &format!("it cannot be read ({err})"));
+            return None;
+        }
+    };
+    match decode(&bytes) {
+        Ok(found) => Some(found),
+        Err(why) => {
+            refuse(&path, &why);
+            None
+        }
+    }
+}
+
+/// [`read`] on a thread of its own, started before the database is
+/// checked and opened; [`load`] takes what it read.
+pub(super) fn read_meanwhile(
+    dir: &Path,
+) -> Result<std::thread::JoinHandle<Option<(Stamp, History)>>> {
+    let dir = dir.to_owned();
+    std::thread::Builder::new()
+        .name("store-index-read".into())
+        .spawn(move || read(&dir))
+        .map_err(|e| super::open::io_context(e, "starting the version index reader".into()))
+}
+
+/// The saved index `read` (see [`read`]) if it is of `db` as it is, with
+/// the changes after it recorded; else `None`, with why named in the log.
 pub(super) fn load(
     dir: &Path,
+    read: Option<(Stamp, History)>,
     db: &Database,
     counters: &Counters,
     file: &Path,
 ) -> Result<Option<(History, u64)>> {
     let path = dir.join(FILE);
-    let bytes = match std::fs::read(&path) {
-        Ok(bytes) => bytes,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(err) => {
-            refuse(&path, &format!("it cannot be read ({err})"));
-            return Ok(None);
-        }
+    let Some((saved, mut history)) = read else {
+        return Ok(None);
     };
-    let (saved, mut history) = match decode(&bytes) {
-        Ok(found) => found,
-        Err(why) => {
-            refuse(&path, &why);
-            return Ok(None);
-        }
-    };
-    drop(bytes);
     let txn = db.begin_read().ctx(file)?;
     if saved.revision > counters.revision {
         refuse(

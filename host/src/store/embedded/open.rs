@@ -113,6 +113,9 @@ pub(super) fn open<I: LogIo>(dir: &Path, io: I) -> Result<Opened<I>> {
         Err(e) => return Err(io_context(e, format!("reading {}", file.display()))),
     }
     let started = std::time::Instant::now();
+    // The saved version index is read and decoded while the file is
+    // checked (a thread's work the check does not wait on).
+    let index_read = index_file::read_meanwhile(dir)?;
     let sealed = match seal::check(dir, &file) {
         seal::Found::Matches => true,
         seal::Found::Missing => false,
@@ -195,7 +198,11 @@ pub(super) fn open<I: LogIo>(dir: &Path, io: I) -> Result<Opened<I>> {
     )?;
     wal.forget(&found)?;
     let replayed_at = started.elapsed();
-    let (history, loaded) = match index_file::load(dir, &db, &counters, &file)? {
+    let index_read = index_read.join().unwrap_or_else(|_| {
+        tracing::warn!(dir = %dir.display(), "the version index reader panicked: rebuilding it");
+        None
+    });
+    let (history, loaded) = match index_file::load(dir, index_read, &db, &counters, &file)? {
         Some((history, replayed)) => (history, Loaded::Saved { replayed }),
         None => (load_history(&db, &file)?, Loaded::Rebuilt),
     };
