@@ -9,7 +9,8 @@
 //! an exclusive file lock while the store is open, so that a second process
 //! gets "data directory … is in use by another process") and, while the
 //! store is open or after a crash, the write-ahead log `wal-*.log` (see
-//! `wal/`; a clean close leaves none). The database has three tables:
+//! `wal/`; a clean close leaves none, and leaves the seal
+//! `store.redb.seal` instead: `seal.rs`). The database has three tables:
 //!
 //! | table | key → value | holds |
 //! |---|---|---|
