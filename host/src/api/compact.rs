@@ -66,6 +66,49 @@ impl Api {
         self.compacted.load(Ordering::SeqCst)
     }
 
+    /// Asks the compactor to keep the history after `revision` for
+    /// `holder` (replacing what `holder` held before): someone will read
+    /// it again, as an informer whose cache is saved at `revision` catches
+    /// up from there at its next start. The compactor honours holds only
+    /// while they are a bounded amount of writes behind
+    /// (`crate::system::compactor`); [`Api::compact`] itself ignores them.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use setpoint::{api::Api, store::MemoryBackend};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), setpoint::api::Error> {
+    /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
+    /// api.hold_history("a saved cache", 7);
+    /// api.hold_history("another", 5);
+    /// assert_eq!(api.history_held_after(), Some(5));
+    /// api.release_history("another");
+    /// assert_eq!(api.history_held_after(), Some(7));
+    /// # Ok(()) }
+    /// ```
+    pub fn hold_history(&self, holder: &str, revision: Revision) {
+        self.history_holds().insert(holder.to_owned(), revision);
+    }
+
+    /// Drops what `holder` held ([`Api::hold_history`]).
+    pub fn release_history(&self, holder: &str) {
+        self.history_holds().remove(holder);
+    }
+
+    /// The oldest revision whose later history is held, if any.
+    pub fn history_held_after(&self) -> Option<Revision> {
+        self.history_holds().values().min().copied()
+    }
+
+    fn history_holds(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<String, Revision>> {
+        // A map of plain values: whole even if a holder panicked.
+        self.holds
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Subscribe to changes under `prefix` after revision `after`, refusing
     /// (as too old) a start below the last compaction, where the hub's
     /// history no longer matches what the store can list.

@@ -89,6 +89,8 @@ pub struct Api {
     max_object_bytes: usize,
     /// The revision the store was last compacted to through this API.
     compacted: Arc<AtomicI64>,
+    /// History someone will read again, by holder ([`Api::hold_history`]).
+    holds: Arc<std::sync::Mutex<std::collections::BTreeMap<String, Revision>>>,
     /// Whether writes are only checked (see [`Api::dry_run`]).
     dry_run: bool,
 }
@@ -130,6 +132,7 @@ impl Api {
             kinds: KindRegistry::with_builtins(),
             max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
             compacted: Arc::new(AtomicI64::new(0)),
+            holds: Arc::default(),
             dry_run: false,
         };
         let crd_kind = api.crd_kind();

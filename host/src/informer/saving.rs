@@ -16,6 +16,11 @@
 //! most once every [`BETWEEN_SAVES`], written beside the last file, synced
 //! and renamed over it. A kind never quiet is not saved: its next start
 //! lists, as it always did.
+//!
+//! The history a saved cache catches up from is held back from the
+//! compactor ([`Api::hold_history`], from each save and from a start that
+//! read the file), within the compactor's bound: a host killed a while
+//! after its last save still starts from its file instead of listing.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -78,6 +83,7 @@ pub(super) async fn restore(inner: &Arc<Inner>, api: &Api) -> Option<i64> {
                 ));
             }
             let objects = saved.len();
+            let saved_at = saved.revision;
             let checked = started.elapsed();
             let cache = Cache::restored(source, saved);
             tracing::debug!(
@@ -86,12 +92,12 @@ pub(super) async fn restore(inner: &Arc<Inner>, api: &Api) -> Option<i64> {
                 built = ?started.elapsed() - checked,
                 "informer's saved cache read"
             );
-            Ok((cache, objects))
+            Ok((cache, objects, saved_at))
         })
         .await
         .ok()?
     };
-    let (mut cache, objects) = match read {
+    let (mut cache, objects, saved_at) = match read {
         Ok(read) => read,
         // Nothing saved (a new store, or a small kind): the usual list.
         Err(why) if why.is_empty() => return None,
@@ -108,6 +114,9 @@ pub(super) async fn restore(inner: &Arc<Inner>, api: &Api) -> Option<i64> {
             return None;
         }
     };
+    // The file stays at its revision until the next save: a start after a
+    // crash before then catches up from there again.
+    api.hold_history(&holder(&file), saved_at);
     let caught_up_at = started.elapsed();
     inner.tell(
         |current| {
@@ -157,9 +166,16 @@ async fn catch_up(
     Ok(told)
 }
 
+/// The name an informer's saved cache holds store history under
+/// ([`Api::hold_history`]).
+fn holder(file: &std::path::Path) -> String {
+    format!("informer cache {}", file.display())
+}
+
 /// Saves an informer's cache when it is due (see the module docs); one
 /// per informer, driven by its follower's progress tick.
 pub(super) struct Saver {
+    api: Api,
     file: Option<PathBuf>,
     /// The cache's revision at the last tick, and since when it is that.
     seen: (i64, Instant),
@@ -175,6 +191,7 @@ impl Saver {
     pub(super) fn new(api: &Api, kind: &KindInfo, restored: Option<i64>) -> Self {
         let revision = restored.unwrap_or(-1);
         Self {
+            api: api.clone(),
             file: file_of(api, kind),
             seen: (revision, Instant::now()),
             saved: revision,
@@ -212,10 +229,12 @@ impl Saver {
         (self.saved, self.saved_at) = (revision, Some(Instant::now()));
         let (file, kind) = (file.clone(), inner.kind.kind.clone());
         let failing = self.failing.clone();
+        let api = self.api.clone();
         self.writing = Some(tokio::task::spawn_blocking(move || {
             match saved::write_file(&file, &bytes) {
                 Ok(()) => {
                     failing.store(false, Ordering::Relaxed);
+                    api.hold_history(&holder(&file), revision);
                     tracing::debug!(%kind, file = %file.display(), revision, bytes = bytes.len(), "informer cache saved");
                 }
                 // A full disk: the last file stands, and is still right

@@ -118,6 +118,20 @@ async fn wait_for_save(file: &Path, revision: i64) -> Vec<u8> {
     panic!("{} was not saved at {revision}", file.display());
 }
 
+/// Waits until the history after `revision` is held for a reader.
+async fn wait_for_hold(api: &Api, revision: i64) {
+    for _ in 0..200 {
+        if api.history_held_after() == Some(revision) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!(
+        "history held after {:?}, not {revision}",
+        api.history_held_after()
+    );
+}
+
 /// Puts `bytes` where a store in `dir` keeps the Events' saved cache.
 fn place_saved(dir: &Path, bytes: &[u8]) {
     let file = saved_file(dir);
@@ -160,13 +174,19 @@ async fn a_saved_cache_stands_for_the_first_list_with_the_changes_made_since() {
     );
     let revision = api.current_revision().await.unwrap();
     wait_for_save(&saved_file(dir.path()), revision).await;
+    // The save holds the history after it back from the compactor.
+    wait_for_hold(&api, revision).await;
     let before = answers(&first);
     drop(first);
 
-    // Restored as it was.
+    // Restored as it was; the start that read the file holds its history
+    // too (the file stays at its revision until the next save).
+    let holder = format!("informer cache {}", saved_file(dir.path()).display());
+    api.release_history(&holder);
     let second = informer(&api, &kind).await;
     assert!(restored(&second));
     assert_eq!(answers(&second), before);
+    assert_eq!(api.history_held_after(), Some(revision));
     drop(second);
 
     // Changes while no informer ran: an update moving index entries, a

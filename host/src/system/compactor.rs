@@ -1,6 +1,8 @@
 //! The compactor: forgets store history older than a number of revisions,
 //! periodically (Kubernetes compacts every five minutes), and sooner when
-//! the history holds more than a bound of bytes. Owns when and how
+//! the history holds more than a bound of bytes, but not past history held
+//! for a reader ([`Api::hold_history`]: an informer's saved cache) while
+//! that is at most [`HOLD_FACTOR`] times the bound behind. Owns when and how
 //! far to compact; what compaction means for lists and watches is
 //! [`Api::compact`]'s, what it removes is the backend's.
 
@@ -46,6 +48,11 @@ pub fn start(api: &Api, interval: Duration, keep_revisions: i64) -> JoinHandle<(
 /// store keeps as history before compacting early: a few fat objects
 /// rewritten fill the disk long before [`start`]'s revisions are many.
 pub const KEEP_BYTES: u64 = 64 << 20;
+
+/// History held for a reader ([`Api::hold_history`]) is kept while at
+/// most this many times `keep_bytes` of objects were written after it; past
+/// that the compactor compacts anyway (the reader lists instead).
+pub const HOLD_FACTOR: u64 = 4;
 
 /// How often the bytes of history are looked at.
 const BYTES_CHECK: Duration = Duration::from_secs(1);
@@ -111,7 +118,21 @@ pub fn start_keeping(
                     continue;
                 }
             };
-            let target = (current - keep).max(by_bytes.unwrap_or(0)).min(current);
+            let mut target = (current - keep).max(by_bytes.unwrap_or(0)).min(current);
+            if let Some(held) = api.history_held_after()
+                && held < target
+            {
+                // Kept for whoever reads it again, while it is not too much.
+                if api.hub().written_since(held) <= keep_bytes.saturating_mul(HOLD_FACTOR) {
+                    target = held;
+                } else {
+                    tracing::debug!(
+                        held,
+                        target,
+                        "history held is too far behind; compacting past it"
+                    );
+                }
+            }
             if target <= api.compacted_revision() {
                 continue;
             }
