@@ -62,6 +62,7 @@ pub mod cluster;
 pub mod contract;
 pub mod controller;
 pub mod egress;
+mod files;
 pub mod informer;
 pub mod manager;
 mod metrics;

@@ -24,7 +24,6 @@
 //! never forced, while more than [`MAX_OWED`] keys are owed.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -119,15 +118,7 @@ impl Checkpoint {
     /// last one, the directory synced. Blocking.
     pub(super) fn save(&self, saved: &Saved) -> std::io::Result<()> {
         let _one_at_a_time = self.writing.lock().unwrap_or_else(|p| p.into_inner());
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir)?;
-        let beside = self.beside();
-        let mut file = std::fs::File::create(&beside)?;
-        file.write_all(&encode(saved))?;
-        file.sync_all()?;
-        drop(file);
-        std::fs::rename(&beside, &self.path)?;
-        std::fs::File::open(dir)?.sync_all()
+        crate::files::replace(&self.path, &self.beside(), &encode(saved))
     }
 }
 

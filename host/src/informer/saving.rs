@@ -168,7 +168,7 @@ async fn catch_up(
 
 /// The name an informer's saved cache holds store history under
 /// ([`Api::hold_history`]).
-fn holder(file: &std::path::Path) -> String {
+pub(super) fn holder(file: &std::path::Path) -> String {
     format!("informer cache {}", file.display())
 }
 

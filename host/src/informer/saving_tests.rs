@@ -181,8 +181,7 @@ async fn a_saved_cache_stands_for_the_first_list_with_the_changes_made_since() {
 
     // Restored as it was; the start that read the file holds its history
     // too (the file stays at its revision until the next save).
-    let holder = format!("informer cache {}", saved_file(dir.path()).display());
-    api.release_history(&holder);
+    api.release_history(&super::saving::holder(&saved_file(dir.path())));
     let second = informer(&api, &kind).await;
     assert!(restored(&second));
     assert_eq!(answers(&second), before);

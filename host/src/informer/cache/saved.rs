@@ -12,7 +12,6 @@
 //! trusted only whole and for this store (see [`Saved::check`]); anything
 //! else is named and the informer lists as before.
 
-use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -360,15 +359,7 @@ fn checksum(header: &[u8], body: &[u8]) -> u32 {
 /// Writes `bytes` to `path` whole or not at all: beside it, synced, then
 /// renamed over it and the directory synced.
 pub(in crate::informer) fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let beside = path.with_extension("new");
-    let mut file = std::fs::File::create(&beside)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    drop(file);
-    std::fs::rename(&beside, path)?;
-    std::fs::File::open(dir)?.sync_all()
+    crate::files::replace(path, &path.with_extension("new"), bytes)
 }
 
 fn put_u64(out: &mut Vec<u8>, mut value: u64) {

@@ -22,7 +22,6 @@
 //! on a thread while the host starts) and at a clean close, after the final
 //! checkpoint.
 
-use std::io::Write;
 use std::path::Path;
 
 use redb::{Database, ReadTransaction, ReadableDatabase};
@@ -153,13 +152,7 @@ pub(super) fn decode(bytes: &[u8]) -> std::result::Result<(Stamp, History), Stri
 /// Writes `bytes` as the directory's index file: beside, synced, renamed
 /// over the last one, the directory synced.
 pub(super) fn write(dir: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let beside = dir.join(NEW_FILE);
-    let mut file = std::fs::File::create(&beside)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    drop(file);
-    std::fs::rename(&beside, dir.join(FILE))?;
-    std::fs::File::open(dir)?.sync_all()
+    crate::files::replace(&dir.join(FILE), &dir.join(NEW_FILE), bytes)
 }
 
 /// The index saved in `dir`, read and decoded (whole, by its CRC) but not

@@ -22,10 +22,10 @@
 //! removed at the next open) or a whole one.
 
 use std::fs::File;
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// The seal's file in the data directory.
 pub(super) const FILE: &str = "store.redb.seal";
@@ -72,17 +72,14 @@ impl Seal {
         let file = File::open(file)?;
         let len = file.metadata()?.len();
         let count = chunk_count(len);
-        let crcs: Vec<AtomicU64> = (0..count).map(|_| AtomicU64::new(0)).collect();
+        let crcs: Vec<AtomicU32> = (0..count).map(|_| AtomicU32::new(0)).collect();
         read_chunks(&file, len, |index, bytes| {
-            crcs[index as usize].store(u64::from(crc32fast::hash(bytes)), Ordering::Relaxed);
+            crcs[index as usize].store(crc32fast::hash(bytes), Ordering::Relaxed);
             true
         })?;
         Ok(Seal {
             len,
-            crcs: crcs
-                .into_iter()
-                .map(|crc| crc.into_inner() as u32)
-                .collect(),
+            crcs: crcs.into_iter().map(AtomicU32::into_inner).collect(),
         })
     }
 
@@ -164,13 +161,7 @@ impl Seal {
     /// Writes the seal into `dir`: beside, synced, renamed into place, the
     /// directory synced.
     pub(super) fn write(&self, dir: &Path) -> io::Result<()> {
-        let beside = dir.join(NEW_FILE);
-        let mut file = File::create(&beside)?;
-        file.write_all(&self.encode())?;
-        file.sync_all()?;
-        drop(file);
-        std::fs::rename(&beside, dir.join(FILE))?;
-        File::open(dir)?.sync_all()
+        crate::files::replace(&dir.join(FILE), &dir.join(NEW_FILE), &self.encode())
     }
 }
 
