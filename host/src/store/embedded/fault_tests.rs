@@ -488,12 +488,31 @@ async fn on_a_full_disk_writes_are_507_reads_go_on_and_the_store_says_not_writab
 
 /// The files of `dir` as they are on disk now (the store still open): what
 /// a crash at this moment leaves, in a new directory.
+///
+/// The seal first and its journal last: a block the copy of the database
+/// holds changed was recorded in the journal before it was written, as a
+/// crash would find them (`seal.rs`).
 pub(super) fn crash_copy(dir: &Path) -> tempfile::TempDir {
     let image = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let entry = entry.unwrap();
-        if entry.file_type().unwrap().is_file() && entry.file_name() != "LOCK" {
-            std::fs::copy(entry.path(), image.path().join(entry.file_name())).unwrap();
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap())
+        .filter(|entry| entry.file_type().unwrap().is_file() && entry.file_name() != "LOCK")
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .collect();
+    let order = |name: &str| match name {
+        super::seal::FILE => 0,
+        name if name.starts_with("store.redb.journal") => 2,
+        _ => 1,
+    };
+    names.sort_by_key(|name| order(name));
+    for name in names {
+        match std::fs::copy(dir.join(&name), image.path().join(&name)) {
+            Ok(_) => {}
+            // Renamed or removed since listed (a seal written beside, a
+            // log segment let go): as a crash after that finds it.
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => panic!("copying {name}: {err}"),
         }
     }
     image

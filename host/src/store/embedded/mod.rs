@@ -257,8 +257,13 @@ impl EmbeddedBackend {
             closed: AtomicBool::new(false),
             log_kept: AtomicBool::new(false),
             opened_sealed: opened.sealed,
+            sealer: opened.sealer,
             stats: Stats::default(),
         });
+        shared
+            .sealer
+            .start()
+            .map_err(|e| open::io_context(e, "starting the store sealer thread".into()))?;
         if let Some(why) = opened.wal.no_room() {
             // Read-only from the start (`/readyz` says so) until the log finds room.
             shared.set_out_of_space(why);

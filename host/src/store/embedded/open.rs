@@ -40,9 +40,11 @@ pub(super) struct Opened<I: LogIo> {
     pub wal: Wal<I>,
     /// The room reserved for the database file.
     pub room: Arc<Room>,
-    /// The file matched the seal of the last clean close, so the full check
-    /// was not needed (`seal.rs`).
+    /// The file matched its seal but for the blocks written since, so the
+    /// full check was not needed (`seal.rs`).
     pub sealed: bool,
+    /// Keeps the seal current.
+    pub sealer: Arc<seal::Sealer>,
 }
 
 /// The persistent counters of the `meta` table.
@@ -116,32 +118,37 @@ pub(super) fn open<I: LogIo>(dir: &Path, io: I) -> Result<Opened<I>> {
     // The saved version index is read and decoded while the file is
     // checked (a thread's work the check does not wait on).
     let index_read = index_file::read_meanwhile(dir)?;
-    let sealed = match seal::check(dir, &file) {
-        seal::Found::Matches => true,
+    let as_sealed = seal::check(dir, &file);
+    let sealed = match &as_sealed {
+        seal::Found::Matches(verified) => {
+            tracing::debug!(
+                file = %file.display(),
+                written = verified.written(),
+                "the file matches its seal but for the blocks written since"
+            );
+            true
+        }
         seal::Found::Missing => false,
         seal::Found::Mismatch(why) => {
             tracing::warn!(
                 file = %file.display(),
                 why,
-                "the seal left by the last clean close does not hold: checking every page"
+                "the file does not match its seal: checking every page"
             );
             false
         }
     };
-    let checked = if sealed {
-        read_sealed(&file)?
-    } else {
-        check(&file)?
-    };
+    let checked = check(&file, !sealed)?;
     let checked_at = started.elapsed();
     // The log is checked against the database before anything is written.
     let checked_replay = found
         .replay(checked.stored.counters.revision, checked.stored.log_segment)
         .map_err(|err| checked.blame(err, &file))?;
     let crashed = checked.crashed;
-    // From here on the file may change: its seal must not outlive it.
-    seal::remove(dir)
-        .map_err(|e| io_context(e, format!("removing the seal of {}", file.display())))?;
+    // From here on the file may change: sealed as it is, every write
+    // recorded from now on.
+    let sealer = seal::Sealer::open(dir, &file, as_sealed)
+        .map_err(|e| io_context(e, format!("sealing {}", file.display())))?;
     let mut builder = Builder::new();
     builder.set_cache_size(CACHE_BYTES);
     if crashed {
@@ -157,7 +164,7 @@ pub(super) fn open<I: LogIo>(dir: &Path, io: I) -> Result<Opened<I>> {
         .read(true)
         .write(true)
         .open(&file)
-        .and_then(|f| RoomyFile::new(f, room.clone(), &file))
+        .and_then(|f| RoomyFile::new(f, room.clone(), sealer.clone(), &file))
         .map_err(|e| io_context(e, format!("opening {}", file.display())))?;
     let db = builder.create_with_backend(backend).ctx(&file)?;
     let stored = read_counters(&db, &file)?;
@@ -236,6 +243,7 @@ pub(super) fn open<I: LogIo>(dir: &Path, io: I) -> Result<Opened<I>> {
         wal,
         room,
         sealed,
+        sealer,
     })
 }
 
@@ -325,16 +333,18 @@ fn sync_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Checks an existing database without writing to it: every page of the
-/// committed trees is verified (redb's integrity check, run over an
-/// [`Overlay`] so that its repair writes stay in memory) and the schema is
-/// read back. Returns whether the file was left by a crash (not closed), and
-/// what its `meta` table says as the real open will find it.
+/// Checks an existing database without writing to it: with `integrity`,
+/// every page of the committed trees is verified (redb's integrity check;
+/// without, the file matched its seal: `seal.rs`), then redb's recovery
+/// runs over an [`Overlay`] so that its repair writes stay in memory, and
+/// the schema is read back. Returns whether the file was left by a crash
+/// (not closed), and what its `meta` table says as the real open will find
+/// it.
 ///
 /// A rollback of the latest commit is allowed only after a crash: a commit
 /// that does not verify in a cleanly closed file was damaged afterwards, and
 /// silently dropping it could lose acknowledged writes.
-fn check(file: &Path) -> Result<Checked> {
+fn check(file: &Path, integrity: bool) -> Result<Checked> {
     let len = fs::metadata(file)
         .map_err(|e| io_context(e, format!("reading {}", file.display())))?
         .len();
@@ -365,6 +375,16 @@ fn check(file: &Path) -> Result<Checked> {
         || Ok(check_builder().open_read_only_with_backend(overlay()?)),
         file,
     )? {
+        Ok(db) if !integrity => {
+            // Closed cleanly and as sealed: nothing to recover or verify.
+            let stored = guard(|| read_counters(&db, file).map(Ok), file)?
+                .map_err(|e: Error| damaged(e.to_string()))?;
+            return Ok(Checked {
+                crashed: false,
+                rolled_back: false,
+                stored,
+            });
+        }
         Ok(db) => {
             drop(db);
             false
@@ -374,7 +394,7 @@ fn check(file: &Path) -> Result<Checked> {
     };
     let rolled_back = Arc::new(AtomicBool::new(false));
     let mut builder = check_builder();
-    builder.set_check_integrity_on_open(true);
+    builder.set_check_integrity_on_open(integrity);
     let flag = rolled_back.clone();
     builder.set_repair_callback(move |session: &mut RepairSession| {
         if session.progress() == ROLLBACK_PROGRESS {
@@ -407,40 +427,11 @@ fn check(file: &Path) -> Result<Checked> {
     })
 }
 
-/// What a database that matches its seal (`seal.rs`) holds: opened
-/// read-only, its counters read back. A seal is written only after a clean
-/// close, and the file is byte for byte what that close left.
-fn read_sealed(file: &Path) -> Result<Checked> {
-    let db = guard(
-        || {
-            let overlay = File::open(file)
-                .and_then(Overlay::new)
-                .map_err(|e| io_context(e, format!("opening {}", file.display())))?;
-            Ok(check_builder().open_read_only_with_backend(overlay))
-        },
-        file,
-    )?
-    .map_err(|e| match e {
-        redb::DatabaseError::RepairAborted => Error::Corrupt(format!(
-            "{} matches the seal of a clean close, yet redb finds it was not closed: the seal \
-             was not written by this store. It was left untouched",
-            file.display()
-        )),
-        e => db_error(file, e),
-    })?;
-    let stored = read_counters(&db, file)?;
-    Ok(Checked {
-        crashed: false,
-        rolled_back: false,
-        stored,
-    })
-}
-
 /// Checks a database file that should hold a whole store on its own (a
 /// backup) without writing to it: every page, the schema, and that it
 /// needs no log. Returns its revision.
 pub(super) fn check_whole(file: &Path) -> Result<Revision> {
-    let checked = check(file)?;
+    let checked = check(file, true)?;
     match checked.stored.log_segment {
         Some(0) if !checked.crashed => Ok(checked.stored.counters.revision),
         Some(0) => Err(Error::Corrupt(format!(

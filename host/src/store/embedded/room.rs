@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use redb::backends::FileBackend;
 use redb::{BackendError, StorageBackend};
 
+use super::seal::Sealer;
 use super::wal::{is_no_space, reserve};
 
 /// Room reserved beyond the file's end: more than one commit grows it by.
@@ -95,10 +96,12 @@ impl Room {
 }
 
 /// The database file: redb's own file backend, with room reserved as it
-/// grows.
+/// grows, and every write and length change recorded for the seal
+/// (`seal.rs`) before it is made.
 #[derive(Debug)]
 pub(super) struct RoomyFile {
     inner: FileBackend,
+    sealer: Arc<Sealer>,
     /// The same open file, for `fallocate` (never for locks or a second
     /// database).
     file: File,
@@ -110,13 +113,19 @@ impl RoomyFile {
     /// Wraps `file` (the database, opened for reading and writing) and
     /// reserves room up to its end and beyond. A disk too full for that
     /// only leaves `room` short.
-    pub(super) fn new(file: File, room: Arc<Room>, path: &std::path::Path) -> io::Result<Self> {
+    pub(super) fn new(
+        file: File,
+        room: Arc<Room>,
+        sealer: Arc<Sealer>,
+        path: &std::path::Path,
+    ) -> io::Result<Self> {
         let handle = file.try_clone()?;
         let len = file.metadata()?.len();
         let path = path.display().to_string();
         let _ = room.reserve_up_to(&handle, len, &path);
         Ok(Self {
             inner: FileBackend::new(file).map_err(io::Error::other)?,
+            sealer,
             file: handle,
             room,
             path,
@@ -153,6 +162,7 @@ impl StorageBackend for RoomyFile {
             // Shrinking gives back the room past the new end.
             self.room.reserved.fetch_min(len, Ordering::AcqRel);
         }
+        self.sealer.record_len(len)?;
         self.inner.set_len(len)
     }
 
@@ -161,6 +171,7 @@ impl StorageBackend for RoomyFile {
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.sealer.record(offset, data.len())?;
         self.inner.write(offset, data)
     }
 

@@ -4,7 +4,7 @@
 //! tail and the index of versions.
 
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{
     Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard,
@@ -61,8 +61,11 @@ pub(super) struct Shared {
     /// write (a failed write, or no final checkpoint on a full disk): the
     /// log stays for the next open to replay.
     pub(super) log_kept: AtomicBool,
-    /// The open found the file as the last clean close sealed it.
+    /// The open found the file as sealed, but for the blocks written
+    /// since (`seal.rs`), and skipped the full check.
     pub(super) opened_sealed: bool,
+    /// Keeps the seal of the file current.
+    pub(super) sealer: Arc<super::seal::Sealer>,
     pub(super) stats: Stats,
 }
 
@@ -229,8 +232,8 @@ impl Shared {
 
     /// Closes the database (a clean shutdown), releases the directory lock
     /// and wakes the watchers so that they end. `seal`: the database holds
-    /// every write (no log is kept), so a clean close leaves a seal
-    /// (`seal.rs`) for the next open.
+    /// every write (no log is kept), so the close seals the file as closed
+    /// (`seal.rs`); otherwise it removes the seal.
     pub(super) fn close(&self, seal: bool) {
         let db = self
             .db
@@ -245,13 +248,8 @@ impl Shared {
             }
             None => false,
         };
-        if seal && closed {
-            // Still under the directory lock: nothing else opens the file.
-            let dir = self.file.parent().unwrap_or(Path::new("."));
-            if let Err(err) = super::seal::Seal::take(&self.file).and_then(|seal| seal.write(dir)) {
-                tracing::warn!(file = %self.file.display(), %err, "sealing the closed store failed: the next open checks every page");
-            }
-        }
+        // Still under the directory lock: nothing else opens the file.
+        self.sealer.finish(seal && closed);
         self.lock
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -309,6 +309,9 @@ impl Applier {
                 stats
                     .checkpoint_nanos
                     .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                // What the checkpoint wrote is sealed on the sealer's
+                // thread, while writes go on.
+                self.shared.sealer.request();
             }
             Err(err) => self.fail(err),
         }
