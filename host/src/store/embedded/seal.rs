@@ -330,7 +330,7 @@ impl Blocks {
         for (theirs, mine) in out.words.iter_mut().zip(&self.words) {
             *theirs &= !mine;
         }
-        if count % 64 != 0
+        if !count.is_multiple_of(64)
             && let Some(last) = out.words.last_mut()
         {
             *last &= (1 << (count % 64)) - 1;
