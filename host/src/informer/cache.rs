@@ -29,10 +29,12 @@ use crate::object::{Object, ObjectKey};
 mod indexes;
 pub(super) mod saved;
 mod source;
+mod version;
 
 use indexes::Indexes;
 pub(super) use saved::Saved;
 pub(super) use source::Source;
+use version::Version;
 
 /// Where a cached object's content is.
 pub(super) enum Text {
@@ -50,13 +52,13 @@ pub(super) enum Text {
 struct Entry {
     text: Text,
     /// Its resource version, to tell an unchanged object at a glance.
-    version: Option<Box<str>>,
+    version: Option<Version>,
     /// The decoded object, while anyone holds it.
     live: Mutex<Weak<Object>>,
 }
 
 impl Entry {
-    fn new(text: Text, version: Option<Box<str>>) -> Self {
+    fn new(text: Text, version: Option<Version>) -> Self {
         Self {
             text,
             version,
@@ -66,7 +68,7 @@ impl Entry {
 
     /// An entry holding `object` as its text, and decoded while anyone
     /// holds it.
-    fn held_as_text(object: &Arc<Object>, version: Option<Box<str>>) -> Self {
+    fn held_as_text(object: &Arc<Object>, version: Option<Version>) -> Self {
         Self {
             // Encoding a JSON value cannot fail (its keys are strings).
             text: Text::Held(
@@ -449,7 +451,7 @@ impl Cache {
         if self.unchanged(&terms) {
             return None;
         }
-        let version = terms.version.clone();
+        let version = Version::of(terms.version.as_deref());
         let recent = parse_revision(&terms).filter(|_| self.source.is_some());
         let entry = match recent {
             Some(_) => Entry::new(Text::Recent(object.clone()), version),
@@ -486,7 +488,7 @@ impl Cache {
         let (key, old) = self.take(&ObjectKey::of(object))?;
         // The watch tells the deletion with the object as it was last, the
         // version cached: its terms are the ones indexed.
-        let terms = if old.version.as_deref() == meta_version(object) {
+        let terms = if Version::same(old.version.as_ref(), meta_version(object)) {
             Some(Terms::of(object))
         } else {
             old.terms(&key, self.source.as_ref())
@@ -607,7 +609,7 @@ impl Cache {
     /// from the store's history applied to a restored cache); returns its
     /// key.
     pub(super) fn put_text(&mut self, terms: Terms, text: Text) -> Arc<ObjectKey> {
-        let version = terms.version.clone();
+        let version = Version::of(terms.version.as_deref());
         self.put(terms, Entry::new(text, version))
     }
 
@@ -628,7 +630,7 @@ impl Cache {
     fn unchanged(&self, terms: &Terms) -> bool {
         self.objects
             .get(&terms.key)
-            .is_some_and(|old| old.version == terms.version)
+            .is_some_and(|old| Version::same(old.version.as_ref(), terms.version.as_deref()))
     }
 
     /// Removes the objects whose keys are not in `fresh`, returning their deletions.
@@ -713,7 +715,7 @@ impl Cache {
             }
             if let Some(entry) = self.objects.get_mut(&**key)
                 && let Text::Recent(object) = &entry.text
-                && parse_version(entry.version.as_deref()) == Some(*revision)
+                && entry.version.as_ref().and_then(Version::revision) == Some(*revision)
             {
                 *entry.live.get_mut().unwrap_or_else(|p| p.into_inner()) = Arc::downgrade(object);
                 entry.text = Text::Stored(*revision);

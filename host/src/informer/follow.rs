@@ -28,10 +28,10 @@ pub(super) async fn run(inner: Weak<Inner>, api: Api) {
         _ => None,
     };
     let mut watcher = match restored {
-        Some(revision) => Watcher::resume(&api, &prefix, revision),
+        Some(restored) => Watcher::resume(&api, &prefix, restored.until),
         None => Watcher::new(&api, &prefix),
     };
-    let mut saver = Saver::new(&api, &kind, restored);
+    let mut saver = Saver::new(&api, &kind, restored.map(|restored| restored.saved));
     // The list as the API's JSON text, written from the stored bytes as
     // each page arrives: nothing is decoded, and only one page of stored
     // values is held beside the texts. A cache that reads objects back

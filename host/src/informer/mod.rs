@@ -214,6 +214,9 @@ struct Inner {
     /// The fewest objects its cache is saved with ([`saving::SAVE_FROM`];
     /// tests lower it).
     save_from: std::sync::atomic::AtomicUsize,
+    /// How far past its saved file the store may move before an unchanged
+    /// cache is saved again ([`saving::RESAVE_BEHIND`]; tests lower it).
+    resave_behind: std::sync::atomic::AtomicI64,
     /// Its first fill was its saved cache, not a list.
     restored: std::sync::atomic::AtomicBool,
 }
@@ -285,6 +288,7 @@ impl Informer {
             lists: std::sync::atomic::AtomicU64::new(0),
             progress: std::sync::atomic::AtomicI64::new(0),
             save_from: std::sync::atomic::AtomicUsize::new(saving::SAVE_FROM),
+            resave_behind: std::sync::atomic::AtomicI64::new(saving::RESAVE_BEHIND),
             restored: std::sync::atomic::AtomicBool::new(false),
         });
         let task = tokio::spawn(follow::run(Arc::downgrade(&inner), api));

@@ -15,7 +15,15 @@
 //! encoded, so it waits for a pause rather than stall a busy watch), at
 //! most once every [`BETWEEN_SAVES`], written beside the last file, synced
 //! and renamed over it. A kind never quiet is not saved: its next start
-//! lists, as it always did.
+//! lists, as it always did. A file is saved at the revision the informer
+//! has delivered through ([`Informer::delivered`]), changes of other kinds
+//! included, and saved again, though its kind has not changed, once the
+//! store has moved [`RESAVE_BEHIND`] revisions past it: a start catches up
+//! through every change after the file's revision, of any kind, and a
+//! quiet kind in a busy store would otherwise have more to go through at
+//! each start.
+//!
+//! [`Informer::delivered`]: super::Informer::delivered
 //!
 //! The history a saved cache catches up from is held back from the
 //! compactor ([`Api::hold_history`], from each save and from a start that
@@ -44,6 +52,13 @@ pub(super) const QUIET: Duration = Duration::from_secs(2);
 /// what changed since, from the store's history).
 pub(super) const BETWEEN_SAVES: Duration = Duration::from_secs(60);
 
+/// How far the store may move past a saved file of a kind that has not
+/// changed before it is saved again: the changes a start reads through
+/// (of other kinds: a quiet kind's start caught up through 89,000 of them
+/// in half a second; docs/benchmarks/scale.md, "A seal kept at every
+/// checkpoint").
+pub(super) const RESAVE_BEHIND: i64 = 10_000;
+
 /// The file a cache of `kind` is saved to over `api`'s store, if the
 /// store keeps such files.
 fn file_of(api: &Api, kind: &KindInfo) -> Option<PathBuf> {
@@ -52,10 +67,19 @@ fn file_of(api: &Api, kind: &KindInfo) -> Option<PathBuf> {
     Some(dir.join(name))
 }
 
+/// The revisions a start from a saved cache stands at.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Restored {
+    /// Where the watch goes on from: the cache is caught up to here.
+    pub until: i64,
+    /// The file's revision.
+    pub saved: i64,
+}
+
 /// The cache saved for `inner`'s kind, caught up with the store: given to
-/// `inner` as its first list. Returns the revision the watch goes on from,
-/// or `None` (logged) if the informer must list.
-pub(super) async fn restore(inner: &Arc<Inner>, api: &Api) -> Option<i64> {
+/// `inner` as its first list. Returns where it stands, or `None` (logged)
+/// if the informer must list.
+pub(super) async fn restore(inner: &Arc<Inner>, api: &Api) -> Option<Restored> {
     let kind = inner.kind.clone();
     let file = file_of(api, &kind)?;
     let reader = api.backend().version_reader()?;
@@ -97,6 +121,7 @@ pub(super) async fn restore(inner: &Arc<Inner>, api: &Api) -> Option<i64> {
         .await
         .ok()?
     };
+    let returned_at = started.elapsed();
     let (mut cache, objects, saved_at) = match read {
         Ok(read) => read,
         // Nothing saved (a new store, or a small kind): the usual list.
@@ -107,6 +132,7 @@ pub(super) async fn restore(inner: &Arc<Inner>, api: &Api) -> Option<i64> {
         }
     };
     let until = api.current_revision().await.ok()?;
+    let revision_at = started.elapsed();
     let caught_up = match catch_up(api, &kind, &mut cache, until).await {
         Ok(changes) => changes,
         Err(why) => {
@@ -125,8 +151,11 @@ pub(super) async fn restore(inner: &Arc<Inner>, api: &Api) -> Option<i64> {
         },
         true,
     );
-    tracing::info!(kind = %kind.kind, objects, changes = caught_up, revision = until, took = ?started.elapsed(), caught_up_at = ?caught_up_at, "informer filled from its saved cache");
-    Some(until)
+    tracing::info!(kind = %kind.kind, objects, changes = caught_up, revision = until, took = ?started.elapsed(), ?returned_at, ?revision_at, caught_up_at = ?caught_up_at, "informer filled from its saved cache");
+    Some(Restored {
+        until,
+        saved: saved_at,
+    })
 }
 
 /// Applies to `cache` the store's changes of `kind` after its revision up
@@ -188,8 +217,9 @@ pub(super) struct Saver {
 }
 
 impl Saver {
-    pub(super) fn new(api: &Api, kind: &KindInfo, restored: Option<i64>) -> Self {
-        let revision = restored.unwrap_or(-1);
+    /// `saved`: the revision of the file a start read, if it did.
+    pub(super) fn new(api: &Api, kind: &KindInfo, saved: Option<i64>) -> Self {
+        let revision = saved.unwrap_or(-1);
         Self {
             api: api.clone(),
             file: file_of(api, kind),
@@ -208,21 +238,27 @@ impl Saver {
             return;
         }
         let cache = inner.cache.read().unwrap_or_else(|p| p.into_inner());
-        let revision = cache.revision();
-        if revision != self.seen.0 {
-            self.seen = (revision, Instant::now());
+        // The kind's own last change, for quiet; the file is saved at what
+        // the informer delivered through, changes of other kinds included
+        // (read under the cache lock, as `Informer::delivered` does).
+        let changed = cache.revision();
+        if changed != self.seen.0 {
+            self.seen = (changed, Instant::now());
             return;
         }
+        let revision = changed.max(inner.progress.load(Ordering::Acquire));
         let save_from = inner.save_from.load(Ordering::Relaxed);
         let too_soon = self.saved_at.is_some_and(|at| at.elapsed() < BETWEEN_SAVES);
-        if revision == self.saved
+        let behind = revision - self.saved;
+        if (changed <= self.saved && behind < inner.resave_behind.load(Ordering::Relaxed))
+            || behind <= 0
             || self.seen.1.elapsed() < QUIET
             || too_soon
             || cache.len() < save_from
         {
             return;
         }
-        let Some(bytes) = cache.saved_bytes() else {
+        let Some(bytes) = cache.saved_bytes(revision) else {
             return;
         };
         drop(cache);

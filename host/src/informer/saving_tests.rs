@@ -228,6 +228,53 @@ async fn a_saved_cache_stands_for_the_first_list_with_the_changes_made_since() {
     );
 }
 
+/// A kind that does not change in a store that does: its file is saved
+/// again at the revision the informer delivered through once the store
+/// moved far enough past it, so that the next start has only the changes
+/// after that to read through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unchanged_cache_is_saved_again_once_the_store_moved_far_past_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (api, kind) = open(dir.path()).await;
+    fill(&api, &kind, 30).await;
+    let first = informer(&api, &kind).await;
+    let revision = api.current_revision().await.unwrap();
+    wait_for_save(&saved_file(dir.path()), revision).await;
+    let before = answers(&first);
+    drop(first);
+    let secrets = api.kinds().by_plural("", "secrets").unwrap();
+    for i in 0..12 {
+        api.create(
+            &secrets,
+            json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": format!("s{i}"), "namespace": "default"}}),
+        )
+        .await
+        .unwrap();
+    }
+    let later = api.current_revision().await.unwrap();
+    assert_eq!(later, revision + 12);
+    let second = Informer::start(api.clone(), kind.clone());
+    second
+        .inner
+        .save_from
+        .store(1, std::sync::atomic::Ordering::Relaxed);
+    second
+        .inner
+        .resave_behind
+        .store(10, std::sync::atomic::Ordering::Relaxed);
+    second.wait_synced().await;
+    assert!(restored(&second));
+    assert_eq!(answers(&second), before, "no Event changed");
+    // Saved again at the store's revision, though no Event changed.
+    wait_for_save(&saved_file(dir.path()), later).await;
+    wait_for_hold(&api, later).await;
+    drop(second);
+    let third = informer(&api, &kind).await;
+    assert!(restored(&third));
+    assert_eq!(answers(&third), before);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_or_cut_saved_cache_is_never_trusted() {
     let dir = tempfile::tempdir().unwrap();

@@ -9,12 +9,30 @@ use std::fmt;
 /// use setpoint::object::ObjectKey;
 /// assert_eq!(ObjectKey::new(None, "cluster-wide").to_string(), "cluster-wide");
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ObjectKey {
     /// The namespace, `None` for cluster-scoped kinds.
     pub namespace: Option<String>,
     /// The object's name.
     pub name: String,
+}
+
+/// One word for the namespace's presence and length, then the bytes: the
+/// derived hash writes the option's tag and a terminator after each string
+/// (five writes where three do), and hashing keys is most of an informer's
+/// start from its saved cache (docs/benchmarks/scale.md, "A seal kept at
+/// every checkpoint").
+impl std::hash::Hash for ObjectKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        match &self.namespace {
+            Some(namespace) => {
+                state.write_u64(namespace.len() as u64);
+                state.write(namespace.as_bytes());
+            }
+            None => state.write_u64(u64::MAX),
+        }
+        state.write(self.name.as_bytes());
+    }
 }
 
 impl ObjectKey {

@@ -43,10 +43,13 @@ pub(in crate::informer) struct Saved {
 }
 
 impl Cache {
-    /// The cache as a file's bytes, if every object is in the store (none
-    /// held here, [`Cache::held`]) and the store holds a version to stamp
-    /// the file with; `None` otherwise (save later).
-    pub(in crate::informer) fn saved_bytes(&self) -> Option<Vec<u8>> {
+    /// The cache as a file's bytes, saved as of `revision` (its own, or
+    /// later if every change of its kind up to there is in it), if every
+    /// object is in the store (none held here, [`Cache::held`]) and the
+    /// store holds a version to stamp the file with; `None` otherwise
+    /// (save later).
+    pub(in crate::informer) fn saved_bytes(&self, revision: i64) -> Option<Vec<u8>> {
+        let at = revision.max(self.revision);
         let source = self.source.as_ref()?;
         if self.held != 0 {
             return None;
@@ -64,7 +67,7 @@ impl Cache {
             };
             // A stored entry's version is its revision (`Cache::shed`);
             // anything else would not be restored as it was.
-            if super::parse_version(entry.version.as_deref()) != Some(revision) {
+            if entry.version.as_ref().and_then(super::Version::revision) != Some(revision) {
                 return None;
             }
             numbers.insert(Arc::as_ptr(key), u32::try_from(number).ok()?);
@@ -114,7 +117,7 @@ impl Cache {
         };
         let mut file = Vec::with_capacity(MAGIC.len() + HEADER + body.len());
         file.extend_from_slice(MAGIC);
-        file.extend_from_slice(&self.revision.to_le_bytes());
+        file.extend_from_slice(&at.to_le_bytes());
         file.extend_from_slice(&(self.objects.len() as u64).to_le_bytes());
         file.extend_from_slice(&stamp.0.to_le_bytes());
         file.extend_from_slice(&stamp.1.to_le_bytes());
@@ -144,44 +147,55 @@ impl Cache {
                 .map(|n| objects[n as usize].0.clone())
                 .collect()
         };
-        let ((map, namespaces), (by_owner, by_label, not_ready)) = std::thread::scope(|scope| {
-            let others = scope.spawn(|| {
-                let by_owner: HashMap<String, Keys> = owners
-                    .into_iter()
-                    .map(|(uid, numbers)| (uid, keys_of(numbers)))
-                    .collect();
-                let by_label: HashMap<(String, String), Keys> = labels
-                    .into_iter()
-                    .map(|(label, numbers)| (label, keys_of(numbers)))
-                    .collect();
-                let not_ready: HashMap<Arc<ObjectKey>, NotReady> = not_ready
-                    .into_iter()
-                    .map(|(n, not_ready)| (objects[n as usize].0.clone(), not_ready))
-                    .collect();
-                (by_owner, by_label, not_ready)
-            });
-            let mut map: HashMap<Arc<ObjectKey>, Entry> = HashMap::default();
-            map.reserve(objects.len());
-            let mut namespaces: HashMap<Option<String>, Keys> = HashMap::default();
-            for (key, revision) in &objects {
-                let entry = Entry::new(Text::Stored(*revision), Some(revision.to_string().into()));
-                map.insert(key.clone(), entry);
-                match namespaces.get_mut(&key.namespace) {
-                    Some(keys) => {
-                        keys.insert(key.clone());
-                    }
-                    None => {
-                        let mut keys = Keys::default();
-                        keys.insert(key.clone());
-                        namespaces.insert(key.namespace.clone(), keys);
+        let started = std::time::Instant::now();
+        let ((map, namespaces, map_took), (by_owner, by_label, not_ready, others_took)) =
+            std::thread::scope(|scope| {
+                let others = scope.spawn(|| {
+                    let by_owner: HashMap<String, Keys> = owners
+                        .into_iter()
+                        .map(|(uid, numbers)| (uid, keys_of(numbers)))
+                        .collect();
+                    let by_label: HashMap<(String, String), Keys> = labels
+                        .into_iter()
+                        .map(|(label, numbers)| (label, keys_of(numbers)))
+                        .collect();
+                    let not_ready: HashMap<Arc<ObjectKey>, NotReady> = not_ready
+                        .into_iter()
+                        .map(|(n, not_ready)| (objects[n as usize].0.clone(), not_ready))
+                        .collect();
+                    (by_owner, by_label, not_ready, started.elapsed())
+                });
+                let mut map: HashMap<Arc<ObjectKey>, Entry> = HashMap::default();
+                map.reserve(objects.len());
+                let mut namespaces: HashMap<Option<String>, Keys> = HashMap::default();
+                for (key, revision) in &objects {
+                    let entry = Entry::new(
+                        Text::Stored(*revision),
+                        Some(super::Version::Revision(*revision)),
+                    );
+                    map.insert(key.clone(), entry);
+                    match namespaces.get_mut(&key.namespace) {
+                        Some(keys) => {
+                            keys.insert(key.clone());
+                        }
+                        None => {
+                            let mut keys = Keys::default();
+                            keys.insert(key.clone());
+                            namespaces.insert(key.namespace.clone(), keys);
+                        }
                     }
                 }
-            }
-            let others = others
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            ((map, namespaces), others)
-        });
+                let map_took = started.elapsed();
+                let others = others
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                ((map, namespaces, map_took), others)
+            });
+        tracing::debug!(
+            ?map_took,
+            ?others_took,
+            "informer's saved cache built: the map and namespaces, the other indexes"
+        );
         let mut cache = Cache::reading_from(source);
         cache.revision = revision;
         cache.objects = map;
