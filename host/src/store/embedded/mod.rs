@@ -9,8 +9,9 @@
 //! an exclusive file lock while the store is open, so that a second process
 //! gets "data directory … is in use by another process") and, while the
 //! store is open or after a crash, the write-ahead log `wal-*.log` (see
-//! `wal/`; a clean close leaves none, and leaves the seal
-//! `store.redb.seal` instead: `seal.rs`). The database has three tables:
+//! `wal/`; a clean close leaves none), and the seal `store.redb.seal` with
+//! its journal `store.redb.journal.{0,1}` (`seal.rs`). The database has
+//! three tables:
 //!
 //! | table | key → value | holds |
 //! |---|---|---|
@@ -98,16 +99,20 @@
 //! (`set_quick_repair`), so the writable open after a crash loads it
 //! instead of walking the whole file to rebuild it.
 //!
-//! The check reads every live page on an open that follows a crash (what
-//! that costs:
+//! The full check reads every live page (what that costs:
 //! docs/benchmarks/store.md#with-the-applier-thread-and-the-in-memory-version-index-current).
-//! A clean close leaves a seal beside the file (`seal.rs`, `store.redb.seal`:
-//! its length and a CRC-32 of each MiB); an open that finds every byte as
-//! sealed, read on every core in large sequential reads, skips redb's walk.
-//! A missing, damaged or stale seal, or a file that differs from it
-//! anywhere, sends the open to the full check, and the difference is named
-//! in the log. The seal is removed, durably, before the file is opened for
-//! writing.
+//! An open usually needs less: the file is sealed (`seal.rs`,
+//! `store.redb.seal`: its length and a CRC-32 of each 64 KiB) at open,
+//! after every checkpoint and at close, and every block written since is
+//! recorded in a journal before it is written. An open, after a clean
+//! close or a crash, that finds every block the journal does not name as
+//! sealed, read on every core in large sequential reads, skips redb's
+//! walk; the blocks the journal names were written after the last
+//! checkpoint, which redb's recovery does not read (or, for the
+//! checkpoint's own pages, its two-phase commit synced). A missing,
+//! damaged or stale seal or journal, or a block that differs unexplained,
+//! sends the open to the full check, and the difference is named in the
+//! log.
 //!
 //! # Backups and a full disk
 //!

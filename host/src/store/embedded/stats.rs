@@ -75,10 +75,10 @@ pub struct EmbeddedStats {
     /// database yet (reads wait for them; the writer holds back past
     /// 64k changes).
     pub unapplied: u64,
-    /// The open found `store.redb` byte for byte as the last clean close
-    /// sealed it, and so skipped the integrity check of every page (a
-    /// start after a crash, or with the seal missing or not matching, runs
-    /// it).
+    /// The open found `store.redb` as sealed but for the blocks its journal
+    /// says were written since, after a clean close or a crash, and so
+    /// skipped the integrity check of every page (a start with the seal or
+    /// journal missing or not matching runs it).
     pub opened_sealed: bool,
 }
 
