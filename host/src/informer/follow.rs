@@ -61,6 +61,11 @@ pub(super) async fn run(inner: Weak<Inner>, api: Api) {
                 if let Some(seen) = watcher.progress() {
                     inner.progress.fetch_max(seen, std::sync::atomic::Ordering::AcqRel);
                 }
+                if api.hub().is_stopped() {
+                    // The host stops and closes the store: nothing to
+                    // save or read back any more.
+                    break;
+                }
                 inner.shed();
                 saver.tick(&inner);
                 continue;

@@ -393,6 +393,28 @@ impl WatchHub {
         }
     }
 
+    /// Whether [`WatchHub::stop`] was called: the store may be closing.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use setpoint::store::MemoryBackend;
+    /// use setpoint::watch::WatchHub;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let hub = WatchHub::start(Arc::new(MemoryBackend::new()), 16).await?;
+    /// assert!(!hub.is_stopped());
+    /// hub.stop();
+    /// assert!(hub.is_stopped());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_stopped(&self) -> bool {
+        self.inner
+            .follower
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none()
+    }
+
     /// How many changes a subscriber may fall behind before it is cut off
     /// (and how many the history keeps).
     ///
