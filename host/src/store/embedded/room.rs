@@ -162,8 +162,7 @@ impl StorageBackend for RoomyFile {
             // Shrinking gives back the room past the new end.
             self.room.reserved.fetch_min(len, Ordering::AcqRel);
         }
-        self.sealer.record_len(len)?;
-        self.inner.set_len(len)
+        self.sealer.set_len(len, || self.inner.set_len(len))
     }
 
     fn sync_data(&self) -> io::Result<()> {
@@ -171,8 +170,8 @@ impl StorageBackend for RoomyFile {
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        self.sealer.record(offset, data.len())?;
-        self.inner.write(offset, data)
+        self.sealer
+            .write(offset, data.len(), || self.inner.write(offset, data))
     }
 
     fn close(&self) -> io::Result<()> {

@@ -73,8 +73,8 @@ pub(super) fn read(dir: &Path, generation: u64) -> Result<(Blocks, u64), String>
 }
 
 /// Keeps the seal of the open database current: the database file's
-/// backend tells it of every write and length change before making it
-/// ([`Sealer::record`], [`Sealer::record_len`]); the applier asks for a new
+/// backend makes every write and length change through it
+/// ([`Sealer::write`], [`Sealer::set_len`]), which records it first; the applier asks for a new
 /// seal after every checkpoint ([`Sealer::request`]), which a thread of its
 /// own takes; the close seals once more after the database is closed
 /// ([`Sealer::finish`]).
@@ -211,24 +211,38 @@ impl Sealer {
         self.wake.notify_one();
     }
 
-    /// Records that `len` bytes at `offset` are about to be written.
-    pub(in crate::store::embedded) fn record(&self, offset: u64, len: usize) -> io::Result<()> {
-        if len == 0 {
-            return Ok(());
+    /// Records that `len` bytes at `offset` are about to be written, then
+    /// writes them with `write`. Under the state's lock: a new generation
+    /// does not start between the record and the write, which would leave
+    /// the write unrecorded in the generation it lands in.
+    pub(in crate::store::embedded) fn write<T>(
+        &self,
+        offset: u64,
+        len: usize,
+        write: impl FnOnce() -> io::Result<T>,
+    ) -> io::Result<T> {
+        let mut state = self.state();
+        if len > 0 {
+            let end = offset + len as u64;
+            self.record_blocks(&mut state, offset / BLOCK, block_count(end))?;
         }
-        let end = offset + len as u64;
-        self.record_blocks(&mut self.state(), offset / BLOCK, block_count(end))
+        write()
     }
 
-    /// Records that the file is about to be `len` bytes long.
-    pub(in crate::store::embedded) fn record_len(&self, len: u64) -> io::Result<()> {
+    /// Records that the file is about to be `len` bytes long, then sets
+    /// it with `set_len` (under the lock, as [`Sealer::write`]).
+    pub(in crate::store::embedded) fn set_len<T>(
+        &self,
+        len: u64,
+        set_len: impl FnOnce() -> io::Result<T>,
+    ) -> io::Result<T> {
         let mut state = self.state();
         let old = state.len;
         if old != len {
             self.record_blocks(&mut state, old.min(len) / BLOCK, block_count(old.max(len)))?;
         }
         state.len = len;
-        Ok(())
+        set_len()
     }
 
     /// Records the blocks `first..end` not yet recorded in this generation.
