@@ -132,7 +132,6 @@ pub(super) async fn restore(inner: &Arc<Inner>, api: &Api) -> Option<Restored> {
         }
     };
     let until = api.current_revision().await.ok()?;
-    let revision_at = started.elapsed();
     let caught_up = match catch_up(api, &kind, &mut cache, until).await {
         Ok(changes) => changes,
         Err(why) => {
@@ -151,7 +150,7 @@ pub(super) async fn restore(inner: &Arc<Inner>, api: &Api) -> Option<Restored> {
         },
         true,
     );
-    tracing::info!(kind = %kind.kind, objects, changes = caught_up, revision = until, took = ?started.elapsed(), ?returned_at, ?revision_at, caught_up_at = ?caught_up_at, "informer filled from its saved cache");
+    tracing::info!(kind = %kind.kind, objects, changes = caught_up, revision = until, took = ?started.elapsed(), ?returned_at, caught_up_at = ?caught_up_at, "informer filled from its saved cache");
     Some(Restored {
         until,
         saved: saved_at,

@@ -254,16 +254,12 @@ async fn an_unchanged_cache_is_saved_again_once_the_store_moved_far_past_its_fil
     }
     let later = api.current_revision().await.unwrap();
     assert_eq!(later, revision + 12);
-    let second = Informer::start(api.clone(), kind.clone());
-    second
-        .inner
-        .save_from
-        .store(1, std::sync::atomic::Ordering::Relaxed);
+    let second = informer(&api, &kind).await;
+    // Lowered before the first save falls due (the kind quiet for 2 s).
     second
         .inner
         .resave_behind
         .store(10, std::sync::atomic::Ordering::Relaxed);
-    second.wait_synced().await;
     assert!(restored(&second));
     assert_eq!(answers(&second), before, "no Event changed");
     // Saved again at the store's revision, though no Event changed.
