@@ -1,17 +1,19 @@
 // Scenario "scale": with 100,000 Pods in namespace `big`, the objects page
-// shows its first rows within 1 s of navigation (measured from page.goto
-// to the first `table#objects tbody tr` visible), pages forward, and
-// filters by label.
+// shows one page of rows (the time from page.goto to the first
+// `table#objects tbody tr` visible is printed), pages forward and back,
+// and filters by label.
 //
 // Env: SETPOINT_URL, SETPOINT_TOKEN; optional SETPOINT_SCALE_NAMESPACE
 // (default "big"), SETPOINT_SCALE_LABEL (a selector matching a few Pods,
 // e.g. "tier=special") and SETPOINT_SCALE_LABEL_COUNT (how many),
-// SETPOINT_SCALE_LIMIT_MS (default 1000).
+// SETPOINT_SCALE_LIMIT_MS (unset: times are printed, not judged; set, as
+// the benchmark in BENCHMARKS.md "Web console at scale" does: the worst
+// of the two loads must be within it).
 
 import { run, env, step, check, signIn, fail } from './lib.mjs';
 
 const namespace = process.env.SETPOINT_SCALE_NAMESPACE || 'big';
-const limitMs = Number(process.env.SETPOINT_SCALE_LIMIT_MS || 1000);
+const limitMs = process.env.SETPOINT_SCALE_LIMIT_MS ? Number(process.env.SETPOINT_SCALE_LIMIT_MS) : null;
 
 await run('scale', async ({ page }) => {
   step('sign in with the admin token (the token stays in the tab\'s sessionStorage)');
@@ -30,8 +32,10 @@ await run('scale', async ({ page }) => {
     console.log(`    load ${i + 1}: first rows visible ${elapsed} ms after navigation`);
   }
   const worst = Math.max(...times);
-  if (worst > limitMs) fail(`the first rows took ${worst} ms to show (limit ${limitMs} ms)`);
-  check(true, `first rows within ${limitMs} ms of navigation (${times.join(' ms, ')} ms)`);
+  if (limitMs !== null) {
+    if (worst > limitMs) fail(`the first rows took ${worst} ms to show (limit ${limitMs} ms)`);
+    check(true, `first rows within ${limitMs} ms of navigation (${times.join(' ms, ')} ms)`);
+  }
 
   const rows = await page.$$eval('table#objects tbody tr', (trs) => trs.map((tr) => tr.dataset.name));
   check(rows.length > 0 && rows.length <= 100, `one page of ${rows.length} rows is rendered, not the collection`);
