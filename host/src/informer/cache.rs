@@ -15,8 +15,8 @@
 //! hub keeps recent changes decoded, so an object being reconciled usually
 //! is), or one decoded from the text. A list fills the cache from the
 //! store's text without decoding it: what the indexes need of an object is
-//! read from its `metadata` alone ([`Terms`]). Each key is held once,
-//! shared by the map and every index.
+//! read from its `metadata` alone ([`Terms`]). Each object has a numbered
+//! slot (`table.rs`); the indexes are bitmaps of slot numbers.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -29,11 +29,14 @@ use crate::object::{Object, ObjectKey};
 mod indexes;
 pub(super) mod saved;
 mod source;
+mod table;
 mod version;
 
 use indexes::Indexes;
+use roaring::RoaringBitmap;
 pub(super) use saved::Saved;
 pub(super) use source::Source;
+use table::{SlotNumber, Table};
 use version::Version;
 
 /// Where a cached object's content is.
@@ -163,9 +166,6 @@ pub(super) enum Pending {
     Applied(Arc<ObjectKey>),
 }
 
-/// Keys, each held once and shared by the map and the indexes.
-type Keys = HashSet<Arc<ObjectKey>>;
-
 /// The cache's maps: with a seeded fast hasher rather than SipHash.
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
@@ -189,7 +189,7 @@ type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 /// ```
 #[derive(Default)]
 pub struct Cache {
-    objects: HashMap<Arc<ObjectKey>, Entry>,
+    objects: Table,
     indexes: Indexes,
     revision: i64,
     /// Where objects are read back from; `None`: each is held as text.
@@ -238,11 +238,11 @@ impl Cache {
         self.held
     }
 
-    /// Takes `key`'s entry out of the map.
-    fn take(&mut self, key: &ObjectKey) -> Option<(Arc<ObjectKey>, Entry)> {
-        let (key, entry) = self.objects.remove_entry(key)?;
+    /// Takes `key`'s entry out of the table: its slot, its key, the entry.
+    fn take(&mut self, key: &ObjectKey) -> Option<(SlotNumber, Arc<ObjectKey>, Entry)> {
+        let (n, key, entry) = self.objects.remove(key)?;
         self.held -= usize::from(entry.holds());
-        Some((key, entry))
+        Some((n, key, entry))
     }
 
     /// One object.
@@ -262,7 +262,7 @@ impl Cache {
     /// assert!(cache.get(&ObjectKey::new(Some("other"), "web-0")).is_none());
     /// ```
     pub fn get(&self, key: &ObjectKey) -> Option<Arc<Object>> {
-        let (key, entry) = self.objects.get_key_value(key)?;
+        let (_, key, entry) = self.objects.get(key)?;
         self.read(key, entry)
     }
 
@@ -284,7 +284,7 @@ impl Cache {
     pub fn iter(&self) -> impl Iterator<Item = Arc<Object>> + '_ {
         self.objects
             .iter()
-            .filter_map(|(key, entry)| self.read(key, entry))
+            .filter_map(|(_, key, entry)| self.read(key, entry))
     }
 
     /// Every object as a listing tells it ([`Change::Listed`]): its
@@ -293,7 +293,7 @@ impl Cache {
     pub(super) fn heads(&self) -> impl Iterator<Item = Arc<Object>> + '_ {
         self.objects
             .iter()
-            .filter_map(|(key, entry)| self.head(key, entry))
+            .filter_map(|(_, key, entry)| self.head(key, entry))
     }
 
     /// Objects with an owner reference to `uid`.
@@ -406,8 +406,14 @@ impl Cache {
         self.objects.is_empty()
     }
 
-    fn resolve(&self, keys: &Keys) -> Vec<Arc<Object>> {
-        keys.iter().filter_map(|k| self.get(k)).collect()
+    fn resolve(&self, slots: &RoaringBitmap) -> Vec<Arc<Object>> {
+        slots
+            .iter()
+            .filter_map(|n| {
+                let (key, entry) = self.objects.at(n)?;
+                self.read(key, entry)
+            })
+            .collect()
     }
 
     /// The revision the cache reflects.
@@ -485,7 +491,7 @@ impl Cache {
     /// ```
     pub fn remove(&mut self, object: &Arc<Object>, revision: i64) -> Option<Change> {
         self.revision = self.revision.max(revision);
-        let (key, old) = self.take(&ObjectKey::of(object))?;
+        let (n, key, old) = self.take(&ObjectKey::of(object))?;
         // The watch tells the deletion with the object as it was last, the
         // version cached: its terms are the ones indexed.
         let terms = if Version::same(old.version.as_ref(), meta_version(object)) {
@@ -493,7 +499,7 @@ impl Cache {
         } else {
             old.terms(&key, self.source.as_ref())
         };
-        self.unindex_terms(&key, terms.as_ref());
+        self.unindex_terms(n, &key, terms.as_ref());
         Some(Change::Deleted(object.clone()))
     }
 
@@ -561,8 +567,6 @@ impl Cache {
         // of a million keys to build for that.
         let mut pending: Vec<Pending> = if self.objects.is_empty() {
             self.objects.reserve(items.len());
-            self.indexes
-                .reserve_for(items.iter().map(|(terms, _)| terms));
             Vec::with_capacity(items.len())
         } else {
             let fresh: HashSet<ObjectKey> = items.iter().map(|(t, _)| t.key.clone()).collect();
@@ -587,7 +591,7 @@ impl Cache {
         match pending {
             Pending::Ready(change) => Some(change),
             Pending::Applied(key) => {
-                let entry = self.objects.get(&key)?;
+                let (_, _, entry) = self.objects.get(&key)?;
                 Some(if first_list {
                     Change::Listed(self.head(&key, entry)?)
                 } else {
@@ -615,9 +619,9 @@ impl Cache {
 
     /// A deletion from the store's history applied to a restored cache.
     pub(super) fn catch_up_delete(&mut self, key: &ObjectKey) {
-        if let Some((key, old)) = self.take(key) {
+        if let Some((n, key, old)) = self.take(key) {
             let terms = old.terms(&key, self.source.as_ref());
-            self.unindex_terms(&key, terms.as_ref());
+            self.unindex_terms(n, &key, terms.as_ref());
         }
     }
 
@@ -628,26 +632,28 @@ impl Cache {
 
     /// Whether the object `terms` describe is cached at that version.
     fn unchanged(&self, terms: &Terms) -> bool {
-        self.objects
-            .get(&terms.key)
-            .is_some_and(|old| Version::same(old.version.as_ref(), terms.version.as_deref()))
+        self.objects.get(&terms.key).is_some_and(|(_, _, old)| {
+            Version::same(old.version.as_ref(), terms.version.as_deref())
+        })
     }
 
     /// Removes the objects whose keys are not in `fresh`, returning their deletions.
     fn remove_missing(&mut self, fresh: &HashSet<ObjectKey>, revision: i64) -> Vec<Change> {
-        let gone: Vec<Arc<ObjectKey>> = super::missing(&self.objects, fresh)
-            .into_iter()
+        let gone: Vec<Arc<ObjectKey>> = self
+            .objects
+            .keys()
+            .filter(|key| !fresh.contains(&***key))
             .cloned()
             .collect();
         self.revision = self.revision.max(revision);
         let mut changes = Vec::new();
         for key in gone {
-            let Some((_, old)) = self.take(&key) else {
+            let Some((n, _, old)) = self.take(&key) else {
                 continue;
             };
             let source = self.source.as_ref();
             let (terms, last) = (old.terms(&key, source), old.object(&key, source));
-            self.unindex_terms(&key, terms.as_ref());
+            self.unindex_terms(n, &key, terms.as_ref());
             // A stored version compacted away after its deletion: only its
             // key is known (client-go's `DeletedFinalStateUnknown`).
             let last = last.unwrap_or_else(|| Arc::new(self.key_only(&key, &old)));
@@ -657,30 +663,31 @@ impl Cache {
     }
 
     /// Caches `entry` under `terms`' key (the key already held, if any, is
-    /// kept) and indexes it; returns the key.
+    /// kept, and its slot used again) and indexes it; returns the key.
     fn put(&mut self, mut terms: Terms, entry: Entry) -> Arc<ObjectKey> {
         let key = match self.take(&terms.key) {
-            Some((key, old)) => {
+            Some((n, key, old)) => {
                 let old_terms = old.terms(&key, self.source.as_ref());
-                self.unindex_terms(&key, old_terms.as_ref());
+                self.unindex_terms(n, &key, old_terms.as_ref());
                 key
             }
-            // The terms' own key, not a copy: the indexes take it from the Arc.
+            // The terms' own key, not a copy.
             None => Arc::new(std::mem::replace(&mut terms.key, ObjectKey::new(None, ""))),
         };
-        self.indexes.add(&key, &terms);
         self.held += usize::from(entry.holds());
-        self.objects.insert(key.clone(), entry);
+        let n = self.objects.insert(key.clone(), entry);
+        self.indexes.add(n, &key.namespace, &terms);
         key
     }
 
-    /// Takes `key` out of the indexes `terms` put it in; out of every
-    /// index if its terms are lost (its stored version compacted away
-    /// before the watch told the change; rare, and a walk of the indexes).
-    fn unindex_terms(&mut self, key: &ObjectKey, terms: Option<&Terms>) {
+    /// Takes the object in slot `n` out of the indexes `terms` put it in;
+    /// out of every index if its terms are lost (its stored version
+    /// compacted away before the watch told the change; rare, and a walk
+    /// of the indexes).
+    fn unindex_terms(&mut self, n: SlotNumber, key: &ObjectKey, terms: Option<&Terms>) {
         match terms {
-            Some(terms) => self.indexes.remove(key, terms),
-            None => self.indexes.remove_everywhere(key),
+            Some(terms) => self.indexes.remove(n, &key.namespace, terms),
+            None => self.indexes.remove_everywhere(n, &key.namespace),
         }
     }
 
@@ -713,7 +720,7 @@ impl Cache {
             if *revision > readable {
                 break;
             }
-            if let Some(entry) = self.objects.get_mut(&**key)
+            if let Some(entry) = self.objects.get_mut(key)
                 && let Text::Recent(object) = &entry.text
                 && entry.version.as_ref().and_then(Version::revision) == Some(*revision)
             {
@@ -746,7 +753,7 @@ impl Cache {
         self.indexes
             .not_ready
             .iter()
-            .map(|(key, n)| ((**key).clone(), *n))
+            .filter_map(|(n, not_ready)| Some(((**self.objects.at(*n)?.0).clone(), *not_ready)))
             .collect()
     }
 }

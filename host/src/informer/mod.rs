@@ -35,7 +35,7 @@ mod shared;
 mod terms;
 pub mod watcher;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
 use tokio::sync::watch;
@@ -50,7 +50,7 @@ pub use terms::NotReady;
 pub const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 
 use crate::api::Api;
-use crate::object::{KindInfo, Object, ObjectKey};
+use crate::object::{KindInfo, Object};
 
 /// A change the informer observed.
 ///
@@ -755,15 +755,6 @@ impl Inner {
         }
         drop(cache);
     }
-}
-
-/// Keys present in `a` but not in `b`.
-fn missing<'a, K, V, S, T>(a: &'a HashMap<K, V, S>, b: &HashSet<ObjectKey, T>) -> Vec<&'a K>
-where
-    K: std::borrow::Borrow<ObjectKey> + std::hash::Hash + Eq,
-    T: std::hash::BuildHasher,
-{
-    a.keys().filter(|k| !b.contains((*k).borrow())).collect()
 }
 
 #[cfg(test)]

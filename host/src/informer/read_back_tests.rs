@@ -10,6 +10,7 @@ use serde_json::json;
 
 use super::cache::{Listed, Source, read_terms};
 use super::*;
+use crate::object::ObjectKey;
 use crate::store::EmbeddedBackend;
 
 async fn embedded_api() -> (Api, Arc<KindInfo>, tempfile::TempDir) {

@@ -109,7 +109,7 @@ pub(super) async fn restore(inner: &Arc<Inner>, api: &Api) -> Option<Restored> {
             let objects = saved.len();
             let saved_at = saved.revision;
             let checked = started.elapsed();
-            let cache = Cache::restored(source, saved);
+            let cache = Cache::restored(source, saved)?;
             tracing::debug!(
                 waited = ?waited,
                 read_and_checked = ?checked - waited,

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde_json::json;
 
 use super::*;
+use crate::object::ObjectKey;
 use crate::store::MemoryBackend;
 
 async fn api_with_small_history() -> (Api, Arc<KindInfo>) {

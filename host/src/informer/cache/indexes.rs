@@ -1,132 +1,99 @@
-//! The informer cache's indexes, each entry a set of the cache's shared
-//! keys: by owner uid, by namespace, by label, and of the objects that are
-//! not `Ready`.
+//! The informer cache's indexes, each entry a bitmap of the slots
+//! (`table.rs`) of the objects it holds: by owner uid, by namespace, by
+//! label, and of the objects that are not `Ready`.
 
-use std::sync::Arc;
+use roaring::RoaringBitmap;
 
 use super::super::terms::{NotReady, Terms};
-use super::{HashMap, Keys};
-use crate::object::ObjectKey;
+use super::HashMap;
+use super::table::SlotNumber;
 
 /// The cache's indexes: by owner uid, by namespace, by label, and of the
 /// objects that are not `Ready`.
+///
+/// Bitmaps rather than sets of keys: a label or a namespace that every
+/// object of a million carries is a few kilobytes of consecutive slot
+/// numbers instead of a hash set of a million keys, each hashed as it is
+/// added (most of an informer's start; docs/benchmarks/scale.md).
 #[derive(Default)]
 pub(super) struct Indexes {
-    pub(super) by_owner: HashMap<String, Keys>,
-    pub(super) by_namespace: HashMap<Option<String>, Keys>,
-    pub(super) by_label: HashMap<(String, String), Keys>,
+    pub(super) by_owner: HashMap<String, RoaringBitmap>,
+    pub(super) by_namespace: HashMap<Option<String>, RoaringBitmap>,
+    pub(super) by_label: HashMap<(String, String), RoaringBitmap>,
     /// Objects whose `Ready` condition is not `True` (the console counts
     /// and lists them without decoding every object).
-    pub(super) not_ready: HashMap<Arc<ObjectKey>, NotReady>,
+    pub(super) not_ready: HashMap<SlotNumber, NotReady>,
 }
 
 impl Indexes {
-    pub(super) fn add(&mut self, key: &Arc<ObjectKey>, terms: &Terms) {
+    /// Indexes the object in slot `n`, in `namespace`, as `terms` say.
+    pub(super) fn add(&mut self, n: SlotNumber, namespace: &Option<String>, terms: &Terms) {
         // Looked up before an entry is made: most objects share their
         // owner, namespace and labels with others, and a key copied for
         // `entry` would be an allocation per index per object.
         for uid in &terms.owners {
-            add_to(&mut self.by_owner, uid, key);
+            add_to(&mut self.by_owner, uid, n);
         }
-        add_to(&mut self.by_namespace, &key.namespace, key);
+        add_to(&mut self.by_namespace, namespace, n);
         for label in &terms.labels {
-            add_to(&mut self.by_label, label, key);
+            add_to(&mut self.by_label, label, n);
         }
         if let Some(not_ready) = terms.not_ready {
-            self.not_ready.insert(key.clone(), not_ready);
+            self.not_ready.insert(n, not_ready);
         }
     }
 
-    pub(super) fn remove(&mut self, key: &ObjectKey, terms: &Terms) {
+    /// Takes the object in slot `n` out of the entries `terms` put it in.
+    pub(super) fn remove(&mut self, n: SlotNumber, namespace: &Option<String>, terms: &Terms) {
         for uid in &terms.owners {
-            remove_from(&mut self.by_owner, uid, key);
+            remove_from(&mut self.by_owner, uid, n);
         }
-        remove_from(&mut self.by_namespace, &key.namespace, key);
+        remove_from(&mut self.by_namespace, namespace, n);
         for label in &terms.labels {
-            remove_from(&mut self.by_label, label, key);
+            remove_from(&mut self.by_label, label, n);
         }
-        self.not_ready.remove(key);
+        self.not_ready.remove(&n);
     }
 
-    /// Makes room in each index entry for the objects `terms` describe,
-    /// before they are added to an empty cache: a set grown a key at a
-    /// time to a million members rehashes every key it holds at each
-    /// doubling, and hashing a key is a walk to its name (the informer
-    /// fill at a million objects, docs/benchmarks/scale.md).
-    pub(super) fn reserve_for<'a>(&mut self, terms: impl Iterator<Item = &'a Terms>) {
-        let mut owners: HashMap<&str, usize> = HashMap::default();
-        let mut namespaces: HashMap<Option<&str>, usize> = HashMap::default();
-        let mut labels: HashMap<(&str, &str), usize> = HashMap::default();
-        for terms in terms {
-            for uid in &terms.owners {
-                *owners.entry(uid).or_default() += 1;
-            }
-            *namespaces
-                .entry(terms.key.namespace.as_deref())
-                .or_default() += 1;
-            for (name, value) in &terms.labels {
-                *labels.entry((name, value)).or_default() += 1;
-            }
+    /// Takes the object in slot `n` out of every index entry, its terms
+    /// unknown.
+    pub(super) fn remove_everywhere(&mut self, n: SlotNumber, namespace: &Option<String>) {
+        for slots in self.by_owner.values_mut().chain(self.by_label.values_mut()) {
+            slots.remove(n);
         }
-        for (uid, count) in owners {
-            reserve_in(&mut self.by_owner, uid.to_owned(), count);
-        }
-        for (namespace, count) in namespaces {
-            reserve_in(&mut self.by_namespace, namespace.map(str::to_owned), count);
-        }
-        for ((name, value), count) in labels {
-            reserve_in(
-                &mut self.by_label,
-                (name.to_owned(), value.to_owned()),
-                count,
-            );
-        }
-    }
-
-    /// Takes `key` out of every index entry, its terms unknown.
-    pub(super) fn remove_everywhere(&mut self, key: &ObjectKey) {
-        for keys in self.by_owner.values_mut().chain(self.by_label.values_mut()) {
-            keys.remove(key);
-        }
-        self.by_owner.retain(|_, keys| !keys.is_empty());
-        self.by_label.retain(|_, keys| !keys.is_empty());
-        remove_from(&mut self.by_namespace, &key.namespace, key);
-        self.not_ready.remove(key);
+        self.by_owner.retain(|_, slots| !slots.is_empty());
+        self.by_label.retain(|_, slots| !slots.is_empty());
+        remove_from(&mut self.by_namespace, namespace, n);
+        self.not_ready.remove(&n);
     }
 }
 
-/// Adds `key` to the index entry `entry`, made if it is the first.
+/// Adds slot `n` to the index entry `entry`, made if it is the first.
 fn add_to<I: std::hash::Hash + Eq + Clone>(
-    index: &mut HashMap<I, Keys>,
+    index: &mut HashMap<I, RoaringBitmap>,
     entry: &I,
-    key: &Arc<ObjectKey>,
+    n: SlotNumber,
 ) {
     match index.get_mut(entry) {
-        Some(keys) => {
-            keys.insert(key.clone());
+        Some(slots) => {
+            slots.insert(n);
         }
         None => {
-            index.insert(entry.clone(), Keys::from_iter([key.clone()]));
+            index.insert(entry.clone(), RoaringBitmap::from_iter([n]));
         }
     }
 }
 
-/// Room for `count` more keys in the index entry `entry`; worth it only
-/// for large entries (a set of a few keys is made as it fills).
-fn reserve_in<I: std::hash::Hash + Eq>(index: &mut HashMap<I, Keys>, entry: I, count: usize) {
-    if count >= RESERVE_FROM {
-        index.entry(entry).or_default().reserve(count);
-    }
-}
-
-/// The size from which an index entry's room is made ahead.
-const RESERVE_FROM: usize = 64;
-
-/// Removes `key` from the index entry `entry`, dropping the entry once empty.
-fn remove_from<I: std::hash::Hash + Eq>(index: &mut HashMap<I, Keys>, entry: &I, key: &ObjectKey) {
-    if let Some(keys) = index.get_mut(entry) {
-        keys.remove(key);
-        if keys.is_empty() {
+/// Removes slot `n` from the index entry `entry`, dropping the entry once
+/// empty.
+fn remove_from<I: std::hash::Hash + Eq>(
+    index: &mut HashMap<I, RoaringBitmap>,
+    entry: &I,
+    n: SlotNumber,
+) {
+    if let Some(slots) = index.get_mut(entry) {
+        slots.remove(n);
+        if slots.is_empty() {
             index.remove(entry);
         }
     }

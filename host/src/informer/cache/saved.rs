@@ -15,8 +15,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use roaring::RoaringBitmap;
+
 use super::super::terms::NotReady;
-use super::{Cache, Entry, HashMap, Keys, Source, Text};
+use super::table::{SlotNumber, Table};
+use super::{Cache, Entry, HashMap, Source, Text};
 use crate::object::ObjectKey;
 
 /// The file's first line: its format. A change to what the indexes hold
@@ -54,14 +57,25 @@ impl Cache {
         if self.held != 0 {
             return None;
         }
-        let mut numbers: HashMap<*const ObjectKey, u32> = HashMap::default();
-        numbers.reserve(self.objects.len());
+        // An object's number in the file is its slot's, unless removals
+        // left slots free: then its place among the held ones.
+        let renumbered: Option<Vec<u32>> = (!self.objects.is_dense()).then(|| {
+            let mut numbers = vec![u32::MAX; self.objects.slot_count()];
+            for (number, (n, _, _)) in self.objects.iter().enumerate() {
+                numbers[n as usize] = number as u32;
+            }
+            numbers
+        });
+        let number = |n: SlotNumber| match &renumbered {
+            Some(numbers) => numbers[n as usize],
+            None => n,
+        };
         let mut body = Vec::with_capacity(self.objects.len() * 24);
         put_str(&mut body, &source.kind().api_version());
         put_str(&mut body, &source.kind().kind);
         put_u64(&mut body, self.objects.len() as u64);
         let mut newest: Option<(&ObjectKey, i64)> = None;
-        for (number, (key, entry)) in self.objects.iter().enumerate() {
+        for (_, key, entry) in self.objects.iter() {
             let Text::Stored(revision) = entry.text else {
                 return None;
             };
@@ -70,7 +84,6 @@ impl Cache {
             if entry.version.as_ref().and_then(super::Version::revision) != Some(revision) {
                 return None;
             }
-            numbers.insert(Arc::as_ptr(key), u32::try_from(number).ok()?);
             match &key.namespace {
                 Some(namespace) => {
                     body.push(1);
@@ -84,21 +97,20 @@ impl Cache {
                 newest = Some((key, revision));
             }
         }
-        let number = |key: &Arc<ObjectKey>| numbers.get(&Arc::as_ptr(key)).copied();
         put_u64(&mut body, self.indexes.by_owner.len() as u64);
-        for (uid, keys) in &self.indexes.by_owner {
+        for (uid, slots) in &self.indexes.by_owner {
             put_str(&mut body, uid);
-            put_numbers(&mut body, keys, number)?;
+            put_numbers(&mut body, slots, number);
         }
         put_u64(&mut body, self.indexes.by_label.len() as u64);
-        for ((name, value), keys) in &self.indexes.by_label {
+        for ((name, value), slots) in &self.indexes.by_label {
             put_str(&mut body, name);
             put_str(&mut body, value);
-            put_numbers(&mut body, keys, number)?;
+            put_numbers(&mut body, slots, number);
         }
         put_u64(&mut body, self.indexes.not_ready.len() as u64);
-        for (key, not_ready) in &self.indexes.not_ready {
-            put_u64(&mut body, u64::from(number(key)?));
+        for (n, not_ready) in &self.indexes.not_ready {
+            put_u64(&mut body, u64::from(number(*n)));
             body.push(u8::from(not_ready.failed) | u8::from(not_ready.hot_loop) << 1);
             match not_ready.since_unix_ms {
                 Some(ms) => {
@@ -128,11 +140,11 @@ impl Cache {
         Some(file)
     }
 
-    /// A cache reading from `source`, holding what `saved` holds. The map
-    /// and the namespace index are built on this thread while the other
-    /// indexes are built on a second one (hashing a million keys into
-    /// each is most of a start from a saved cache).
-    pub(in crate::informer) fn restored(source: Source, saved: Saved) -> Self {
+    /// A cache reading from `source`, holding what `saved` holds, each
+    /// object in the slot of its number; why not if the file names an
+    /// object twice. Only the table hashes keys; the indexes are bitmaps of
+    /// the numbers the file holds.
+    pub(in crate::informer) fn restored(source: Source, saved: Saved) -> Result<Self, String> {
         let Saved {
             revision,
             objects,
@@ -141,73 +153,66 @@ impl Cache {
             not_ready,
             ..
         } = saved;
-        let keys_of = |mut numbers: Vec<u32>| -> Keys {
-            // In the order the keys were read, so laid out in memory:
-            // hashing each is then a walk forward, not a cache miss per
-            // key (a set is saved in its own, random, order).
+        let slots_of = |mut numbers: Vec<u32>| -> RoaringBitmap {
+            // Saved in order; sorted anyway, as a bitmap is made fastest
+            // from sorted numbers (a repeated number is the same member).
             numbers.sort_unstable();
-            numbers
-                .into_iter()
-                .map(|n| objects[n as usize].0.clone())
-                .collect()
+            numbers.dedup();
+            RoaringBitmap::from_sorted_iter(numbers).expect("sorted, without repeats")
         };
         let started = std::time::Instant::now();
-        let ((map, namespaces, map_took), (by_owner, by_label, not_ready, others_took)) =
-            std::thread::scope(|scope| {
-                let others = scope.spawn(|| {
-                    let by_owner: HashMap<String, Keys> = owners
-                        .into_iter()
-                        .map(|(uid, numbers)| (uid, keys_of(numbers)))
-                        .collect();
-                    let by_label: HashMap<(String, String), Keys> = labels
-                        .into_iter()
-                        .map(|(label, numbers)| (label, keys_of(numbers)))
-                        .collect();
-                    let not_ready: HashMap<Arc<ObjectKey>, NotReady> = not_ready
-                        .into_iter()
-                        .map(|(n, not_ready)| (objects[n as usize].0.clone(), not_ready))
-                        .collect();
-                    (by_owner, by_label, not_ready, started.elapsed())
-                });
-                let mut map: HashMap<Arc<ObjectKey>, Entry> = HashMap::default();
-                map.reserve(objects.len());
-                let mut namespaces: HashMap<Option<String>, Keys> = HashMap::default();
-                for (key, revision) in &objects {
-                    let entry = Entry::new(
-                        Text::Stored(*revision),
-                        Some(super::Version::Revision(*revision)),
-                    );
-                    map.insert(key.clone(), entry);
-                    match namespaces.get_mut(&key.namespace) {
-                        Some(keys) => {
-                            keys.insert(key.clone());
-                        }
-                        None => {
-                            let mut keys = Keys::default();
-                            keys.insert(key.clone());
-                            namespaces.insert(key.namespace.clone(), keys);
-                        }
-                    }
+        let mut by_namespace: HashMap<Option<String>, RoaringBitmap> = HashMap::default();
+        // Objects of one namespace usually come together: a run of them
+        // is one bitmap, merged into its namespace's when the run ends.
+        let mut run: Option<(&Option<String>, RoaringBitmap)> = None;
+        for (n, (key, _)) in (0..).zip(&objects) {
+            match &mut run {
+                Some((namespace, slots)) if **namespace == key.namespace => {
+                    // `n` rises along the file: appended, not searched for.
+                    slots.try_push(n).expect("numbers rise");
                 }
-                let map_took = started.elapsed();
-                let others = others
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                ((map, namespaces, map_took), others)
-            });
+                _ => {
+                    if let Some((namespace, slots)) = run.take() {
+                        *by_namespace.entry(namespace.clone()).or_default() |= slots;
+                    }
+                    run = Some((&key.namespace, RoaringBitmap::from_iter([n])));
+                }
+            }
+        }
+        if let Some((namespace, slots)) = run {
+            *by_namespace.entry(namespace.clone()).or_default() |= slots;
+        }
+        let by_owner: HashMap<String, RoaringBitmap> = owners
+            .into_iter()
+            .map(|(uid, numbers)| (uid, slots_of(numbers)))
+            .collect();
+        let by_label: HashMap<(String, String), RoaringBitmap> = labels
+            .into_iter()
+            .map(|(label, numbers)| (label, slots_of(numbers)))
+            .collect();
+        let not_ready: HashMap<SlotNumber, NotReady> = not_ready.into_iter().collect();
+        let indexes_took = started.elapsed();
+        let entries = objects
+            .into_iter()
+            .map(|(key, revision)| {
+                let version = Some(super::Version::Revision(revision));
+                (key, Entry::new(Text::Stored(revision), version))
+            })
+            .collect();
+        let table = Table::of_ordered(entries).map_err(|key| format!("it names {key} twice"))?;
         tracing::debug!(
-            ?map_took,
-            ?others_took,
-            "informer's saved cache built: the map and namespaces, the other indexes"
+            ?indexes_took,
+            table_took = ?started.elapsed() - indexes_took,
+            "informer's saved cache built: the indexes, the table"
         );
         let mut cache = Cache::reading_from(source);
         cache.revision = revision;
-        cache.objects = map;
-        cache.indexes.by_namespace = namespaces;
+        cache.objects = table;
+        cache.indexes.by_namespace = by_namespace;
         cache.indexes.by_owner = by_owner;
         cache.indexes.by_label = by_label;
         cache.indexes.not_ready = not_ready;
-        cache
+        Ok(cache)
     }
 }
 
@@ -393,16 +398,11 @@ fn put_str(out: &mut Vec<u8>, text: &str) {
     out.extend_from_slice(text.as_bytes());
 }
 
-fn put_numbers(
-    out: &mut Vec<u8>,
-    keys: &Keys,
-    number: impl Fn(&Arc<ObjectKey>) -> Option<u32>,
-) -> Option<()> {
-    put_u64(out, keys.len() as u64);
-    for key in keys {
-        put_u64(out, u64::from(number(key)?));
+fn put_numbers(out: &mut Vec<u8>, slots: &RoaringBitmap, number: impl Fn(SlotNumber) -> u32) {
+    put_u64(out, slots.len());
+    for n in slots {
+        put_u64(out, u64::from(number(n)));
     }
-    Some(())
 }
 
 /// Reads a body's varints and strings, failing on a cut.

@@ -132,8 +132,8 @@ fn a_list_of_text_fills_the_cache_as_a_list_of_objects_does_and_decodes_nothing(
     for (round, items) in [&first[..], &second[..]].into_iter().enumerate() {
         let want = objects.replace(items.to_vec(), 6);
         let pending = texts.replace_json(items.iter().map(text).collect(), 6);
-        for key in texts.objects.keys() {
-            assert!(texts.objects[key].held().is_none(), "nothing decoded");
+        for (_, _, entry) in texts.objects.iter() {
+            assert!(entry.held().is_none(), "nothing decoded");
         }
         let got: Vec<Change> = pending
             .into_iter()
@@ -168,17 +168,93 @@ fn text_of(object: &Object) -> String {
 }
 
 #[test]
-fn every_index_shares_the_one_key_the_map_holds() {
+fn a_key_is_held_once_and_an_updated_object_keeps_its_slot() {
     let mut cache = Cache::default();
     let mut pod = labelled("a", "ns", "1", "web");
     pod["metadata"]["ownerReferences"] = json!([{"uid": "o1"}]);
+    cache.upsert(Arc::new(labelled("before", "ns", "1", "web")), 1);
     cache.upsert(Arc::new(pod.clone()), 1);
-    pod["metadata"]["resourceVersion"] = json!("2");
-    cache.upsert(Arc::new(pod), 2);
     let key = ObjectKey::new(Some("ns"), "a");
-    let held = cache.objects.get_key_value(&key).unwrap().0;
-    // The map, the owner, namespace and label indexes: one allocation.
-    assert_eq!(Arc::strong_count(held), 4);
+    let (slot, _, _) = cache.objects.get(&key).unwrap();
+    pod["metadata"]["resourceVersion"] = json!("2");
+    pod["metadata"]["labels"]["app"] = json!("db");
+    cache.upsert(Arc::new(pod), 2);
+    let (again, held, _) = cache.objects.get(&key).unwrap();
+    assert_eq!(again, slot, "the slot is used again, not a new one taken");
+    // The indexes hold slot numbers: the table's key is the only one.
+    assert_eq!(Arc::strong_count(held), 1);
+    assert_eq!(cache.objects.slot_count(), 2);
+    assert_eq!(cache.with_label("app", "db").len(), 1);
+    assert_eq!(cache.with_label("app", "web").len(), 1, "only `before`");
+}
+
+/// Upserts and removals in a random order, checked after each against a
+/// plain map of what the cache should hold: slots freed and used again
+/// never leave an index naming an object that moved out or went away.
+#[test]
+fn indexes_over_reused_slots_agree_with_a_plain_model() {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut rng = fastrand::Rng::with_seed(7);
+    let mut cache = Cache::default();
+    // name -> (namespace, app label, owner)
+    let mut model: BTreeMap<String, (String, String, String)> = BTreeMap::new();
+    for step in 1..=4_000i64 {
+        let name = format!("p{}", rng.usize(..300));
+        let namespace = format!("ns{}", name.len() % 2);
+        if rng.u8(..4) == 0 {
+            let mut gone = obj(&name, &step.to_string(), None);
+            gone["metadata"]["namespace"] = json!(namespace);
+            let removed = cache.remove(&Arc::new(gone), step).is_some();
+            assert_eq!(removed, model.remove(&name).is_some(), "step {step}");
+        } else {
+            let app = format!("a{}", rng.u8(..5));
+            let owner = format!("o{}", rng.u8(..7));
+            let mut pod = labelled(&name, &namespace, &step.to_string(), &app);
+            pod["metadata"]["ownerReferences"] = json!([{ "uid": owner }]);
+            cache.upsert(Arc::new(pod), step);
+            model.insert(name, (namespace, app, owner));
+        }
+        if step % 97 != 0 {
+            continue;
+        }
+        let names = |objects: Vec<Arc<Object>>| -> BTreeSet<String> {
+            objects.iter().map(|o| meta::name(o).to_owned()).collect()
+        };
+        let want = |pick: &dyn Fn(&(String, String, String)) -> bool| -> BTreeSet<String> {
+            model
+                .iter()
+                .filter(|(_, v)| pick(v))
+                .map(|(k, _)| k.clone())
+                .collect()
+        };
+        assert_eq!(cache.len(), model.len());
+        assert_eq!(names(cache.iter().collect()), want(&|_| true));
+        for i in 0..5 {
+            let app = format!("a{i}");
+            assert_eq!(
+                names(cache.with_label("app", &app)),
+                want(&|v| v.1 == app),
+                "step {step}"
+            );
+        }
+        for i in 0..7 {
+            let owner = format!("o{i}");
+            assert_eq!(
+                names(cache.owned_by(&owner)),
+                want(&|v| v.2 == owner),
+                "step {step}"
+            );
+        }
+        for i in 0..2 {
+            let namespace = format!("ns{i}");
+            assert_eq!(
+                names(cache.in_namespace(Some(&namespace))),
+                want(&|v| v.0 == namespace),
+                "step {step}"
+            );
+        }
+        assert!(cache.objects.slot_count() <= 300, "slots are used again");
+    }
 }
 
 #[test]
