@@ -92,6 +92,59 @@ pub struct Watcher {
     /// No list starts before this (kept here, not in a sleep, so that a
     /// cancelled `next` resumes the same wait).
     not_before: Option<Instant>,
+    /// The store's history after the revision of the list in progress,
+    /// held from the compactor until the list is done.
+    hold: ListHold,
+}
+
+/// Holds the store's history after a list's revision from the compactor
+/// ([`Api::hold_history`]) while the list pages through it. A list of a
+/// million objects under sustained writes takes longer than the compactor
+/// keeps history: each page at the list's revision then failed as
+/// compacted and the list started over, again and again (a whole-store
+/// list of the garbage collector never finished during a load at a
+/// million; docs/benchmarks/scale.md). The compactor honours a hold only
+/// while it is a bounded amount of writes behind, so a list that stalls
+/// cannot keep history without bound.
+struct ListHold {
+    api: Api,
+    /// The holder's name, one per watcher.
+    name: String,
+    held: bool,
+}
+
+impl ListHold {
+    fn new(api: &Api, prefix: &str) -> Self {
+        static WATCHERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let number = WATCHERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self {
+            api: api.clone(),
+            name: format!("the list of {prefix} (watcher {number})"),
+            held: false,
+        }
+    }
+
+    /// Holds what a read at `revision` needs: a compaction point below it
+    /// (a hold keeps the history *after* its revision).
+    fn hold(&mut self, revision: Revision) {
+        if !self.held {
+            self.api.hold_history(&self.name, revision - 1);
+            self.held = true;
+        }
+    }
+
+    fn release(&mut self) {
+        if self.held {
+            self.api.release_history(&self.name);
+            self.held = false;
+        }
+    }
+}
+
+impl Drop for ListHold {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 enum State {
@@ -126,6 +179,7 @@ impl Watcher {
             state: State::Start,
             backoff: ExponentialBackoff::new(MIN_BACKOFF, MAX_BACKOFF),
             not_before: None,
+            hold: ListHold::new(api, prefix),
         }
     }
 
@@ -185,7 +239,13 @@ impl Watcher {
                     }
                     if !pager.done() {
                         match pager.next_page(&self.backend).await {
-                            Ok(kvs) => *page = kvs.into_iter(),
+                            Ok(kvs) => {
+                                *page = kvs.into_iter();
+                                if !pager.done() {
+                                    // More pages to read at this revision.
+                                    self.hold.hold(pager.revision());
+                                }
+                            }
                             Err(err) => {
                                 tracing::warn!(prefix = %self.prefix, %err, "list failed; listing again");
                                 self.start_over();
@@ -194,6 +254,8 @@ impl Watcher {
                         continue;
                     }
                     let revision = pager.revision();
+                    // Every page is read: the watch takes over from here.
+                    self.hold.release();
                     match self.hub.subscribe(&self.prefix, revision) {
                         Ok(subscription) => {
                             self.state = State::Watching(subscription);
@@ -240,6 +302,7 @@ impl Watcher {
     /// ```
     pub fn relist(&mut self) {
         if !matches!(self.state, State::Closed) {
+            self.hold.release();
             self.state = State::Start;
         }
     }
@@ -289,6 +352,7 @@ impl Watcher {
 
     /// After a failure: list again once the backoff has passed.
     fn start_over(&mut self) {
+        self.hold.release();
         self.not_before = Some(Instant::now() + self.backoff.when(&()));
         self.state = State::Start;
     }

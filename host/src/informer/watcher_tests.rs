@@ -237,3 +237,103 @@ async fn a_list_that_fails_half_way_starts_over_from_init() {
     );
     assert!(watcher.is_watching());
 }
+
+/// A list that pages through a store being written and compacted holds
+/// the history its pages need from the compactor: it finishes once, at
+/// its first page's revision, and the hold ends with it. Past the bound
+/// the compactor keeps for a reader, the list is compacted away and
+/// starts over (a stalled list cannot keep history without bound).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_list_holds_its_revision_from_the_compactor_until_it_is_done() {
+    use std::time::Duration;
+    // The hub counts bytes written to within about a MiB.
+    const KEEP_BYTES: u64 = 1 << 20;
+    let api = Api::open(Arc::new(MemoryBackend::new())).await.unwrap();
+    let stored: BTreeSet<String> = (0..4 * PAGE).map(|i| format!("e{i:04}")).collect();
+    create(&api, stored.iter().cloned()).await;
+    let compactor =
+        crate::system::compactor::start_keeping(&api, Duration::from_millis(10), 1, KEEP_BYTES);
+    let kind = events(&api);
+    let rewrite = |i: usize, bytes: usize| {
+        let (api, kind) = (api.clone(), kind.clone());
+        async move {
+            let name = format!("e{i:04}");
+            let mut object = api.get(&kind, None, &name).await.unwrap();
+            object["message"] = json!("x".repeat(bytes));
+            api.update(&kind, object).await.unwrap();
+        }
+    };
+    let compacted_to = |at_least: i64| {
+        let api = api.clone();
+        async move {
+            for _ in 0..500 {
+                if api.compacted_revision() >= at_least {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("not compacted to {at_least}: {}", api.compacted_revision());
+        }
+    };
+
+    let mut watcher = Watcher::new(&api, "/registry/");
+    assert!(matches!(watcher.next().await, Some(Event::Init)));
+    let mut names = BTreeSet::new();
+    let Some(Event::InitApply(first)) = watcher.next().await else {
+        panic!("the first page")
+    };
+    names.insert(name_of_key(&first.key));
+    let listed_at = api.current_revision().await.unwrap();
+    assert_eq!(api.history_held_after(), Some(listed_at - 1));
+    // Past what the compactor keeps (a revision), within what it holds
+    // for a reader (four times its bytes).
+    for i in 0..10 {
+        rewrite(i, 100).await;
+    }
+    compacted_to(listed_at - 1).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        api.compacted_revision(),
+        listed_at - 1,
+        "held below the list"
+    );
+    let (rest, revision) = rest_of_list(&mut watcher).await;
+    names.extend(rest);
+    assert_eq!(names, stored, "one whole list");
+    assert_eq!(revision, listed_at, "at its first page's revision");
+    assert_eq!(api.history_held_after(), None, "released once done");
+    let current = api.current_revision().await.unwrap();
+    compacted_to(current - 1).await;
+
+    // A list that stalls while far more than the bound is written: the
+    // compactor passes its hold, and the list starts over.
+    watcher.relist();
+    assert!(matches!(watcher.next().await, Some(Event::Init)));
+    assert!(matches!(watcher.next().await, Some(Event::InitApply(_))));
+    let stalled_at = api.current_revision().await.unwrap();
+    for i in 0..100 {
+        rewrite(i, 64 << 10).await;
+    }
+    compacted_to(stalled_at + 1).await;
+    let restarted = loop {
+        match watcher.next().await {
+            Some(Event::InitApply(_)) => {}
+            Some(Event::Init) => break true,
+            Some(Event::InitDone { .. }) => break false,
+            other => panic!("unexpected during a list: {other:?}"),
+        }
+    };
+    assert!(restarted, "a list compacted away starts over");
+    let (names, revision) = rest_of_list(&mut watcher).await;
+    assert_eq!(names, stored);
+    assert!(revision > stalled_at);
+
+    // A watcher dropped mid-list lets go of its hold.
+    watcher.relist();
+    assert!(matches!(watcher.next().await, Some(Event::Init)));
+    assert!(matches!(watcher.next().await, Some(Event::InitApply(_))));
+    assert!(api.history_held_after().is_some());
+    drop(watcher);
+    assert_eq!(api.history_held_after(), None);
+    compactor.abort();
+}
