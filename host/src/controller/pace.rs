@@ -61,6 +61,13 @@ const WRITE_BURST_SECONDS: f64 = 64.0;
 /// How often the limits are read again from the plugin's grant.
 pub(super) const LIMITS_REFRESH: Duration = Duration::from_secs(2);
 
+/// How long a plugin must have stayed within its shares for its pacing
+/// episode to end. A plugin working at its share flips in and out of it
+/// call after call: with an episode ending at the first call within it,
+/// each flip was a new episode, a warning and an Event written (54,081 of
+/// them in a run at a million Pods; docs/benchmarks/scale.md).
+pub(super) const EPISODE_QUIET: Duration = Duration::from_secs(60);
+
 /// Which share a plugin ran out of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Resource {
@@ -119,6 +126,10 @@ struct State {
     /// The resource the plugin is paced on now, if any: a new episode is
     /// reported once.
     paced_on: Option<Resource>,
+    /// When a call last had to wait.
+    last_paced: Option<Instant>,
+    /// How long within its shares ends an episode ([`EPISODE_QUIET`]).
+    quiet: Duration,
 }
 
 impl State {
@@ -171,8 +182,18 @@ impl Pace {
                 cpu: Bucket::full(limits.cores, CPU_BURST_SECONDS, now),
                 writes: Bucket::full(limits.write_bytes_per_second, WRITE_BURST_SECONDS, now),
                 paced_on: None,
+                last_paced: None,
+                quiet: EPISODE_QUIET,
             }),
         }
+    }
+
+    /// [`Pace::new`] whose episodes end after `quiet` within its shares.
+    #[cfg(test)]
+    fn with_quiet(limits: PaceLimits, quiet: Duration) -> Self {
+        let pace = Self::new(limits);
+        pace.lock().quiet = quiet;
+        pace
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -232,6 +253,8 @@ impl Pace {
             cpu,
             writes,
             paced_on,
+            last_paced,
+            quiet,
             ..
         } = &mut *state;
         let waits = [
@@ -241,16 +264,24 @@ impl Pace {
                 .map(|w| (w, Resource::Writes)),
         ];
         let wait = waits.into_iter().flatten().max_by_key(|(w, _)| *w);
+        let now = Instant::now();
         let episode = match (wait, *paced_on) {
             (Some((_, resource)), None) => {
                 *paced_on = Some(resource);
+                *last_paced = Some(now);
                 Episode::Started(resource)
             }
-            (None, Some(_)) => {
-                *paced_on = None;
+            (Some(_), Some(_)) => {
+                *last_paced = Some(now);
                 Episode::Same
             }
-            _ => Episode::Same,
+            (None, Some(_)) => {
+                if last_paced.is_none_or(|at| now.duration_since(at) >= *quiet) {
+                    *paced_on = None;
+                }
+                Episode::Same
+            }
+            (None, None) => Episode::Same,
         };
         (wait, episode)
     }
@@ -353,18 +384,46 @@ mod tests {
     }
 
     #[test]
-    fn an_episode_starts_once_and_ends_when_the_debt_is_repaid() {
-        let pace = Pace::new(PaceLimits {
-            cores: 100.0,
-            write_bytes_per_second: 1.0,
-        });
+    fn an_episode_starts_once_and_ends_once_the_plugin_stayed_within_its_share() {
+        let quiet = Duration::from_millis(300);
+        let pace = Pace::with_quiet(
+            PaceLimits {
+                cores: 100.0,
+                write_bytes_per_second: 1.0,
+            },
+            quiet,
+        );
         pace.charge_call(Duration::from_secs(401));
         let (wait, episode) = pace.wait_noting();
         assert_eq!(episode, Episode::Started(Resource::Cpu));
         assert!(wait.is_some());
         assert_eq!(pace.wait_noting().1, Episode::Same, "reported once");
-        std::thread::sleep(Duration::from_millis(30));
-        assert_eq!(pace.wait_noting(), (None, Episode::Same), "repaid");
+        // In and out of its share, call after call: one episode.
+        let repaid = |pace: &Pace| {
+            for _ in 0..200 {
+                let (wait, episode) = pace.wait_noting();
+                assert_eq!(episode, Episode::Same, "never a new episode meanwhile");
+                if wait.is_none() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            panic!("not repaid");
+        };
+        for _ in 0..3 {
+            repaid(&pace);
+            // Just repaid: far more than the bucket refilled since (at 100
+            // cores, a tenth of a second of refill) is a debt.
+            pace.charge_call(Duration::from_secs(10));
+            let (wait, episode) = pace.wait_noting();
+            assert!(wait.is_some());
+            assert_eq!(episode, Episode::Same, "still the same episode");
+        }
+        // Within its share for the quiet period: the episode ends, and the
+        // next wait starts a new one.
+        repaid(&pace);
+        std::thread::sleep(quiet);
+        assert_eq!(pace.wait_noting(), (None, Episode::Same));
         pace.charge_call(Duration::from_secs(800));
         assert_eq!(
             pace.wait_noting().1,
