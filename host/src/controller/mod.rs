@@ -49,6 +49,8 @@ mod failures;
 mod from_fn;
 pub mod history;
 mod native;
+#[cfg(test)]
+mod own_writes_tests;
 mod pace;
 mod parked;
 pub(crate) mod pool;

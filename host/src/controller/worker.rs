@@ -442,6 +442,10 @@ async fn reconcile_key(
     called: &mut Option<Called>,
     parker: egress::Parker,
 ) -> Result<Step, ReconcileError> {
+    // Read after the caches show the key's last writes: read before, the
+    // object would be the one that write replaced (a status computed from
+    // it conflicts, and the call is made again).
+    wait_for_own_writes(shared, key).await;
     let Some(object) = shared.informer.get(key) else {
         return Ok(Step::Gone);
     };
@@ -451,7 +455,6 @@ async fn reconcile_key(
         return Ok(Step::Stopped);
     }
     let manifest = reconciler.manifest();
-    wait_for_own_writes(shared, key).await;
     let applier = respond::Applier::new(
         api,
         manifest,
