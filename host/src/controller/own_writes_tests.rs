@@ -64,9 +64,12 @@ impl Backend for LaggingWatch {
     }
 }
 
+/// Each call's object name and the phase it saw.
+type Seen = Arc<Mutex<Vec<(String, Option<String>)>>>;
+
 /// Moves an Event's `status.phase` from none to `Pending` (asking to be
 /// called again at once) to `Running`, noting the phase each call saw.
-fn stepping(seen: Arc<Mutex<Vec<(String, Option<String>)>>>) -> Arc<dyn Reconciler> {
+fn stepping(seen: Seen) -> Arc<dyn Reconciler> {
     Arc::new(from_fn(
         Manifest::new("stepping", "1", KindRef::new("v1", "Event")),
         move |request, _| {
@@ -100,7 +103,7 @@ async fn a_key_queued_again_after_its_write_is_handed_the_object_as_written() {
     };
     let api = Api::open(Arc::new(backend)).await.unwrap();
     let events = api.kinds().require("v1", "Event").unwrap();
-    let seen: Arc<Mutex<Vec<(String, Option<String>)>>> = Arc::default();
+    let seen: Seen = Arc::default();
     let controller = Controller::start(
         api.clone(),
         Informers::new(api.clone()),
