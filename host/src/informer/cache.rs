@@ -662,20 +662,25 @@ impl Cache {
         changes
     }
 
-    /// Caches `entry` under `terms`' key (the key already held, if any, is
-    /// kept, and its slot used again) and indexes it; returns the key.
+    /// Caches `entry` under `terms`' key (an object already held keeps its
+    /// key and slot; its entry is replaced in place) and indexes it;
+    /// returns the key.
     fn put(&mut self, mut terms: Terms, entry: Entry) -> Arc<ObjectKey> {
-        let key = match self.take(&terms.key) {
-            Some((n, key, old)) => {
+        self.held += usize::from(entry.holds());
+        let (n, key) = match self.objects.get_slot_mut(&terms.key) {
+            Some((n, key, held)) => {
+                let (key, old) = (key.clone(), std::mem::replace(held, entry));
+                self.held -= usize::from(old.holds());
                 let old_terms = old.terms(&key, self.source.as_ref());
                 self.unindex_terms(n, &key, old_terms.as_ref());
-                key
+                (n, key)
             }
-            // The terms' own key, not a copy.
-            None => Arc::new(std::mem::replace(&mut terms.key, ObjectKey::new(None, ""))),
+            None => {
+                // The terms' own key, not a copy.
+                let key = Arc::new(std::mem::replace(&mut terms.key, ObjectKey::new(None, "")));
+                (self.objects.insert(key.clone(), entry), key)
+            }
         };
-        self.held += usize::from(entry.holds());
-        let n = self.objects.insert(key.clone(), entry);
         self.indexes.add(n, &key.namespace, &terms);
         key
     }

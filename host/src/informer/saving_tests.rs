@@ -289,17 +289,33 @@ async fn an_unchanged_cache_is_saved_again_once_the_store_moved_far_past_its_fil
     assert_eq!(answers(&third), before);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_damaged_or_cut_saved_cache_is_never_trusted() {
-    let dir = tempfile::tempdir().unwrap();
-    let (api, kind) = open(dir.path()).await;
+/// A store of 12 Events whose informer saved its cache: the store, the
+/// kind, the file, its bytes and what the informer answered.
+async fn twelve_saved(dir: &Path) -> (Api, Arc<KindInfo>, PathBuf, Vec<u8>, Vec<String>) {
+    let (api, kind) = open(dir).await;
     fill(&api, &kind, 12).await;
     let first = informer(&api, &kind).await;
     let revision = api.current_revision().await.unwrap();
-    let file = saved_file(dir.path());
+    let file = saved_file(dir);
     let whole = wait_for_save(&file, revision).await;
     let expected = answers(&first);
     drop(first);
+    (api, kind, file, whole, expected)
+}
+
+/// Asserts that an informer started now does not trust the file in place
+/// (`how` it was made) and answers `expected`, as a list does.
+async fn lists_instead(api: &Api, kind: &Arc<KindInfo>, expected: &[String], how: &str) {
+    let informer = Informer::start(api.clone(), kind.clone());
+    informer.wait_synced().await;
+    assert!(!restored(&informer), "{how}: trusted");
+    assert_eq!(answers(&informer), expected, "{how}: listed instead");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_or_cut_saved_cache_is_never_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (api, kind, file, whole, expected) = twelve_saved(dir.path()).await;
 
     let mut damaged: Vec<(String, Vec<u8>)> = Vec::new();
     for at in 0..whole.len() {
@@ -317,10 +333,7 @@ async fn a_damaged_or_cut_saved_cache_is_never_trusted() {
     damaged.push(("bytes after its end".into(), longer));
     for (how, bytes) in damaged {
         std::fs::write(&file, &bytes).unwrap();
-        let informer = Informer::start(api.clone(), kind.clone());
-        informer.wait_synced().await;
-        assert!(!restored(&informer), "{how}: trusted");
-        assert_eq!(answers(&informer), expected, "{how}: listed instead");
+        lists_instead(&api, &kind, &expected, &how).await;
     }
 
     // A save torn by a crash before its rename leaves the last file whole.
@@ -337,14 +350,7 @@ async fn a_damaged_or_cut_saved_cache_is_never_trusted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_saved_cache_naming_an_object_twice_is_never_trusted() {
     let dir = tempfile::tempdir().unwrap();
-    let (api, kind) = open(dir.path()).await;
-    fill(&api, &kind, 12).await;
-    let first = informer(&api, &kind).await;
-    let revision = api.current_revision().await.unwrap();
-    let file = saved_file(dir.path());
-    let whole = wait_for_save(&file, revision).await;
-    let expected = answers(&first);
-    drop(first);
+    let (api, kind, file, whole, expected) = twelve_saved(dir.path()).await;
 
     // `e1` renamed `e2` (both in `default`), the CRC made right again.
     const MAGIC: usize = b"setpoint-informer 1\n".len();
@@ -362,10 +368,7 @@ async fn a_saved_cache_naming_an_object_twice_is_never_trusted() {
     crc.update(&bytes[body..]);
     bytes[MAGIC + HEADER..body].copy_from_slice(&crc.finalize().to_le_bytes());
     std::fs::write(&file, &bytes).unwrap();
-    let informer = Informer::start(api.clone(), kind.clone());
-    informer.wait_synced().await;
-    assert!(!restored(&informer), "a file naming e2 twice was trusted");
-    assert_eq!(answers(&informer), expected, "listed instead");
+    lists_instead(&api, &kind, &expected, "a file naming e2 twice").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

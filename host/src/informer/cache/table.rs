@@ -98,8 +98,17 @@ impl Table {
     }
 
     pub(super) fn get_mut(&mut self, key: &ObjectKey) -> Option<&mut Entry> {
+        self.get_slot_mut(key).map(|(_, _, entry)| entry)
+    }
+
+    /// [`Table::get`], the entry to change in place.
+    pub(super) fn get_slot_mut(
+        &mut self,
+        key: &ObjectKey,
+    ) -> Option<(SlotNumber, &Arc<ObjectKey>, &mut Entry)> {
         let n = self.find(key)?;
-        self.slots[n as usize].as_mut().map(|(_, entry)| entry)
+        let (key, entry) = self.slots[n as usize].as_mut()?;
+        Some((n, key, entry))
     }
 
     /// The object in slot `n`, if one is there.
