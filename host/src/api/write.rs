@@ -148,7 +148,7 @@ impl Api {
             if !self.dry_run {
                 self.kinds.insert(info);
             }
-            return self.decode_created(&kv);
+            return Ok(self.created(object, &kv));
         }
         if kind.status_subresource {
             // As in Kubernetes: status is set through its sub-resource only.
@@ -164,18 +164,22 @@ impl Api {
         let kv = self
             .put_new(kind, namespace.as_deref(), &name, bytes)
             .await?;
-        self.decode_created(&kv)
+        Ok(self.created(object, &kv))
     }
 
-    /// The answer to a create: the stored object, or in a dry run the
-    /// object as it would be stored, without a `resourceVersion` (none
-    /// exists yet), as Kubernetes answers.
-    fn decode_created(&self, kv: &KeyValue) -> Result<Object> {
-        let mut object = Self::decode(kv)?;
-        if self.dry_run {
-            meta::metadata_mut(&mut object).remove("resourceVersion");
+    /// The answer to a create that stored `object`'s encoding as `kv`: the
+    /// stored object, or in a dry run the object as it would be stored,
+    /// without a `resourceVersion` (none exists yet), as Kubernetes
+    /// answers. `object` with the new revision is what decoding `kv` would
+    /// give, without parsing it back (as `write_over` answers).
+    fn created(&self, mut object: Object, kv: &KeyValue) -> Object {
+        if !self.dry_run {
+            meta::metadata_mut(&mut object).insert(
+                "resourceVersion".into(),
+                Value::String(kv.mod_revision.to_string()),
+            );
         }
-        Ok(object)
+        object
     }
 
     async fn put_new(

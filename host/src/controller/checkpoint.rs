@@ -2,7 +2,8 @@
 //! its handlers have been told every change of its kinds, and the keys it
 //! still owes a reconcile (queued, in flight, waiting for a delay or a
 //! destination, failed and waiting for a change), written every [`EVERY`]
-//! (when and from what is `resume`'s). A controller that starts with a
+//! or, while many keys are owed, every few ([`periods`]); when and from
+//! what is `resume`'s. A controller that starts with a
 //! valid checkpoint resumes:
 //! its handlers are not told about every listed object; it replays the
 //! store's changes since the checkpoint's revision through them instead,
@@ -33,8 +34,30 @@ use serde::{Deserialize, Serialize};
 use crate::object::ObjectKey;
 use crate::queue::WorkQueue;
 
-/// How often a checkpoint is taken (when anything moved).
+/// How often a checkpoint is taken (when anything moved), while few
+/// keys are owed ([`interval`]).
 pub const EVERY: Duration = Duration::from_secs(1);
+
+/// Owed keys a checkpoint may list every [`EVERY`]: each is copied out
+/// of the queue under its lock, sorted and written, so a backlog of tens
+/// of thousands taken every second was a steady share of the host's CPU
+/// while it worked the backlog off (docs/benchmarks/scale.md, "Reading
+/// your own writes").
+const OWED_PER_EVERY: usize = 4_096;
+
+/// The most periods [`periods`] stretches to: a crash replays at most
+/// this much more history, small beside the backlog that stretched it.
+const MOST_PERIODS: u32 = 16;
+
+/// How many [`EVERY`] periods after the last checkpoint the next is taken
+/// while `owed` keys are owed: one for up to `OWED_PER_EVERY`, one more
+/// for each of them beyond, at most 16. A later checkpoint costs only
+/// reconciles after a crash (see the module's note), never correctness.
+pub(super) fn periods(owed: usize) -> u32 {
+    u32::try_from(owed.div_ceil(OWED_PER_EVERY))
+        .unwrap_or(MOST_PERIODS)
+        .clamp(1, MOST_PERIODS)
+}
 
 /// The most keys a checkpoint lists as owed; with more (a burst of
 /// changes, a reconciler swapped) the last one stands until fewer are.
@@ -248,6 +271,16 @@ mod tests {
                 (None, "cluster-wide".into(), 1_900_000_000_000),
             ],
         }
+    }
+
+    #[test]
+    fn checkpoints_are_taken_less_often_while_many_keys_are_owed() {
+        assert_eq!(periods(0), 1);
+        assert_eq!(periods(4_096), 1, "a few thousand: every period");
+        assert_eq!(periods(4_097), 2);
+        assert_eq!(periods(20_480), 5);
+        assert_eq!(periods(MAX_OWED), 16);
+        assert_eq!(periods(usize::MAX), 16, "never longer");
     }
 
     #[test]

@@ -316,7 +316,6 @@ pub(super) async fn paced(
     shared: &super::Shared,
     api: &Api,
     manifest: &super::Manifest,
-    object: &crate::object::Object,
     key: &ObjectKey,
 ) -> Option<Duration> {
     if shared.pace.limits_due() {
@@ -357,7 +356,10 @@ pub(super) async fn paced(
             reason: "Paced".into(),
             message,
         };
-        let _ = events::record(api, &manifest.name, object, &event).await;
+        // Read only here, once an episode: a paced turn reads nothing.
+        if let Some(object) = shared.informer.get(key) {
+            let _ = events::record(api, &manifest.name, &object, &event).await;
+        }
     }
     Some(wait)
 }

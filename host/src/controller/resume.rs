@@ -132,21 +132,27 @@ async fn replay(api: &Api, triggers: &[(Informer, Trigger)], after: i64) -> Resu
 }
 
 /// Take the controller's checkpoint every [`checkpoint::EVERY`] while it
-/// runs, when it has somewhere to keep one and anything moved.
+/// runs (less often while it owes many keys: [`checkpoint::periods`]),
+/// when it has somewhere to keep one and anything moved.
 pub(super) fn keep(shared: &Arc<Shared>) -> Option<tokio::task::JoinHandle<()>> {
     shared.checkpoint.as_ref()?;
     let shared = Arc::downgrade(shared);
     Some(tokio::spawn(async move {
         let (mut last, mut failing) = (None, false);
+        let mut periods = 0;
         loop {
             tokio::time::sleep(checkpoint::EVERY).await;
+            periods += 1;
             // Weak, as the sweeper: it does not keep the controller.
-            let Some(taken) = shared.upgrade().map(|s| s.checkpoint()) else {
+            let Some(taken) = shared.upgrade().map(|s| {
+                (periods >= checkpoint::periods(s.queue.owed_at_least())).then(|| s.checkpoint())
+            }) else {
                 return;
             };
-            let Some((checkpoint, saved)) = taken else {
+            let Some((checkpoint, saved)) = taken.flatten() else {
                 continue;
             };
+            periods = 0;
             if last.as_ref() == Some(&saved) {
                 continue;
             }

@@ -442,6 +442,13 @@ async fn reconcile_key(
     called: &mut Option<Called>,
     parker: egress::Parker,
 ) -> Result<Step, ReconcileError> {
+    let manifest = reconciler.manifest();
+    // First: a plugin over its share waits before anything is read for
+    // its turn (a key paced again and again read and decoded its object
+    // each time; docs/benchmarks/scale.md, "Reading your own writes").
+    if let Some(wait) = super::pace::paced(shared, api, manifest, key).await {
+        return Ok(Step::Paced(wait));
+    }
     // Read after the caches show the key's last writes: read before, the
     // object would be the one that write replaced (a status computed from
     // it conflicts, and the call is made again).
@@ -454,7 +461,6 @@ async fn reconcile_key(
     if meta::deletion_timestamp(&object).is_none() && shared.breaker.is_open(key, generation) {
         return Ok(Step::Stopped);
     }
-    let manifest = reconciler.manifest();
     let applier = respond::Applier::new(
         api,
         manifest,
@@ -520,9 +526,6 @@ async fn reconcile_key(
         // Waiting for the caches took long enough that the lease may lapse
         // during the call; whoever holds the shard then reconciles it.
         return Ok(Step::Postponed);
-    }
-    if let Some(wait) = super::pace::paced(shared, api, manifest, &object, key).await {
-        return Ok(Step::Paced(wait));
     }
     *called = Some(Called {
         at: SystemTime::now(),

@@ -570,6 +570,28 @@ where
         (owed.len() <= most).then_some(owed)
     }
 
+    /// A lower bound of how many keys [`WorkQueue::owed_up_to`] would
+    /// list, counted without copying them: what a consumer checks before
+    /// paying for the list.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use setpoint::queue::{Config, WorkQueue};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let queue = WorkQueue::new(Config::default());
+    /// queue.add("a");
+    /// queue.add("b");
+    /// queue.add_after("c", Duration::from_secs(60));
+    /// assert!((2..=3).contains(&queue.owed_at_least()));
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn owed_at_least(&self) -> usize {
+        self.inner.state().owed_at_least()
+    }
+
     /// A snapshot of the queue's metrics.
     ///
     /// ```
