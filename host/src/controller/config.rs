@@ -19,7 +19,7 @@ pub struct Config {
     pub queue: queue::Config,
     /// Every cached object of the reconciled kind is queued again (at low
     /// priority) this often; `None` disables the periodic resync. Default
-    /// 10 minutes.
+    /// [`DEFAULT_RESYNC`], 10 hours.
     pub resync: Option<Duration>,
     /// The hot-loop circuit breaker's limits.
     pub hot_loop: HotLoopConfig,
@@ -40,13 +40,23 @@ pub struct Config {
     pub checkpoint: Option<Checkpoint>,
 }
 
+/// The default period of a controller's resync: 10 hours, as
+/// controller-runtime's `SyncPeriod`. A resync calls the plugin once for
+/// every object it holds: every 10 minutes (the default before) that was
+/// half a core for ever at a million objects, and a load longer than the
+/// period had its whole million queued again behind the new objects
+/// (docs/benchmarks/scale.md, "Reading your own writes"). A plugin that
+/// keeps something outside the host in line asks for its own look
+/// (`requeue_after`, as the DNS and RabbitMQ providers do).
+pub const DEFAULT_RESYNC: Duration = Duration::from_secs(10 * 60 * 60);
+
 impl Default for Config {
     fn default() -> Self {
         Self {
             workers: concurrency::default_max(),
             concurrency: Concurrency::Adaptive,
             queue: queue::Config::default(),
-            resync: Some(Duration::from_secs(600)),
+            resync: Some(DEFAULT_RESYNC),
             hot_loop: HotLoopConfig::default(),
             requeue: RequeueConfig::default(),
             egress: None,

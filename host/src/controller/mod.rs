@@ -75,7 +75,7 @@ pub use crate::contract::{
 pub use breaker::HotLoopConfig;
 pub use checkpoint::Checkpoint;
 pub use concurrency::Concurrency;
-pub use config::{Config, Stats};
+pub use config::{Config, DEFAULT_RESYNC, Stats};
 pub use from_fn::{FnReconciler, from_fn};
 pub use history::{History, Outcome, ReconcileRecord};
 pub use native::Native;

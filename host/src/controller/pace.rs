@@ -140,6 +140,17 @@ impl State {
         self.writes
             .refill(self.limits.write_bytes_per_second, WRITE_BURST_SECONDS, now);
     }
+
+    /// The longer of the two buckets' waits, and whose it is.
+    fn wait(&self) -> Option<(Duration, Resource)> {
+        let waits = [
+            self.cpu.wait(self.limits.cores).map(|w| (w, Resource::Cpu)),
+            self.writes
+                .wait(self.limits.write_bytes_per_second)
+                .map(|w| (w, Resource::Writes)),
+        ];
+        waits.into_iter().flatten().max_by_key(|(w, _)| *w)
+    }
 }
 
 /// One plugin's pace; see the module docs.
@@ -244,26 +255,25 @@ impl Pace {
         self.wait_noting().0
     }
 
+    /// [`Pace::wait`] without noting it: what a worker checks before it
+    /// takes another key, leaving the episode to the turn that is paced.
+    pub(super) fn debt(&self) -> Option<(Duration, Resource)> {
+        let mut state = self.lock();
+        state.refill();
+        state.wait()
+    }
+
     /// [`Pace::wait`], and whether a pacing episode started with it.
     pub(super) fn wait_noting(&self) -> (Option<(Duration, Resource)>, Episode) {
         let mut state = self.lock();
         state.refill();
-        let limits = state.limits;
+        let wait = state.wait();
         let State {
-            cpu,
-            writes,
             paced_on,
             last_paced,
             quiet,
             ..
         } = &mut *state;
-        let waits = [
-            cpu.wait(limits.cores).map(|w| (w, Resource::Cpu)),
-            writes
-                .wait(limits.write_bytes_per_second)
-                .map(|w| (w, Resource::Writes)),
-        ];
-        let wait = waits.into_iter().flatten().max_by_key(|(w, _)| *w);
         let now = Instant::now();
         let episode = match (wait, *paced_on) {
             (Some((_, resource)), None) => {
