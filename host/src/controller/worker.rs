@@ -139,12 +139,17 @@ pub(super) async fn worker(shared: Arc<Shared>, index: usize) {
         // Over its share: this worker takes no other key until the plugin
         // is back within it. Taking key after key only to put each back
         // spun the queue (3.3M paced turns in 30 s for 5,000 Pods;
-        // docs/benchmarks/scale.md, "Reading your own writes").
+        // docs/benchmarks/scale.md, "Reading your own writes"). A slice
+        // at a time, so that a stop (a reload) never waits out a long debt.
         if let Some((wait, _)) = shared.pace.debt() {
-            tokio::time::sleep(wait).await;
+            tokio::time::sleep(wait.min(PACED_WORKER_SLICE)).await;
         }
     }
 }
+
+/// The longest a worker sleeps on its plugin's debt before it looks again
+/// (a stop waits for its workers).
+const PACED_WORKER_SLICE: Duration = Duration::from_millis(250);
 
 /// One key's turn, from taking ownership to handing it back to the queue.
 async fn turn(shared: Arc<Shared>, key: ObjectKey, parker: egress::Parker) {
