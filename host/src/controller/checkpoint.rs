@@ -35,7 +35,7 @@ use crate::object::ObjectKey;
 use crate::queue::WorkQueue;
 
 /// How often a checkpoint is taken (when anything moved), while few
-/// keys are owed ([`interval`]).
+/// keys are owed ([`periods`]).
 pub const EVERY: Duration = Duration::from_secs(1);
 
 /// Owed keys a checkpoint may list every [`EVERY`]: each is copied out
