@@ -6,7 +6,7 @@
 use super::list::{Filter, compacted_is_gone, decode_continue, encode_continue, write_json};
 use super::{Api, ListOptions, Result};
 use crate::object::KindInfo;
-use crate::store::{Range, Revision};
+use crate::store::{Range, RangeResult, Revision};
 
 /// About how many bytes of stored objects one page reads: the number of
 /// keys per page adapts to the objects' size to stay near it.
@@ -55,6 +55,9 @@ pub struct JsonListPages {
     taken: usize,
     page_keys: usize,
     state: State,
+    /// The next page's read, started as soon as the last one was read:
+    /// the store reads a page while the server writes out the one before.
+    ahead: Option<tokio::task::JoinHandle<crate::store::Result<RangeResult>>>,
 }
 
 #[derive(PartialEq)]
@@ -78,6 +81,7 @@ impl Api {
             taken: 0,
             page_keys: FIRST_PAGE_KEYS,
             state: State::Start,
+            ahead: None,
         }
     }
 }
@@ -113,22 +117,44 @@ impl JsonListPages {
         } else {
             (limit - self.taken).min(self.page_keys)
         };
-        let page = self
-            .api
-            .backend
-            .range(Range {
-                prefix: self.prefix.clone(),
-                start_after: self.start_after.clone(),
-                limit: want,
-                revision: self.revision,
-            })
-            .await
-            .map_err(compacted_is_gone)?;
+        let range = Range {
+            prefix: self.prefix.clone(),
+            start_after: self.start_after.clone(),
+            limit: want,
+            revision: self.revision,
+        };
+        let page = match &mut self.ahead {
+            // Awaited in place: a cancelled call leaves it for the next.
+            Some(ahead) => {
+                let page = ahead.await.map_err(|err| {
+                    crate::store::Error::Unavailable(format!("a list page's read failed: {err}"))
+                });
+                self.ahead = None;
+                page?
+            }
+            None => self.api.backend.range(range).await,
+        }
+        .map_err(compacted_is_gone)?;
         self.revision = Some(page.revision);
+        let bytes: usize = page.kvs.iter().map(|kv| kv.value.len()).sum();
+        // Near PAGE_BYTES a page, whatever the objects' size.
+        if bytes > 2 * PAGE_BYTES && self.page_keys > 1 {
+            self.page_keys /= 2;
+        } else if bytes < PAGE_BYTES / 2 && self.page_keys < MAX_PAGE_KEYS {
+            self.page_keys *= 2;
+        }
+        let last_key = page.kvs.last().map(|kv| kv.key.clone());
+        // Without a limit the next page is known to be wanted: it is read
+        // while this one is written out.
+        let read_on = limit == 0 && page.more && last_key.is_some();
+        if read_on {
+            self.start_after.clone_from(&last_key);
+            self.read_ahead();
+        }
+        // Each item grows by its version and a comma.
+        out.reserve(bytes + 32 * page.kvs.len());
         let filter = self.filter.as_ref().expect("parsed at the start");
-        let mut bytes = 0;
         for kv in &page.kvs {
-            bytes += kv.value.len();
             if !filter.is_everything() && !filter.matches(&Api::decode(kv)?) {
                 continue;
             }
@@ -139,19 +165,15 @@ impl JsonListPages {
             self.taken += 1;
         }
         self.state = State::Items { first };
-        // Near PAGE_BYTES a page, whatever the objects' size.
-        if bytes > 2 * PAGE_BYTES && self.page_keys > 1 {
-            self.page_keys /= 2;
-        } else if bytes < PAGE_BYTES / 2 && self.page_keys < MAX_PAGE_KEYS {
-            self.page_keys *= 2;
-        }
-        let last_key = page.kvs.last().map(|kv| kv.key.clone());
         let full = limit != 0 && self.taken >= limit;
         let token = match (&last_key, page.more, full) {
             (None, _, _) | (_, false, _) => None,
             (Some(last), true, true) => Some(encode_continue(page.revision, last)),
             (Some(_), true, false) => {
-                self.start_after = last_key;
+                if !read_on {
+                    self.start_after = last_key;
+                    self.read_ahead();
+                }
                 return Ok(Some(out));
             }
         };
@@ -168,5 +190,23 @@ impl JsonListPages {
         out.extend_from_slice(br#""}}"#);
         self.state = State::Done;
         Ok(Some(out))
+    }
+
+    /// Starts reading the next page (of the size the next call asks for).
+    fn read_ahead(&mut self) {
+        let limit = self.options.limit;
+        let want = if limit == 0 {
+            self.page_keys
+        } else {
+            (limit - self.taken).min(self.page_keys)
+        };
+        let range = Range {
+            prefix: self.prefix.clone(),
+            start_after: self.start_after.clone(),
+            limit: want,
+            revision: self.revision,
+        };
+        let backend = self.api.backend.clone();
+        self.ahead = Some(tokio::spawn(async move { backend.range(range).await }));
     }
 }

@@ -25,7 +25,7 @@ pub fn with_resource_version(bytes: &[u8], revision: i64, out: &mut Vec<u8>) -> 
         Some((at, Placement::Before)) => {
             out.extend_from_slice(&bytes[..at]);
             out.extend_from_slice(br#""resourceVersion":""#);
-            out.extend_from_slice(revision.to_string().as_bytes());
+            write_revision(out, revision);
             out.extend_from_slice(br#"","#);
             out.extend_from_slice(&bytes[at..]);
             true
@@ -36,13 +36,20 @@ pub fn with_resource_version(bytes: &[u8], revision: i64, out: &mut Vec<u8>) -> 
                 out.push(b',');
             }
             out.extend_from_slice(br#""resourceVersion":""#);
-            out.extend_from_slice(revision.to_string().as_bytes());
+            write_revision(out, revision);
             out.push(b'"');
             out.extend_from_slice(&bytes[at..]);
             true
         }
         None => false,
     }
+}
+
+/// Writes `revision` in decimal, without the allocation of `to_string`
+/// (one for each item of a list).
+fn write_revision(out: &mut Vec<u8>, revision: i64) {
+    use std::io::Write as _;
+    write!(out, "{revision}").expect("writing to a Vec does not fail");
 }
 
 /// Where the version goes relative to the byte offset found.
@@ -127,7 +134,7 @@ fn key_at(bytes: &[u8], i: usize) -> Option<(&[u8], usize)> {
     if bytes.get(i) != Some(&b'"') {
         return None;
     }
-    let len = bytes[i + 1..].iter().position(|b| *b == b'"')?;
+    let len = memchr::memchr(b'"', &bytes[i + 1..])?;
     let key = &bytes[i + 1..i + 1 + len];
     if key.contains(&b'\\') {
         return None;
@@ -170,14 +177,16 @@ fn skip_value(bytes: &[u8], i: usize) -> Option<usize> {
     }
 }
 
-/// The offset after the string starting (at its quote) at `i`.
+/// The offset after the string starting (at its quote) at `i`. Long
+/// strings (annotations, certificates) are most of an object's bytes:
+/// they are skipped a vector at a time, not a byte at a time.
 fn skip_string(bytes: &[u8], i: usize) -> Option<usize> {
     let mut j = i + 1;
     loop {
-        match *bytes.get(j)? {
+        j += memchr::memchr2(b'"', b'\\', bytes.get(j..)?)?;
+        match bytes[j] {
             b'\\' => j += 2,
-            b'"' => return Some(j + 1),
-            _ => j += 1,
+            _ => return Some(j + 1),
         }
     }
 }

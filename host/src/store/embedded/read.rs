@@ -105,26 +105,166 @@ fn range_current(
     after: Option<&str>,
 ) -> Result<(Vec<KeyValue>, bool)> {
     let current = txn.open_table(CURRENT).ctx(file)?;
-    let revisions = txn.open_table(REVISIONS).ctx(file)?;
     let start = match after {
         Some(after) => Bound::Excluded(after),
         None => Bound::Included(range.prefix.as_str()),
     };
-    let mut kvs = Vec::new();
+    let mut wanted = Vec::new();
+    let mut more = false;
     for entry in current.range::<&str>((start, Bound::Unbounded)).ctx(file)? {
         let (key, revs) = entry.ctx(file)?;
         let key = key.value();
         if !key.starts_with(&range.prefix) {
             break;
         }
-        if range.limit != 0 && kvs.len() == range.limit {
-            return Ok((kvs, true));
+        if range.limit != 0 && wanted.len() == range.limit {
+            more = true;
+            break;
         }
         let (create_revision, mod_revision) = revs.value();
-        let kv = read_put(&revisions, file, key, mod_revision)?;
-        kvs.push(check_create(kv, create_revision, file)?);
+        wanted.push(Wanted {
+            key: key.to_owned(),
+            create_revision: Some(create_revision),
+            mod_revision,
+        });
     }
-    Ok((kvs, false))
+    let revisions = txn.open_table(REVISIONS).ctx(file)?;
+    Ok((read_puts(&revisions, file, wanted)?, more))
+}
+
+/// A version a range reads: its key, its revision, and the create
+/// revision the current table records for it (`None` for a past version,
+/// which the current table does not describe).
+struct Wanted {
+    key: String,
+    create_revision: Option<Revision>,
+    mod_revision: Revision,
+}
+
+/// Versions a range reads in one thread; a longer page is split into
+/// parts of at least this many, read at once by as many threads (up to
+/// [`READERS`]). Each read walks down the revisions tree to a leaf that is
+/// rarely in redb's cache and copies it out of the file — a page-cache
+/// hit takes a microsecond or so, but a page the kernel has dropped waits
+/// on the disk, and a LIST of a million objects waited that way more than
+/// it computed (docs/benchmarks/scale.md, "A LIST that reads on four
+/// threads"). Threads that wait on the disk do not take a core, so
+/// there are more of them than cores.
+const READ_ALONE: usize = 96;
+
+/// Threads that read one range's versions at most.
+const READERS: usize = 4;
+
+/// Reads the versions `wanted`, returned in their order. They are read in
+/// revision order — neighbouring versions share leaves, and a run of close
+/// revisions is read as one walk along the leaves instead of a descent
+/// from the root for each — and, for a long page, in parts at once.
+fn read_puts(
+    revisions: &(impl ReadableTable<i64, &'static [u8]> + Sync),
+    file: &Path,
+    wanted: Vec<Wanted>,
+) -> Result<Vec<KeyValue>> {
+    let mut order: Vec<usize> = (0..wanted.len()).collect();
+    order.sort_unstable_by_key(|&i| wanted[i].mod_revision);
+    let parts = (wanted.len() / READ_ALONE).clamp(1, READERS);
+    let read = |order: &[usize]| read_in_order(revisions, file, &wanted, order);
+    let found = if parts == 1 {
+        read(&order)?
+    } else {
+        let mut chunks = order.chunks(order.len().div_ceil(parts));
+        let first = chunks.next().expect("more than one part");
+        let read = &read;
+        std::thread::scope(|scope| {
+            let others: Vec<_> = chunks
+                .map(|chunk| scope.spawn(move || read(chunk)))
+                .collect();
+            let mut found = read(first)?;
+            for other in others {
+                let part = other
+                    .join()
+                    .map_err(|_| Error::Unavailable("a store read thread panicked".into()))?;
+                found.extend(part?);
+            }
+            Ok::<_, Error>(found)
+        })?
+    };
+    let mut slots: Vec<Option<KeyValue>> =
+        std::iter::repeat_with(|| None).take(wanted.len()).collect();
+    for (at, kv) in found {
+        slots[at] = Some(kv);
+    }
+    Ok(slots
+        .into_iter()
+        .map(|kv| kv.expect("every wanted version is read or its absence is an error"))
+        .collect())
+}
+
+/// A run of at least this many wanted revisions, each at most
+/// [`RUN_GAP`] after the one before, is read by walking the revisions
+/// between its first and last; shorter runs are read one by one.
+const RUN_LENGTH: usize = 4;
+const RUN_GAP: Revision = 16;
+
+/// Reads `wanted[i]` for each `i` of `order` (sorted by revision), paired
+/// with `i`.
+fn read_in_order(
+    revisions: &impl ReadableTable<i64, &'static [u8]>,
+    file: &Path,
+    wanted: &[Wanted],
+    order: &[usize],
+) -> Result<Vec<(usize, KeyValue)>> {
+    let checked = |w: &Wanted, kv: KeyValue| match w.create_revision {
+        Some(create_revision) => check_create(kv, create_revision, file),
+        None => Ok(kv),
+    };
+    let revision = |k: usize| wanted[order[k]].mod_revision;
+    let mut found = Vec::with_capacity(order.len());
+    let mut i = 0;
+    while i < order.len() {
+        let mut end = i + 1;
+        while end < order.len() && revision(end) - revision(end - 1) <= RUN_GAP {
+            end += 1;
+        }
+        if end - i < RUN_LENGTH {
+            for k in i..end {
+                let w = &wanted[order[k]];
+                let kv = read_put(revisions, file, &w.key, w.mod_revision)?;
+                found.push((order[k], checked(w, kv)?));
+            }
+            i = end;
+            continue;
+        }
+        let mut next = i;
+        for entry in revisions.range(revision(i)..=revision(end - 1)).ctx(file)? {
+            let (stored_revision, stored) = entry.ctx(file)?;
+            let stored_revision = stored_revision.value();
+            if stored_revision != revision(next) {
+                continue;
+            }
+            let w = &wanted[order[next]];
+            let kv = Entry::decode(stored.value(), stored_revision, file)?.to_kv(
+                &w.key,
+                stored_revision,
+                file,
+            )?;
+            found.push((order[next], checked(w, kv)?));
+            next += 1;
+            if next == end {
+                break;
+            }
+        }
+        if next != end {
+            let w = &wanted[order[next]];
+            return Err(Error::Corrupt(format!(
+                "{}: revision {} of {:?} is missing",
+                file.display(),
+                w.mod_revision,
+                w.key
+            )));
+        }
+        i = end;
+    }
+    Ok(found)
 }
 
 /// Finds, in the in-memory index of versions, each key's newest version at
@@ -156,11 +296,15 @@ fn range_past(
         found.truncate(range.limit);
     }
     let revisions = txn.open_table(REVISIONS).ctx(file)?;
-    let kvs = found
-        .iter()
-        .map(|(key, version)| read_put(&revisions, file, key, *version))
-        .collect::<Result<_>>()?;
-    Ok((kvs, more))
+    let wanted = found
+        .into_iter()
+        .map(|(key, version)| Wanted {
+            key: key.as_ref().to_owned(),
+            create_revision: None,
+            mod_revision: version,
+        })
+        .collect();
+    Ok((read_puts(&revisions, file, wanted)?, more))
 }
 
 /// Single versions read in the caller's thread, for caches that keep
@@ -195,5 +339,108 @@ impl crate::store::VersionReader for Versions {
 
     fn saved_dir(&self) -> Option<std::path::PathBuf> {
         Some(self.0.file.parent()?.join("informers"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use redb::backends::InMemoryBackend;
+    use redb::{Database, ReadableDatabase};
+
+    use super::{READ_ALONE, READERS, Wanted, read_puts};
+    use crate::store::embedded::schema::{REVISIONS, encode, encoded_len};
+    use crate::store::{Error, Revision};
+
+    /// A revisions table holding, at each revision given, a put of the
+    /// key named after it.
+    fn table(revisions: &[Revision]) -> Database {
+        let db = Database::builder()
+            .create_with_backend(InMemoryBackend::new())
+            .unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut table = txn.open_table(REVISIONS).unwrap();
+            for &revision in revisions {
+                let (key, value) = (key(revision), format!("{{\"at\":{revision}}}"));
+                let mut entry = vec![0; encoded_len(&key, value.len())];
+                encode(&mut entry, revision, &key, value.as_bytes());
+                table.insert(revision, entry.as_slice()).unwrap();
+            }
+        }
+        txn.commit().unwrap();
+        db
+    }
+
+    fn key(revision: Revision) -> String {
+        format!("/k/{:08}", revision * 7919 % 100_003)
+    }
+
+    fn wanted(revisions: &[Revision]) -> Vec<Wanted> {
+        revisions
+            .iter()
+            .map(|&revision| Wanted {
+                key: key(revision),
+                create_revision: Some(revision),
+                mod_revision: revision,
+            })
+            .collect()
+    }
+
+    fn read(db: &Database, revisions: &[Revision]) -> Result<Vec<Revision>, Error> {
+        let txn = db.begin_read().unwrap();
+        let table = txn.open_table(REVISIONS).unwrap();
+        let kvs = read_puts(&table, Path::new("test.redb"), wanted(revisions))?;
+        for kv in &kvs {
+            assert_eq!(kv.key, key(kv.mod_revision));
+            assert_eq!(
+                *kv.value,
+                *format!("{{\"at\":{}}}", kv.mod_revision).as_bytes()
+            );
+        }
+        Ok(kvs.iter().map(|kv| kv.mod_revision).collect())
+    }
+
+    #[test]
+    fn versions_come_back_in_the_order_asked_whether_read_in_runs_one_by_one_or_on_several_threads()
+    {
+        // Dense stretches (read as runs), sparse ones (read one by one),
+        // and more than enough for every reader thread.
+        let mut stored: Vec<Revision> = (1..=2_000).collect();
+        stored.extend((0..300).map(|i| 10_000 + 100 * i));
+        let db = table(&stored);
+        // Asked in an order unlike the revisions' (as keys order them).
+        let mut asked: Vec<Revision> = stored.iter().copied().filter(|r| r % 3 != 0).collect();
+        fastrand::Rng::with_seed(7).shuffle(&mut asked);
+        assert!(asked.len() > READ_ALONE * READERS);
+        assert_eq!(read(&db, &asked).unwrap(), asked);
+        // Small reads (one thread) and single versions.
+        assert_eq!(read(&db, &asked[..5]).unwrap(), &asked[..5]);
+        assert_eq!(read(&db, &[10_100]).unwrap(), [10_100]);
+        assert_eq!(read(&db, &[]).unwrap(), Vec::<Revision>::new());
+    }
+
+    #[test]
+    fn a_version_missing_from_a_run_or_alone_is_named_as_corruption() {
+        let stored: Vec<Revision> = (1..=1_000).filter(|r| *r != 500 && *r != 900).collect();
+        let db = table(&stored);
+        for asked in [
+            (1..=1_000).collect::<Vec<_>>(),
+            vec![498, 499, 500, 501, 502],
+            vec![100, 900],
+        ] {
+            let missing = if asked.contains(&500) { 500 } else { 900 };
+            match read(&db, &asked) {
+                Err(Error::Corrupt(message)) => assert!(
+                    message.contains(&format!(
+                        "revision {missing} of {:?} is missing",
+                        key(missing)
+                    )),
+                    "{message}"
+                ),
+                other => panic!("{asked:?}: {other:?}"),
+            }
+        }
     }
 }
