@@ -155,116 +155,46 @@ const READ_ALONE: usize = 96;
 /// Threads that read one range's versions at most.
 const READERS: usize = 4;
 
-/// Reads the versions `wanted`, returned in their order. They are read in
-/// revision order — neighbouring versions share leaves, and a run of close
-/// revisions is read as one walk along the leaves instead of a descent
-/// from the root for each — and, for a long page, in parts at once.
+/// Reads the versions `wanted`, in their order; a long page in parts at
+/// once, on scoped threads reading the same snapshot.
 fn read_puts(
     revisions: &(impl ReadableTable<i64, &'static [u8]> + Sync),
     file: &Path,
     wanted: Vec<Wanted>,
 ) -> Result<Vec<KeyValue>> {
-    let mut order: Vec<usize> = (0..wanted.len()).collect();
-    order.sort_unstable_by_key(|&i| wanted[i].mod_revision);
-    let parts = (wanted.len() / READ_ALONE).clamp(1, READERS);
-    let read = |order: &[usize]| read_in_order(revisions, file, &wanted, order);
-    let found = if parts == 1 {
-        read(&order)?
-    } else {
-        let mut chunks = order.chunks(order.len().div_ceil(parts));
-        let first = chunks.next().expect("more than one part");
-        let read = &read;
-        std::thread::scope(|scope| {
-            let others: Vec<_> = chunks
-                .map(|chunk| scope.spawn(move || read(chunk)))
-                .collect();
-            let mut found = read(first)?;
-            for other in others {
-                let part = other
-                    .join()
-                    .map_err(|_| Error::Unavailable("a store read thread panicked".into()))?;
-                found.extend(part?);
-            }
-            Ok::<_, Error>(found)
-        })?
-    };
-    let mut slots: Vec<Option<KeyValue>> =
-        std::iter::repeat_with(|| None).take(wanted.len()).collect();
-    for (at, kv) in found {
-        slots[at] = Some(kv);
-    }
-    Ok(slots
-        .into_iter()
-        .map(|kv| kv.expect("every wanted version is read or its absence is an error"))
-        .collect())
-}
-
-/// A run of at least this many wanted revisions, each at most
-/// [`RUN_GAP`] after the one before, is read by walking the revisions
-/// between its first and last; shorter runs are read one by one.
-const RUN_LENGTH: usize = 4;
-const RUN_GAP: Revision = 16;
-
-/// Reads `wanted[i]` for each `i` of `order` (sorted by revision), paired
-/// with `i`.
-fn read_in_order(
-    revisions: &impl ReadableTable<i64, &'static [u8]>,
-    file: &Path,
-    wanted: &[Wanted],
-    order: &[usize],
-) -> Result<Vec<(usize, KeyValue)>> {
-    let checked = |w: &Wanted, kv: KeyValue| match w.create_revision {
-        Some(create_revision) => check_create(kv, create_revision, file),
-        None => Ok(kv),
-    };
-    let revision = |k: usize| wanted[order[k]].mod_revision;
-    let mut found = Vec::with_capacity(order.len());
-    let mut i = 0;
-    while i < order.len() {
-        let mut end = i + 1;
-        while end < order.len() && revision(end) - revision(end - 1) <= RUN_GAP {
-            end += 1;
-        }
-        if end - i < RUN_LENGTH {
-            for k in i..end {
-                let w = &wanted[order[k]];
+    let read = |wanted: &[Wanted]| -> Result<Vec<KeyValue>> {
+        wanted
+            .iter()
+            .map(|w| {
                 let kv = read_put(revisions, file, &w.key, w.mod_revision)?;
-                found.push((order[k], checked(w, kv)?));
-            }
-            i = end;
-            continue;
-        }
-        let mut next = i;
-        for entry in revisions.range(revision(i)..=revision(end - 1)).ctx(file)? {
-            let (stored_revision, stored) = entry.ctx(file)?;
-            let stored_revision = stored_revision.value();
-            if stored_revision != revision(next) {
-                continue;
-            }
-            let w = &wanted[order[next]];
-            let kv = Entry::decode(stored.value(), stored_revision, file)?.to_kv(
-                &w.key,
-                stored_revision,
-                file,
-            )?;
-            found.push((order[next], checked(w, kv)?));
-            next += 1;
-            if next == end {
-                break;
-            }
-        }
-        if next != end {
-            let w = &wanted[order[next]];
-            return Err(Error::Corrupt(format!(
-                "{}: revision {} of {:?} is missing",
-                file.display(),
-                w.mod_revision,
-                w.key
-            )));
-        }
-        i = end;
+                match w.create_revision {
+                    Some(create_revision) => check_create(kv, create_revision, file),
+                    None => Ok(kv),
+                }
+            })
+            .collect()
+    };
+    let parts = (wanted.len() / READ_ALONE).clamp(1, READERS);
+    if parts == 1 {
+        return read(&wanted);
     }
-    Ok(found)
+    let mut chunks = wanted.chunks(wanted.len().div_ceil(parts));
+    let first = chunks.next().expect("more than one part");
+    let read = &read;
+    std::thread::scope(|scope| {
+        let others: Vec<_> = chunks
+            .map(|chunk| scope.spawn(move || read(chunk)))
+            .collect();
+        let mut kvs = read(first)?;
+        kvs.reserve(wanted.len() - kvs.len());
+        for other in others {
+            let part = other
+                .join()
+                .map_err(|_| Error::Unavailable("a store read thread panicked".into()))?;
+            kvs.extend(part?);
+        }
+        Ok(kvs)
+    })
 }
 
 /// Finds, in the in-memory index of versions, each key's newest version at
@@ -403,10 +333,8 @@ mod tests {
     }
 
     #[test]
-    fn versions_come_back_in_the_order_asked_whether_read_in_runs_one_by_one_or_on_several_threads()
-    {
-        // Dense stretches (read as runs), sparse ones (read one by one),
-        // and more than enough for every reader thread.
+    fn versions_come_back_in_the_order_asked_whether_read_on_one_thread_or_several() {
+        // More than enough for every reader thread.
         let mut stored: Vec<Revision> = (1..=2_000).collect();
         stored.extend((0..300).map(|i| 10_000 + 100 * i));
         let db = table(&stored);
@@ -422,7 +350,7 @@ mod tests {
     }
 
     #[test]
-    fn a_version_missing_from_a_run_or_alone_is_named_as_corruption() {
+    fn a_missing_version_is_named_as_corruption_by_any_reader_thread() {
         let stored: Vec<Revision> = (1..=1_000).filter(|r| *r != 500 && *r != 900).collect();
         let db = table(&stored);
         for asked in [
