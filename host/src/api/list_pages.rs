@@ -112,17 +112,6 @@ impl JsonListPages {
             return Ok(None);
         };
         let limit = self.options.limit;
-        let want = if limit == 0 {
-            self.page_keys
-        } else {
-            (limit - self.taken).min(self.page_keys)
-        };
-        let range = Range {
-            prefix: self.prefix.clone(),
-            start_after: self.start_after.clone(),
-            limit: want,
-            revision: self.revision,
-        };
         let page = match &mut self.ahead {
             // Awaited in place: a cancelled call leaves it for the next.
             Some(ahead) => {
@@ -132,7 +121,7 @@ impl JsonListPages {
                 self.ahead = None;
                 page?
             }
-            None => self.api.backend.range(range).await,
+            None => self.api.backend.range(self.next_range()).await,
         }
         .map_err(compacted_is_gone)?;
         self.revision = Some(page.revision);
@@ -192,20 +181,25 @@ impl JsonListPages {
         Ok(Some(out))
     }
 
-    /// Starts reading the next page (of the size the next call asks for).
-    fn read_ahead(&mut self) {
+    /// The range of the next page: after the last key read, as many keys
+    /// as a page takes (or as the limit leaves).
+    fn next_range(&self) -> Range {
         let limit = self.options.limit;
-        let want = if limit == 0 {
-            self.page_keys
-        } else {
-            (limit - self.taken).min(self.page_keys)
-        };
-        let range = Range {
+        Range {
             prefix: self.prefix.clone(),
             start_after: self.start_after.clone(),
-            limit: want,
+            limit: if limit == 0 {
+                self.page_keys
+            } else {
+                (limit - self.taken).min(self.page_keys)
+            },
             revision: self.revision,
-        };
+        }
+    }
+
+    /// Starts reading the next page (of the size the next call asks for).
+    fn read_ahead(&mut self) {
+        let range = self.next_range();
         let backend = self.api.backend.clone();
         self.ahead = Some(tokio::spawn(async move { backend.range(range).await }));
     }
