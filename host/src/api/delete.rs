@@ -227,7 +227,10 @@ impl Api {
                 finalizers.push(extra.to_owned());
             }
             if finalizers.is_empty() {
-                match self.remove_stored(kind, &kv, current).await {
+                match self
+                    .remove_stored(kind, super::write::At::from(&kv), current)
+                    .await
+                {
                     Err(Error::Conflict { .. }) => continue,
                     other => return other,
                 }

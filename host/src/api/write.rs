@@ -29,6 +29,23 @@ pub(crate) enum Next {
     },
 }
 
+/// Where a stored object is: its key and the revision of its last write,
+/// the condition a write over it is made on.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct At<'a> {
+    pub key: &'a str,
+    pub mod_revision: store::Revision,
+}
+
+impl<'a> From<&'a KeyValue> for At<'a> {
+    fn from(kv: &'a KeyValue) -> Self {
+        Self {
+            key: &kv.key,
+            mod_revision: kv.mod_revision,
+        }
+    }
+}
+
 /// Kubernetes' `maxGeneratedNameLength`: a generated name's prefix is cut
 /// to this, leaving room for the suffix within a 63-character label.
 const GENERATED_PREFIX_MAX: usize = 58;
@@ -349,6 +366,60 @@ impl Api {
         .await
     }
 
+    /// Writes `status` as the `.status` of `seen`, the stored object at its
+    /// `metadata.resourceVersion` as an informer or a read returned it,
+    /// without reading it again: the write is conditional on that version
+    /// still being the stored one, so a write since is
+    /// [`Error::Conflict`] and a deletion since [`Error::NotFound`], as
+    /// [`Api::patch_status`] with that resource version would answer. A
+    /// controller's status write thus costs no read and no decode of the
+    /// object it reconciled (docs/benchmarks/scale.md, "A status written
+    /// over the object seen"). Kinds whose stored form is not what a
+    /// reader sees (Secrets), CRDs, and an object without a resource
+    /// version take `patch_status`'s path.
+    ///
+    /// `seen` must not have been changed since it was read: its other
+    /// fields are written back as they are.
+    pub(crate) async fn write_status_seen(
+        &self,
+        kind: &KindInfo,
+        seen: &Object,
+        status: Value,
+    ) -> Result<Object> {
+        let name = meta::name(seen);
+        let namespace = meta::namespace(seen);
+        let version = meta::resource_version(seen).and_then(|rv| rv.parse::<i64>().ok());
+        let Some(mod_revision) = version.filter(|_| !self.is_crd(kind) && !secret::is_secret(kind))
+        else {
+            let written = self
+                .modify(kind, namespace, name, |_| {
+                    Ok(Some(Next::Status {
+                        status: Some(status.clone()),
+                        resource_version: version,
+                    }))
+                })
+                .await?;
+            return Ok(written.expect("a status write always writes"));
+        };
+        let key = Self::key(kind, validate::namespace_for(kind, namespace), name);
+        let at = At {
+            key: &key,
+            mod_revision,
+        };
+        let mut next = seen.clone();
+        next["status"] = status;
+        match self.write_over(kind, at, seen, next).await {
+            // Changed or gone since: a read tells which.
+            Err(conflict @ Error::Conflict { .. }) => {
+                match self.get_kv(kind, namespace, name).await {
+                    Err(gone @ Error::NotFound { .. }) => Err(gone),
+                    _ => Err(conflict),
+                }
+            }
+            other => other,
+        }
+    }
+
     /// The one read-modify-write every write of a stored object goes
     /// through: read it, let `change` say what replaces it (given the
     /// stored object; `None`: nothing, and `None` is returned), and
@@ -402,7 +473,10 @@ impl Api {
                     next
                 }
             };
-            match self.write_over(kind, &current_kv, &current, next).await {
+            match self
+                .write_over(kind, At::from(&current_kv), &current, next)
+                .await
+            {
                 // The next round reads again; a precondition fails there.
                 Err(Error::Conflict { .. }) => continue,
                 other => return other.map(Some),
@@ -416,7 +490,7 @@ impl Api {
     pub(super) async fn write_over(
         &self,
         kind: &KindInfo,
-        current_kv: &KeyValue,
+        at: At<'_>,
         current: &Object,
         mut next: Object,
     ) -> Result<Object> {
@@ -455,7 +529,7 @@ impl Api {
             }
             if meta::finalizers(&next).is_empty() {
                 // The last finalizer is gone: deletion completes now.
-                return self.remove_stored(kind, current_kv, next).await;
+                return self.remove_stored(kind, at, next).await;
             }
         }
         if self.is_crd(kind) {
@@ -486,11 +560,7 @@ impl Api {
         let bytes = self.encode_checked(&next)?;
         let kv = self
             .backend
-            .put(
-                &current_kv.key,
-                bytes,
-                Condition::ModRevision(current_kv.mod_revision),
-            )
+            .put(at.key, bytes, Condition::ModRevision(at.mod_revision))
             .await
             .map_err(|e| Self::conflict(kind, &name, e))?;
         if let Some(info) = info
@@ -512,16 +582,13 @@ impl Api {
     pub(super) async fn remove_stored(
         &self,
         kind: &KindInfo,
-        current_kv: &KeyValue,
+        at: At<'_>,
         mut last: Object,
     ) -> Result<Object> {
         let name = meta::name(&last).to_owned();
         let deleted = self
             .backend
-            .delete(
-                &current_kv.key,
-                Condition::ModRevision(current_kv.mod_revision),
-            )
+            .delete(at.key, Condition::ModRevision(at.mod_revision))
             .await
             .map_err(|e| match e {
                 store::Error::NotFound { .. } => Self::not_found(kind, &name),

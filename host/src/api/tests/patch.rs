@@ -265,3 +265,107 @@ async fn a_strategic_merge_patch_takes_directives_on_builtins_and_is_refused_for
         "{err}"
     );
 }
+
+/// How many reads (`get`) the store behind `api` has answered.
+fn reads(api: &Api) -> u64 {
+    let metrics = api.backend().metrics().expect("a metered store");
+    let snapshot = metrics.snapshot();
+    let get = snapshot.iter().find(|op| op.operation == "get").unwrap();
+    get.latency.count
+}
+
+#[tokio::test]
+async fn a_status_written_over_the_object_seen_reads_nothing_and_replaces_the_status() {
+    let metered = crate::store::Metered::new(Arc::new(crate::store::MemoryBackend::new()));
+    let api = Api::open(Arc::new(metered)).await.unwrap();
+    let kind = widgets(&api).await;
+    api.create(&kind, widget("a")).await.unwrap();
+    let first = api
+        .patch_status(
+            &kind,
+            Some("default"),
+            "a",
+            None,
+            &json!({"phase": "Pending", "replicas": 2}),
+        )
+        .await
+        .unwrap();
+    let before = reads(&api);
+    let written = api
+        .write_status_seen(&kind, &first, json!({"phase": "Running"}))
+        .await
+        .unwrap();
+    assert_eq!(reads(&api), before, "the object seen is not read again");
+    assert_eq!(
+        written["status"],
+        json!({"phase": "Running"}),
+        "the status is the one given: `replicas`, not in it, is gone"
+    );
+    assert_eq!(written["spec"], first["spec"]);
+    assert_eq!(written["metadata"]["uid"], first["metadata"]["uid"]);
+    let stored = api.get(&kind, Some("default"), "a").await.unwrap();
+    assert_eq!(stored, written, "what it returns is what is stored");
+    assert_ne!(
+        meta::resource_version(&stored),
+        meta::resource_version(&first)
+    );
+}
+
+#[tokio::test]
+async fn a_status_written_over_a_stale_or_deleted_object_changes_nothing() {
+    let api = api().await;
+    let kind = widgets(&api).await;
+    let seen = api.create(&kind, widget("a")).await.unwrap();
+    // Someone else writes after the object was seen.
+    let mut changed = seen.clone();
+    changed["spec"]["image"] = json!("httpd");
+    let newer = api.update(&kind, changed).await.unwrap();
+    let stale = api
+        .write_status_seen(&kind, &seen, json!({"phase": "Running"}))
+        .await;
+    assert!(matches!(stale, Err(Error::Conflict { .. })), "{stale:?}");
+    let stored = api.get(&kind, Some("default"), "a").await.unwrap();
+    assert_eq!(stored, newer, "the newer write stands, untouched");
+    api.delete(&kind, Some("default"), "a", &Default::default())
+        .await
+        .unwrap();
+    let gone = api
+        .write_status_seen(&kind, &newer, json!({"phase": "Running"}))
+        .await;
+    assert!(matches!(gone, Err(Error::NotFound { .. })), "{gone:?}");
+    assert!(matches!(
+        api.get(&kind, Some("default"), "a").await,
+        Err(Error::NotFound { .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_status_written_over_the_object_seen_is_admitted_like_any_write() {
+    let api = api().await;
+    let kind = widgets(&api).await;
+    let seen = api.create(&kind, widget("a")).await.unwrap();
+    let refused = api
+        .write_status_seen(&kind, &seen, json!({"phase": "Exploded"}))
+        .await;
+    assert!(matches!(refused, Err(Error::Invalid { .. })), "{refused:?}");
+    let stored = api.get(&kind, Some("default"), "a").await.unwrap();
+    assert_eq!(stored, seen, "a refused status writes nothing");
+}
+
+#[tokio::test]
+async fn a_status_written_over_a_definition_seen_takes_the_read_path_and_conflicts_alike() {
+    let api = api().await;
+    let crd = crd_kind(&api);
+    let seen = api.create(&crd, widget_crd()).await.unwrap();
+    let name = meta::name(&seen).to_owned();
+    let status = json!({"conditions": [{"type": "Established", "status": "True"}]});
+    let written = api
+        .write_status_seen(&crd, &seen, status.clone())
+        .await
+        .unwrap();
+    assert_eq!(written["status"], status);
+    let stale = api.write_status_seen(&crd, &seen, json!({})).await;
+    assert!(matches!(stale, Err(Error::Conflict { .. })), "{stale:?}");
+    let stored = api.get(&crd, None, &name).await.unwrap();
+    assert_eq!(stored["status"], status);
+}

@@ -501,20 +501,15 @@ impl<'a> Applier<'a> {
         {
             return Ok(());
         }
-        // The narrow status write: the reconciler's merge patch, on the
-        // resource version it saw (a status computed from an old object
-        // must not overwrite a newer one). Its echo shows the reconciler
-        // nothing it does not know: dropped.
+        // The narrow status write: the patched status over the object the
+        // reconciler saw, on its resource version (a status computed from
+        // an old object must not overwrite a newer one), with no read of
+        // the stored object. Its echo shows the reconciler nothing it does
+        // not know: dropped.
         let writing = self.echo.map(|(key, echoes)| echoes.writing(key));
         let updated = self
             .api
-            .patch_status(
-                self.kind,
-                meta::namespace(parent),
-                meta::name(parent),
-                meta::resource_version(parent),
-                status_patch,
-            )
+            .write_status_seen(self.kind, parent, status)
             .await?;
         if let Some(writing) = writing {
             writing.wrote(parent, &updated);
