@@ -379,13 +379,14 @@ impl Api {
     /// version take `patch_status`'s path.
     ///
     /// `seen` must not have been changed since it was read: its other
-    /// fields are written back as they are.
+    /// fields are written back as they are. Returns what is stored and
+    /// about how many bytes were written.
     pub(crate) async fn write_status_seen(
         &self,
         kind: &KindInfo,
         seen: &Object,
         status: Value,
-    ) -> Result<Object> {
+    ) -> Result<(Object, usize)> {
         let name = meta::name(seen);
         let namespace = meta::namespace(seen);
         let version = meta::resource_version(seen).and_then(|rv| rv.parse::<i64>().ok());
@@ -399,7 +400,9 @@ impl Api {
                     }))
                 })
                 .await?;
-            return Ok(written.expect("a status write always writes"));
+            let written = written.expect("a status write always writes");
+            let bytes = crate::object::shape::encoded_len(&written);
+            return Ok((written, bytes));
         };
         let key = Self::key(kind, validate::namespace_for(kind, namespace), name);
         let at = At {
@@ -479,21 +482,23 @@ impl Api {
             {
                 // The next round reads again; a precondition fails there.
                 Err(Error::Conflict { .. }) => continue,
-                other => return other.map(Some),
+                other => return other.map(|(object, _)| Some(object)),
             }
         }
     }
 
     /// Compare-and-swap `next` over `current`, applying the rules every write
     /// shares: immutable metadata, finalizers, schema, generation on spec
-    /// change, no-op suppression, the size limit.
+    /// change, no-op suppression, the size limit. Returns what is stored
+    /// and the bytes written (0 when nothing was: no change, or the last
+    /// finalizer gone and the object with it).
     pub(super) async fn write_over(
         &self,
         kind: &KindInfo,
         at: At<'_>,
         current: &Object,
         mut next: Object,
-    ) -> Result<Object> {
+    ) -> Result<(Object, usize)> {
         let name = meta::name(current).to_owned();
         {
             let cur_meta = current["metadata"].as_object();
@@ -529,7 +534,7 @@ impl Api {
             }
             if meta::finalizers(&next).is_empty() {
                 // The last finalizer is gone: deletion completes now.
-                return self.remove_stored(kind, at, next).await;
+                return Ok((self.remove_stored(kind, at, next).await?, 0));
             }
         }
         if self.is_crd(kind) {
@@ -548,7 +553,7 @@ impl Api {
                 .insert("generation".into(), json!(meta::generation(current) + 1));
         }
         if same_but_resource_version(current, &next) {
-            return Ok(current.clone());
+            return Ok((current.clone(), 0));
         }
         let info = if self.is_crd(kind) {
             let info = kinds::kind_from_crd(&next)?;
@@ -558,6 +563,7 @@ impl Api {
             None
         };
         let bytes = self.encode_checked(&next)?;
+        let size = bytes.len();
         let kv = self
             .backend
             .put(at.key, bytes, Condition::ModRevision(at.mod_revision))
@@ -574,7 +580,7 @@ impl Api {
             "resourceVersion".into(),
             Value::String(kv.mod_revision.to_string()),
         );
-        Ok(next)
+        Ok((next, size))
     }
 
     /// Delete the stored key if it is still at `current_kv`'s revision;

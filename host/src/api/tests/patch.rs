@@ -291,11 +291,23 @@ async fn a_status_written_over_the_object_seen_reads_nothing_and_replaces_the_st
         .await
         .unwrap();
     let before = reads(&api);
-    let written = api
+    let (written, bytes) = api
         .write_status_seen(&kind, &first, json!({"phase": "Running"}))
         .await
         .unwrap();
     assert_eq!(reads(&api), before, "the object seen is not read again");
+    let stored_bytes = api
+        .backend()
+        .get(&Api::key(&kind, Some("default"), "a"))
+        .await
+        .unwrap()
+        .unwrap()
+        .value
+        .len();
+    assert_eq!(
+        bytes, stored_bytes,
+        "the bytes written are the stored text's"
+    );
     assert_eq!(
         written["status"],
         json!({"phase": "Running"}),
@@ -359,7 +371,7 @@ async fn a_status_written_over_a_definition_seen_takes_the_read_path_and_conflic
     let seen = api.create(&crd, widget_crd()).await.unwrap();
     let name = meta::name(&seen).to_owned();
     let status = json!({"conditions": [{"type": "Established", "status": "True"}]});
-    let written = api
+    let (written, _) = api
         .write_status_seen(&crd, &seen, status.clone())
         .await
         .unwrap();

@@ -182,10 +182,14 @@ impl<'a> Applier<'a> {
     }
 
     fn wrote(&self, kind: &Arc<KindInfo>, object: &Object) {
-        self.bytes_written.fetch_add(
-            crate::object::shape::encoded_len(object),
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        self.wrote_bytes(kind, object, crate::object::shape::encoded_len(object));
+    }
+
+    /// [`Applier::wrote`] with the bytes written known (measuring the
+    /// object again walks all of it).
+    fn wrote_bytes(&self, kind: &Arc<KindInfo>, object: &Object, bytes: usize) {
+        self.bytes_written
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
         if let Some(rv) = meta::resource_version(object).and_then(|rv| rv.parse().ok()) {
             self.written
                 .lock()
@@ -507,14 +511,14 @@ impl<'a> Applier<'a> {
         // the stored object. Its echo shows the reconciler nothing it does
         // not know: dropped.
         let writing = self.echo.map(|(key, echoes)| echoes.writing(key));
-        let updated = self
+        let (updated, bytes) = self
             .api
             .write_status_seen(self.kind, parent, status)
             .await?;
         if let Some(writing) = writing {
             writing.wrote(parent, &updated);
         }
-        self.wrote(self.kind, &updated);
+        self.wrote_bytes(self.kind, &updated, bytes);
         Ok(())
     }
 
