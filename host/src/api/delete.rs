@@ -45,6 +45,7 @@
 
 use serde_json::Value;
 
+use super::write::At;
 use super::{Api, Error, Result};
 use crate::object::{KindInfo, Object, codec, meta, time};
 use crate::store::{self, Condition};
@@ -227,10 +228,7 @@ impl Api {
                 finalizers.push(extra.to_owned());
             }
             if finalizers.is_empty() {
-                match self
-                    .remove_stored(kind, super::write::At::from(&kv), current)
-                    .await
-                {
+                match self.remove_stored(kind, At::from(&kv), current).await {
                     Err(Error::Conflict { .. }) => continue,
                     other => return other,
                 }

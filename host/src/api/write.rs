@@ -583,7 +583,7 @@ impl Api {
         Ok((next, size))
     }
 
-    /// Delete the stored key if it is still at `current_kv`'s revision;
+    /// Delete the stored key if it is still at `at`'s revision;
     /// returns `last` with the deletion's resource version.
     pub(super) async fn remove_stored(
         &self,
