@@ -91,7 +91,7 @@ pub struct ServeArgs {
     #[arg(long, num_args = 2, value_names = ["CERT", "KEY"])]
     pub etcd_client_cert: Vec<PathBuf>,
     /// Reconcile exactly this many keys at once per plugin. Without it the
-    /// number adapts by itself, between two and 16 per reconcile thread, to
+    /// number adapts by itself, between 8 and 16 per reconcile thread, to
     /// what raises throughput.
     #[arg(long)]
     pub workers: Option<usize>,

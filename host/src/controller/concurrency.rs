@@ -1,7 +1,7 @@
 //! How many keys a controller reconciles at once. Fixed when configured
-//! so ([`Concurrency::Fixed`]); by default it adapts by itself between two
-//! and [`Config::workers`](super::Config::workers), so nobody has to tune
-//! workers to get the store's throughput.
+//! so ([`Concurrency::Fixed`]); by default it adapts by itself between a
+//! floor and [`Config::workers`](super::Config::workers), so nobody has to
+//! tune workers to get the store's throughput.
 //!
 //! A reconcile turn mostly waits: on the store's group commit for its
 //! writes, far less on the call itself. More keys in flight then mean more
@@ -13,10 +13,22 @@
 //! settles near the knee whether the calls or the commits are what take the
 //! time. It does not try higher while the reconcile call pool overflows
 //! (see `pool`: the calls already outnumber its threads), and does nothing
-//! while the queue keeps up (demand, not the limit, sets the pace). The rule
-//! is [`Adaptive::observe`], a pure function of one window of completed
-//! turns; [`Gate`] collects the windows and parks the workers above the
-//! limit.
+//! while the queue keeps up (demand, not the limit, sets the pace).
+//!
+//! It never goes below [`default_floor`] while keys wait: with the CPU
+//! full, the turns share the async workers with everything else the host
+//! does (the HTTP API's writes while clients load it), and the keys in
+//! flight set the reconciles' share. Window by window a lower limit then
+//! keeps nearly all of the throughput it is compared with, so the rule
+//! alone walked down to a few dozen keys and the queue fell behind the
+//! clients by tens of seconds (docs/benchmarks/scale.md, "The concurrency
+//! floor"). Calls that compute long are not what the floor lets in: past
+//! their first epoch tick they take turns on half the cores, however many
+//! keys are in flight (see `runtime`).
+//!
+//! The rule is [`Adaptive::observe`], a pure function of one window of
+//! completed turns; [`Gate`] collects the windows and parks the workers
+//! above the limit.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -27,8 +39,9 @@ use tokio::sync::watch;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Concurrency {
-    /// Between two (see `MIN`) and [`Config::workers`](super::Config::workers) keys at
-    /// once, adapted to the measured throughput (the default).
+    /// Between [`default_floor`] (or [`Config::workers`](super::Config::workers)
+    /// when lower) and `workers` keys at once, adapted to the measured
+    /// throughput (the default).
     #[default]
     Adaptive,
     /// Exactly [`Config::workers`](super::Config::workers) keys at once
@@ -44,11 +57,14 @@ pub(crate) fn default_max() -> usize {
     super::pool::default_threads() * 16
 }
 
-/// Where adaptation starts: the old fixed default.
-const INITIAL: usize = 2;
-/// The fewest keys in flight (unless `workers` is lower): with two, one
-/// call that runs to its deadline never holds up every other key.
-const MIN: usize = 2;
+/// The fewest keys in flight while keys wait (unless `workers` is lower),
+/// and where adaptation starts: 8 per reconcile pool thread, half of
+/// [`default_max`]. A quarter of the maximum still left the queue 16 s
+/// behind 32 clients loading 100k Pods, half of it 2.5–4.3 s (see the
+/// module's doc).
+pub(crate) fn default_floor() -> usize {
+    super::pool::default_threads() * 8
+}
 /// A higher limit is kept when throughput rose by at least this share of
 /// the limit's rise (a quarter: 50 % more keys must bring 12.5 % more
 /// reconciles), so noise does not walk it up.
@@ -234,12 +250,19 @@ struct Sampler {
 }
 
 impl Gate {
-    /// A gate for `workers` workers, adapting unless `concurrency` is fixed.
+    /// A gate for `workers` workers, adapting from [`default_floor`] up
+    /// unless `concurrency` is fixed.
     pub(crate) fn new(concurrency: Concurrency, workers: usize) -> Self {
+        Self::with_floor(concurrency, workers, default_floor())
+    }
+
+    /// A gate for `workers` workers, adapting between `floor` (or
+    /// `workers`, when lower) and `workers` unless `concurrency` is fixed.
+    fn with_floor(concurrency: Concurrency, workers: usize, floor: usize) -> Self {
         let max = workers.max(1);
         let rule = match concurrency {
             Concurrency::Fixed => None,
-            Concurrency::Adaptive => Some(Adaptive::new(INITIAL, MIN, max)),
+            Concurrency::Adaptive => Some(Adaptive::new(floor, floor, max)),
         };
         let initial = rule.as_ref().map_or(max, Adaptive::limit);
         Self {
@@ -339,6 +362,10 @@ impl Gate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The floor of the gates under test: low, so that they have room to
+    /// move and to park workers.
+    const FLOOR: usize = 2;
 
     /// A model of a controller's system: a turn waits `wait` (the group
     /// commit) and computes `cpu` on two cores, shared when more turns
@@ -515,16 +542,16 @@ mod tests {
 
     #[tokio::test]
     async fn the_gate_parks_workers_above_the_limit_until_opened() {
-        let gate = Gate::new(Concurrency::Adaptive, 8);
-        assert_eq!((gate.workers(), gate.limit()), (8, INITIAL));
+        let gate = Gate::with_floor(Concurrency::Adaptive, 8, FLOOR);
+        assert_eq!((gate.workers(), gate.limit()), (8, FLOOR));
         let mut rx = gate.subscribe();
-        Gate::admit(INITIAL - 1, &mut rx).await;
-        let mut parked = spawn_admit(&gate, INITIAL);
+        Gate::admit(FLOOR - 1, &mut rx).await;
+        let mut parked = spawn_admit(&gate, FLOOR);
         assert!(
             tokio::time::timeout(Duration::from_millis(20), &mut parked)
                 .await
                 .is_err(),
-            "worker {INITIAL} passed a limit of {INITIAL}"
+            "worker {FLOOR} passed a limit of {FLOOR}"
         );
         gate.open();
         tokio::time::timeout(Duration::from_secs(5), parked)
@@ -541,7 +568,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_opened_gate_stays_open_when_a_turn_ends_after_it() {
-        let gate = Gate::new(Concurrency::Adaptive, 64);
+        let gate = Gate::with_floor(Concurrency::Adaptive, 64, FLOOR);
         // Turns that would move the limit once their window closes.
         for _ in 0..WINDOW_TURNS {
             gate.record(true, 0);
@@ -557,6 +584,34 @@ mod tests {
             .unwrap();
     }
 
+    #[test]
+    fn by_default_the_gate_starts_at_the_floor_and_stays_above_it_while_keys_wait() {
+        let floor = default_floor();
+        assert!(floor >= 2 && floor < default_max(), "{floor}");
+        let gate = Gate::new(Concurrency::Adaptive, default_max());
+        assert_eq!(gate.limit(), floor);
+        // Throughput that a lower limit keeps whole: the rule alone would
+        // walk down (see `stays_low_when_the_calls_are_cpu_bound`).
+        let mut rule = Adaptive::new(floor, floor, default_max());
+        let mut model = Model {
+            wait: 0.0,
+            cpu: 0.005,
+            noise: 0.1,
+            seed: 3,
+        };
+        let trace = model.run(&mut rule, 300);
+        assert!(trace.iter().all(|l| *l >= floor), "{trace:?}");
+        // Fewer workers than the floor: all of them, always.
+        let few = Gate::new(Concurrency::Adaptive, floor / 2);
+        assert_eq!(few.limit(), floor / 2);
+        for _ in 0..WINDOW_TURNS {
+            few.record(true, 0);
+        }
+        std::thread::sleep(WINDOW);
+        few.record(true, 0);
+        assert_eq!(few.limit(), floor / 2, "nowhere to go");
+    }
+
     fn spawn_admit(gate: &Gate, index: usize) -> tokio::task::JoinHandle<()> {
         let mut rx = gate.subscribe();
         tokio::spawn(async move { Gate::admit(index, &mut rx).await })
@@ -564,19 +619,19 @@ mod tests {
 
     #[test]
     fn the_gate_moves_the_limit_once_a_window_closes() {
-        let gate = Gate::new(Concurrency::Adaptive, 64);
+        let gate = Gate::with_floor(Concurrency::Adaptive, 64, FLOOR);
         let rx = gate.subscribe();
         for _ in 0..WINDOW_TURNS {
             gate.record(true, 0);
         }
-        assert_eq!(gate.limit(), INITIAL, "the window is still open");
+        assert_eq!(gate.limit(), FLOOR, "the window is still open");
         std::thread::sleep(WINDOW);
         gate.record(true, 0);
         assert_eq!(
             gate.limit(),
-            INITIAL + 1,
+            FLOOR + 1,
             "measured, then a probe up by half of 2"
         );
-        assert_eq!(*rx.borrow(), INITIAL + 1, "published to the workers");
+        assert_eq!(*rx.borrow(), FLOOR + 1, "published to the workers");
     }
 }

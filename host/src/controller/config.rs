@@ -12,8 +12,8 @@ pub struct Config {
     /// parallel, one key never twice at once). Default: 16 per reconcile
     /// pool thread, of which [`Concurrency::Adaptive`] uses what pays.
     pub workers: usize,
-    /// Whether the keys in flight adapt between two and `workers` (the
-    /// default), or are always `workers`.
+    /// Whether the keys in flight adapt between a floor of 8 per reconcile
+    /// pool thread and `workers` (the default), or are always `workers`.
     pub concurrency: Concurrency,
     /// Workqueue settings (backoff, rate limit).
     pub queue: queue::Config,
