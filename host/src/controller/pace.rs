@@ -1,5 +1,6 @@
-//! What one plugin may make the host spend per second: time in its calls
-//! (a share of the cores) and bytes its responses have the store write
+//! What one plugin may make the host spend per second: CPU time in its
+//! calls (a share of the cores; the call pool measures it on the call's
+//! thread) and bytes its responses have the store write
 //! (statuses, children, finalizers). Each is a bucket that a call or a
 //! write may take into debt; while either is in debt the plugin's keys
 //! wait for it to be repaid instead of being called ("paced"), whatever

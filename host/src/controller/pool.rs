@@ -64,6 +64,32 @@ pub(crate) fn default_threads() -> usize {
         .clamp(4, 64)
 }
 
+/// Run `call` here and charge `pace` the CPU time it took on this thread:
+/// neither waiting for a thread nor the time the OS gave other threads
+/// meanwhile is the plugin's spending.
+fn charged<T>(pace: Option<&super::Pace>, call: impl FnOnce() -> T) -> T {
+    let Some(pace) = pace else {
+        return call();
+    };
+    let started = thread_cpu_time();
+    let answer = call();
+    pace.charge_call(thread_cpu_time().saturating_sub(started));
+    answer
+}
+
+/// The CPU time the calling thread has used. A call's cost to the host is
+/// this, not its wall time: with more calls in flight than cores, wall
+/// time charged each call for its neighbours' turns on the CPU, and a
+/// plugin's share of the cores (see `pace`) shrank with the host's load
+/// (docs/benchmarks/effects.md, "The pace charged wall time").
+fn thread_cpu_time() -> std::time::Duration {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    std::time::Duration::new(
+        u64::try_from(now.tv_sec).unwrap_or(0),
+        u32::try_from(now.tv_nsec).unwrap_or(0),
+    )
+}
+
 /// What a reconcile call gives back: the request (to call again with more
 /// observations) and the reconciler's answer; `Err` when the call itself
 /// failed (its thread panicked or went away).
@@ -89,13 +115,7 @@ impl CallPool {
     ) -> ReconcileCall {
         let (callee, view, pace) = (callee.clone(), view.clone(), pace.cloned());
         let call = move || {
-            // Timed on the thread that runs it: waiting for a thread is
-            // not the plugin's spending.
-            let started = std::time::Instant::now();
-            let response = callee.reconcile(&request, &view);
-            if let Some(pace) = pace {
-                pace.charge_call(started.elapsed());
-            }
+            let response = charged(pace.as_deref(), || callee.reconcile(&request, &view));
             (request, response)
         };
         if inline {
@@ -271,6 +291,35 @@ mod tests {
         std::thread::current()
             .name()
             .is_some_and(|n| n.starts_with("setpoint-reconcile-"))
+    }
+
+    #[test]
+    fn a_call_is_charged_the_cpu_it_used_not_the_time_it_took() {
+        use super::super::{Pace, PaceLimits};
+        use std::time::Duration;
+        // Half a core's share would be 2 s of burst; a twentieth's is 0.2 s.
+        let limits = PaceLimits {
+            cores: 0.05,
+            write_bytes_per_second: 1e9,
+        };
+        let pace = Pace::new(limits);
+        // Off the CPU for longer than the whole burst (as a call is when
+        // the OS runs other threads): charged next to nothing.
+        charged(Some(&pace), || {
+            std::thread::sleep(Duration::from_millis(400))
+        });
+        assert!(pace.wait().is_none(), "a call that waited was charged");
+        // On the CPU for longer than the burst: in debt.
+        charged(Some(&pace), || {
+            let started = thread_cpu_time();
+            while thread_cpu_time() - started < Duration::from_millis(400) {
+                std::hint::black_box(started);
+            }
+        });
+        let (wait, _) = pace.wait().expect("a call that computed was not charged");
+        assert!(wait > Duration::from_secs(1), "{wait:?}");
+        // No pace: nothing to charge, the call still runs.
+        assert_eq!(charged(None, || 7), 7);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
