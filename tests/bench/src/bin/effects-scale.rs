@@ -73,8 +73,9 @@
 //! Environment: `SETPOINT_BIN` (default `target/release/setpoint`, used
 //! for both `serve` and `apply`), `EFFECTS_PLUGINS` (the directory holding
 //! `dns.wasm`, default `target/wasm/wasm32-unknown-unknown/plugin`),
-//! `EFFECTS_RPS` and `EFFECTS_CONCURRENCY` (the grant's `spec.limits`;
-//! the host's defaults when unset), `EFFECTS_TIMEOUT_S` (default 600; the
+//! `EFFECTS_RPS`, `EFFECTS_CONCURRENCY` and `EFFECTS_CPU` (the grant's
+//! `spec.limits`: `rps`, `concurrency`, `cpu`; the host's defaults when
+//! unset), `EFFECTS_TIMEOUT_S` (default 600; the
 //! bound of each phase), `EFFECTS_STEADY_S` (default 60),
 //! `EFFECTS_OUTAGE=0` (skip the outage), `EFFECTS_OUTAGE_S` (default 30),
 //! `EFFECTS_FAIRNESS=0` (skip fairness, and the second PowerDNS),
@@ -857,6 +858,10 @@ fn limits_from_env() -> anyhow::Result<Value> {
             .parse()
             .context("EFFECTS_CONCURRENCY must be a whole number")?;
         limits.insert("concurrency".into(), json!(concurrency));
+    }
+    if let Ok(cpu) = std::env::var("EFFECTS_CPU") {
+        let cpu: f64 = cpu.parse().context("EFFECTS_CPU must be a number")?;
+        limits.insert("cpu".into(), json!(cpu));
     }
     Ok(Value::Object(limits))
 }
