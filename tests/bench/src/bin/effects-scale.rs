@@ -1537,7 +1537,13 @@ async fn measure(n: usize, zones: usize, dir: &Path, settings: &Settings) -> any
     let timeout = settings.timeout;
     let limits = &settings.limits;
     let bin = prepare(dir)?;
-    let http = reqwest::Client::new();
+    // Idle connections are dropped before the server's 30 s header-read
+    // timeout closes them: a phase that waits 30 s (the outage) otherwise
+    // sends its next request on a connection the server is closing that
+    // instant ("connection reset by peer").
+    let http = reqwest::Client::builder()
+        .pool_idle_timeout(Duration::from_secs(20))
+        .build()?;
 
     let mut pdns = PowerDns::start(&dir.join("pdns"))?;
     pdns.wait_ready(&http).await?;
