@@ -64,16 +64,25 @@ pub(crate) fn default_threads() -> usize {
         .clamp(4, 64)
 }
 
-/// Run `call` here and charge `pace` the CPU time it took on this thread:
-/// neither waiting for a thread nor the time the OS gave other threads
-/// meanwhile is the plugin's spending.
-fn charged<T>(pace: Option<&super::Pace>, call: impl FnOnce() -> T) -> T {
-    let Some(pace) = pace else {
+/// Where a controller's call is charged: its plugin's pace, and its tally
+/// (which counts what was charged).
+pub(crate) struct Charge {
+    pub(crate) pace: Arc<super::Pace>,
+    pub(crate) tally: super::Tally,
+}
+
+/// Run `call` here and charge `charge` the CPU time it took on this
+/// thread: neither waiting for a thread nor the time the OS gave other
+/// threads meanwhile is the plugin's spending.
+fn charged<T>(charge: Option<&Charge>, call: impl FnOnce() -> T) -> T {
+    let Some(charge) = charge else {
         return call();
     };
     let started = thread_cpu_time();
     let answer = call();
-    pace.charge_call(thread_cpu_time().saturating_sub(started));
+    let cpu = thread_cpu_time().saturating_sub(started);
+    charge.pace.charge_call(cpu);
+    charge.tally.called(cpu);
     answer
 }
 
@@ -111,11 +120,11 @@ impl CallPool {
         inline: bool,
         view: &Arc<dyn super::CacheView>,
         request: super::Request,
-        pace: Option<&Arc<super::Pace>>,
+        charge: Option<Charge>,
     ) -> ReconcileCall {
-        let (callee, view, pace) = (callee.clone(), view.clone(), pace.cloned());
+        let (callee, view) = (callee.clone(), view.clone());
         let call = move || {
-            let response = charged(pace.as_deref(), || callee.reconcile(&request, &view));
+            let response = charged(charge.as_ref(), || callee.reconcile(&request, &view));
             (request, response)
         };
         if inline {
@@ -295,22 +304,27 @@ mod tests {
 
     #[test]
     fn a_call_is_charged_the_cpu_it_used_not_the_time_it_took() {
-        use super::super::{Pace, PaceLimits};
+        use super::super::{Pace, PaceLimits, Tally};
         use std::time::Duration;
         // Half a core's share would be 2 s of burst; a twentieth's is 0.2 s.
         let limits = PaceLimits {
             cores: 0.05,
             write_bytes_per_second: 1e9,
         };
-        let pace = Pace::new(limits);
+        let charge = Charge {
+            pace: Arc::new(Pace::new(limits)),
+            tally: Tally::default(),
+        };
+        let pace = &charge.pace;
         // Off the CPU for longer than the whole burst (as a call is when
         // the OS runs other threads): charged next to nothing.
-        charged(Some(&pace), || {
-            std::thread::sleep(Duration::from_millis(400))
+        charged(Some(&charge), || {
+            std::thread::sleep(Duration::from_millis(400));
         });
         assert!(pace.wait().is_none(), "a call that waited was charged");
+        assert!(charge.tally.snapshot().call_cpu < Duration::from_millis(100));
         // On the CPU for longer than the burst: in debt.
-        charged(Some(&pace), || {
+        charged(Some(&charge), || {
             let started = thread_cpu_time();
             while thread_cpu_time() - started < Duration::from_millis(400) {
                 std::hint::black_box(started);
@@ -318,6 +332,11 @@ mod tests {
         });
         let (wait, _) = pace.wait().expect("a call that computed was not charged");
         assert!(wait > Duration::from_secs(1), "{wait:?}");
+        let counted = charge.tally.snapshot().call_cpu;
+        assert!(
+            counted >= Duration::from_millis(400),
+            "the tally counted {counted:?}"
+        );
         // No pace: nothing to charge, the call still runs.
         assert_eq!(charged(None, || 7), 7);
     }

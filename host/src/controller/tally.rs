@@ -52,6 +52,8 @@ struct Counters {
     /// (cpu, writes).
     paced: [AtomicU64; 2],
     written_bytes: AtomicU64,
+    /// Nanoseconds of CPU its calls took on their threads.
+    call_cpu_nanos: AtomicU64,
     duration: Histogram,
     recent: Recent,
 }
@@ -120,6 +122,9 @@ pub struct TallySnapshot {
     pub paced_writes: u64,
     /// Bytes of objects its responses had the store write.
     pub written_bytes: u64,
+    /// CPU time its calls took on the threads that ran them: what the
+    /// pace charges against the plugin's share of the cores.
+    pub call_cpu: Duration,
 }
 
 impl Tally {
@@ -192,6 +197,12 @@ impl Tally {
         self.0.paced[index].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Count CPU time one of the plugin's calls took.
+    pub fn called(&self, cpu: Duration) {
+        let nanos = u64::try_from(cpu.as_nanos()).unwrap_or(u64::MAX);
+        self.0.call_cpu_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
     /// Count bytes of objects written for the plugin's responses.
     pub fn written(&self, bytes: u64) {
         self.0.written_bytes.fetch_add(bytes, Ordering::Relaxed);
@@ -210,6 +221,7 @@ impl Tally {
             paced_cpu: counters.paced[0].load(Ordering::Relaxed),
             paced_writes: counters.paced[1].load(Ordering::Relaxed),
             written_bytes: counters.written_bytes.load(Ordering::Relaxed),
+            call_cpu: Duration::from_nanos(counters.call_cpu_nanos.load(Ordering::Relaxed)),
             duration: counters.duration.snapshot(),
         }
     }

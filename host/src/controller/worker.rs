@@ -394,6 +394,14 @@ async fn turn(shared: Arc<Shared>, key: ObjectKey, parker: egress::Parker) {
 }
 
 /// The turn of `key` is over: the queue may hand it out again.
+/// Where the controller's calls are charged: its plugin's pace and tally.
+fn charge(shared: &Shared) -> super::pool::Charge {
+    super::pool::Charge {
+        pace: shared.pace.clone(),
+        tally: shared.tally.clone(),
+    }
+}
+
 fn end_turn(shared: &Shared, key: &ObjectKey) {
     shared.turns.end(key);
     shared.queue.done(key);
@@ -552,7 +560,7 @@ async fn reconcile_key(
     };
     let (request, response) = shared
         .pool
-        .reconcile(&callee, inline, &view, request, Some(&shared.pace))
+        .reconcile(&callee, inline, &view, request, Some(charge(shared)))
         .await?;
     // The plugin has seen the outcomes and answered: an error is its
     // decision about them, and handing them over again would replay the
@@ -581,7 +589,7 @@ async fn reconcile_key(
             };
             shared
                 .pool
-                .reconcile(callee, inline, view, r, Some(&shared.pace))
+                .reconcile(callee, inline, view, r, Some(charge(shared)))
                 .await
         }
     })

@@ -360,6 +360,20 @@ pub(super) fn render(numbers: &HostNumbers, requests: &RequestMetrics) -> String
     }
     header(
         &mut out,
+        "setpoint_plugin_call_cpu_seconds_total",
+        "counter",
+        "CPU time a plugin's reconcile calls took on the threads that ran them: what its share of the cores (spec.limits.cpu) is charged.",
+    );
+    for (plugin, t) in tallies {
+        let _ = writeln!(
+            out,
+            "setpoint_plugin_call_cpu_seconds_total{{plugin=\"{}\"}} {}",
+            escape(plugin),
+            t.call_cpu.as_secs_f64()
+        );
+    }
+    header(
+        &mut out,
         "setpoint_plugin_written_bytes_total",
         "counter",
         "Bytes of objects (as stored) a plugin's responses had the store write: statuses, children, finalizers.",
