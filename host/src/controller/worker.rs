@@ -393,7 +393,6 @@ async fn turn(shared: Arc<Shared>, key: ObjectKey, parker: egress::Parker) {
     }
 }
 
-/// The turn of `key` is over: the queue may hand it out again.
 /// Where the controller's calls are charged: its plugin's pace and tally.
 fn charge(shared: &Shared) -> super::pool::Charge {
     super::pool::Charge {
@@ -402,6 +401,7 @@ fn charge(shared: &Shared) -> super::pool::Charge {
     }
 }
 
+/// The turn of `key` is over: the queue may hand it out again.
 fn end_turn(shared: &Shared, key: &ObjectKey) {
     shared.turns.end(key);
     shared.queue.done(key);

@@ -154,6 +154,21 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
+/// A counter with one value per tally, labelled `label` with its owner's
+/// name (a controller's, or the plugin's: the same name).
+fn counter_per<V: std::fmt::Display>(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    (label, tallies): (&str, &[(String, TallySnapshot)]),
+    value: impl Fn(&TallySnapshot) -> V,
+) {
+    header(out, name, "counter", help);
+    for (owner, t) in tallies {
+        let _ = writeln!(out, "{name}{{{label}=\"{}\"}} {}", escape(owner), value(t));
+    }
+}
+
 fn histogram(out: &mut String, name: &str, labels: &str, h: &HistogramSnapshot) {
     for (bound, count) in DURATION_BUCKETS_SECONDS.iter().zip(h.buckets) {
         let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {count}");
@@ -315,34 +330,20 @@ pub(super) fn render(numbers: &HostNumbers, requests: &RequestMetrics) -> String
             "controller_runtime_reconcile_total{{controller=\"{c}\",result=\"error\"}} {errors}"
         );
     }
-    header(
+    counter_per(
         &mut out,
         "controller_runtime_reconcile_errors_total",
-        "counter",
         "Total number of reconciliation errors per controller.",
+        ("controller", tallies),
+        |t| t.errors + t.conflicts,
     );
-    for (controller, t) in tallies {
-        let _ = writeln!(
-            out,
-            "controller_runtime_reconcile_errors_total{{controller=\"{}\"}} {}",
-            escape(controller),
-            t.errors + t.conflicts
-        );
-    }
-    header(
+    counter_per(
         &mut out,
         "setpoint_controller_events_dropped_total",
-        "counter",
         "Events of a controller's plugin responses not recorded: over the event budget (100 a reconcile, 500 at once then 500 an hour per object).",
+        ("controller", tallies),
+        |t| t.events_dropped,
     );
-    for (controller, t) in tallies {
-        let _ = writeln!(
-            out,
-            "setpoint_controller_events_dropped_total{{controller=\"{}\"}} {}",
-            escape(controller),
-            t.events_dropped
-        );
-    }
     header(
         &mut out,
         "setpoint_plugin_paced_total",
@@ -358,34 +359,20 @@ pub(super) fn render(numbers: &HostNumbers, requests: &RequestMetrics) -> String
             );
         }
     }
-    header(
+    counter_per(
         &mut out,
         "setpoint_plugin_call_cpu_seconds_total",
-        "counter",
         "CPU time a plugin's reconcile calls took on the threads that ran them: what its share of the cores (spec.limits.cpu) is charged.",
+        ("plugin", tallies),
+        |t| t.call_cpu.as_secs_f64(),
     );
-    for (plugin, t) in tallies {
-        let _ = writeln!(
-            out,
-            "setpoint_plugin_call_cpu_seconds_total{{plugin=\"{}\"}} {}",
-            escape(plugin),
-            t.call_cpu.as_secs_f64()
-        );
-    }
-    header(
+    counter_per(
         &mut out,
         "setpoint_plugin_written_bytes_total",
-        "counter",
         "Bytes of objects (as stored) a plugin's responses had the store write: statuses, children, finalizers.",
+        ("plugin", tallies),
+        |t| t.written_bytes,
     );
-    for (plugin, t) in tallies {
-        let _ = writeln!(
-            out,
-            "setpoint_plugin_written_bytes_total{{plugin=\"{}\"}} {}",
-            escape(plugin),
-            t.written_bytes
-        );
-    }
     header(
         &mut out,
         "controller_runtime_reconcile_time_seconds",
