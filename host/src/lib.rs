@@ -65,6 +65,7 @@ pub mod egress;
 mod files;
 pub mod informer;
 pub mod manager;
+pub mod memory;
 mod metrics;
 pub mod object;
 pub mod plan;

@@ -298,6 +298,10 @@ pub struct Allocator {
     /// returned once they go, not only when the thread next allocates
     /// (BENCHMARKS.md, "Hostile clients").
     pub collect: Option<fn()>,
+    /// Gives back all the calling thread holds freed, however costly;
+    /// installed as [`setpoint::memory::install_release`] for the host's
+    /// threads that have gone idle.
+    pub release: Option<fn()>,
 }
 
 /// Run a parsed command line.

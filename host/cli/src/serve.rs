@@ -136,6 +136,10 @@ fn console_host(addr: SocketAddr) -> String {
 /// signal before their connections are closed.
 const GRACE: Duration = Duration::from_secs(5);
 
+/// How long a blocking-pool thread waits for work before it ends (tokio's
+/// default is 10 s).
+const BLOCKING_KEEP_ALIVE: Duration = Duration::from_secs(1);
+
 /// How often, at most, an idle runtime worker gives freed memory back.
 const COLLECT_EVERY: Duration = Duration::from_secs(1);
 
@@ -168,6 +172,15 @@ pub(super) fn run(args: ServeArgs, allocator: crate::Allocator) -> anyhow::Resul
         .init();
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     runtime.enable_all();
+    // Blocking-pool threads (the store's range reads) are woken in turn,
+    // so a trickle of reads keeps every thread a burst started alive for
+    // the keep-alive, each holding what it freed; an idle host lets them go
+    // within a second, and each gives back what it holds as it ends.
+    runtime.thread_keep_alive(BLOCKING_KEEP_ALIVE);
+    if let Some(release) = allocator.release {
+        setpoint::memory::install_release(release);
+        runtime.on_thread_stop(release);
+    }
     if let Some(collect) = allocator.collect {
         runtime.on_thread_park(move || collect_when_idle(collect));
     }

@@ -272,13 +272,24 @@ impl std::fmt::Debug for CallPool {
 
 /// One pool thread: take a call and run it (the call announces the thread
 /// idle again); until every sender is gone (shutdown, or the last pool
-/// clone dropped). `recv`
+/// clone dropped); after a second with no call, it gives back what it
+/// freed ([`crate::memory`]). `recv_timeout`
 /// spins briefly before it sleeps, so a thread that finishes a call while
 /// the next is being sent takes it without a futex wake.
 fn run(receiver: &Receiver<Job>, idle: &AtomicUsize, runtime: Option<tokio::runtime::Handle>) {
     let _entered = runtime.as_ref().map(tokio::runtime::Handle::enter);
-    while let Ok(job) = receiver.recv() {
-        job(Some(idle));
+    // The calls' decoded objects and outputs are freed on this thread;
+    // give them back once the controllers go quiet.
+    let mut released = crate::memory::IdleRelease::default();
+    loop {
+        match receiver.recv_timeout(crate::memory::IDLE_AFTER) {
+            Ok(job) => {
+                job(Some(idle));
+                released.worked();
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => released.idle(),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+        }
     }
 }
 
@@ -355,6 +366,33 @@ mod tests {
             .await;
         assert_eq!(read, Ok(7));
         assert_eq!(pool.stats().overflowed, 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_thread_gives_back_its_freed_memory_once_it_has_been_idle() {
+        crate::memory::testing::install();
+        let pool = CallPool::new(1);
+        let (thread, pooled) = pool
+            .call(|| {
+                // Something to free.
+                std::hint::black_box(vec![0u8; 1 << 20]);
+                (std::thread::current().id(), on_pool_thread())
+            })
+            .await
+            .unwrap();
+        assert!(pooled);
+        assert!(
+            !crate::memory::testing::released_by(thread),
+            "gave back while the call was still being answered"
+        );
+        let deadline = std::time::Instant::now() + crate::memory::IDLE_AFTER * 20;
+        while !crate::memory::testing::released_by(thread) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the pool's idle thread never gave back"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -186,6 +186,7 @@ impl Writer {
     pub(super) fn run(mut self) {
         let mut batch: Vec<Queued> = Vec::with_capacity(MAX_BATCH);
         let mut closers = Vec::new();
+        let mut released = crate::memory::IdleRelease::default();
         loop {
             let first = if self.checkpointing.is_some() {
                 match self.requests.recv_timeout(CHECKPOINT_POLL) {
@@ -219,11 +220,13 @@ impl Writer {
                     Ok(queued) => queued,
                     Err(RecvTimeoutError::Timeout) => {
                         self.save_index_when_idle();
+                        released.idle();
                         continue;
                     }
                     Err(RecvTimeoutError::Disconnected) => break,
                 }
             };
+            released.worked();
             batch.push(first);
             drain(&self.requests, &mut batch);
             if self.commit_batch(&mut batch, &mut closers) {

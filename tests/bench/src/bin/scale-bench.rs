@@ -495,18 +495,20 @@ async fn run(n: usize, clients: usize) -> anyhow::Result<()> {
             most
         })
     };
-    let started = Instant::now();
+    let (started, cpu_before) = (Instant::now(), server.cpu());
     let streamed = stream_list(&http, &format!("{url}{PODS}")).await?;
     let list = started.elapsed();
+    let list_cpu = server.cpu().saturating_sub(cpu_before);
     listing.store(false, Ordering::Relaxed);
     let rss_during = sampler.join().unwrap_or(0);
     if streamed.items != n {
         bail!("the LIST streamed {} Pods, not {n}", streamed.items);
     }
     println!(
-        "list: all {n} Pods in one LIST: {:.2} s, {:.0} MB of JSON streamed; server RSS {:.0} MB before, at most {:.0} MB during (+{:.0} MB)",
+        "list: all {n} Pods in one LIST: {:.2} s, {:.0} MB of JSON streamed, server CPU {:.2} s; server RSS {:.0} MB before, at most {:.0} MB during (+{:.0} MB)",
         list.as_secs_f64(),
         mb(streamed.bytes),
+        list_cpu.as_secs_f64(),
         mb(rss_before),
         mb(rss_during),
         mb(rss_during.saturating_sub(rss_before))

@@ -105,6 +105,7 @@ impl Applier {
     /// write to become visible. An idle store cleans flat out.
     pub(super) fn run(mut self) {
         let mut jobs = Vec::new();
+        let mut released = crate::memory::IdleRelease::default();
         loop {
             let first = if self.cleanup_pending() {
                 let now = Instant::now();
@@ -113,6 +114,7 @@ impl Applier {
                         Ok(job) => job,
                         Err(TryRecvError::Empty) => {
                             self.clean_chunk();
+                            released.worked();
                             continue;
                         }
                         Err(TryRecvError::Disconnected) => break,
@@ -125,11 +127,18 @@ impl Applier {
                     }
                 }
             } else {
-                match self.jobs.recv() {
+                match self.jobs.recv_timeout(crate::memory::IDLE_AFTER) {
                     Ok(job) => job,
-                    Err(_) => break,
+                    Err(RecvTimeoutError::Timeout) => {
+                        // A transaction's pages are freed here; give them
+                        // back once the store goes quiet.
+                        released.idle();
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => break,
                 }
             };
+            released.worked();
             if matches!(first, Job::SaveIndex) {
                 self.save_index();
                 continue;

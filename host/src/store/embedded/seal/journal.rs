@@ -199,6 +199,9 @@ impl Sealer {
                         state.wanted = false;
                     }
                     sealer.seal();
+                    // Seals follow checkpoints, seconds apart at the
+                    // least: give its buffers back at once.
+                    crate::memory::release();
                 }
             })?;
         *self.thread.lock().unwrap_or_else(PoisonError::into_inner) = Some(thread);
