@@ -1,19 +1,65 @@
 //! [`JsonListPages`]: a list's JSON text written a page of the store at a
 //! time, for a server that streams it to its client: what a LIST holds at
-//! once is a page (about [`PAGE_BYTES`]), not the whole list twice (the
-//! stored values and the text), whatever the list's size.
+//! once is a page (about [`PAGE_BYTES`] to [`MAX_PAGE_BYTES`]), not the
+//! whole list twice (the stored values and the text), whatever the list's
+//! size.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::list::{Filter, compacted_is_gone, decode_continue, encode_continue, write_json};
 use super::{Api, ListOptions, Result};
 use crate::object::KindInfo;
 use crate::store::{Range, RangeResult, Revision};
 
-/// About how many bytes of stored objects one page reads: the number of
-/// keys per page adapts to the objects' size to stay near it.
+/// About how many bytes of stored objects one page reads while many lists
+/// stream at once: the number of keys per page adapts to the objects' size
+/// to stay near the page's target.
 pub const PAGE_BYTES: usize = 1 << 20;
 
+/// The most a page aims at: when few lists stream, each reads larger
+/// pages, which costs less per object (the store's reads of a page are
+/// spread over threads and joined; a LIST of a million took three
+/// quarters of the time with pages of 4 MiB: docs/benchmarks/scale.md,
+/// "Larger pages while few lists stream").
+pub const MAX_PAGE_BYTES: usize = 4 << 20;
+
+/// What the pages of all streaming lists aim at together: a page's target
+/// is this shared among them, between [`PAGE_BYTES`] and
+/// [`MAX_PAGE_BYTES`]. A list holds about three pages at once (the one
+/// read ahead, the one being written out, the one its client is sent), so
+/// four lists of large pages hold about what sixteen of small ones do.
+const PAGES_BUDGET: usize = 16 << 20;
+
 const FIRST_PAGE_KEYS: usize = 128;
-const MAX_PAGE_KEYS: usize = 4096;
+const MAX_PAGE_KEYS: usize = 16384;
+
+/// The bytes a page of one of `streaming` lists aims at.
+fn page_target(streaming: usize) -> usize {
+    (PAGES_BUDGET / streaming.max(1)).clamp(PAGE_BYTES, MAX_PAGE_BYTES)
+}
+
+/// One streaming list counted in its API's [`Api::streaming`] while it
+/// lives.
+struct Streaming(Arc<AtomicUsize>);
+
+impl Streaming {
+    fn new(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count.clone())
+    }
+
+    /// The bytes this list's next page aims at.
+    fn page_target(&self) -> usize {
+        page_target(self.0.load(Ordering::Relaxed))
+    }
+}
+
+impl Drop for Streaming {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// The JSON text of a list (byte for byte the `…List` object of
 /// [`Api::list`]; [`Api::list_json`] gathers it), in chunks of about a
@@ -28,7 +74,7 @@ const MAX_PAGE_KEYS: usize = 4096;
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let api = Api::open(Arc::new(MemoryBackend::new())).await?;
 /// let events = api.kinds().require("v1", "Event")?;
-/// for i in 0..300 {
+/// for i in 0..1000 {
 ///     let note = "x".repeat(10_000);
 ///     api.create(&events, json!({"apiVersion": "v1", "kind": "Event",
 ///         "metadata": {"name": format!("e{i:03}"), "namespace": "default"}, "note": note})).await?;
@@ -58,6 +104,8 @@ pub struct JsonListPages {
     /// The next page's read, started as soon as the last one was read:
     /// the store reads a page while the server writes out the one before.
     ahead: Option<tokio::task::JoinHandle<crate::store::Result<RangeResult>>>,
+    /// Counted among the streaming lists until written out or dropped.
+    streaming: Option<Streaming>,
 }
 
 #[derive(PartialEq)]
@@ -82,6 +130,7 @@ impl Api {
             page_keys: FIRST_PAGE_KEYS,
             state: State::Start,
             ahead: None,
+            streaming: Some(Streaming::new(&self.streaming)),
         }
     }
 }
@@ -126,10 +175,14 @@ impl JsonListPages {
         .map_err(compacted_is_gone)?;
         self.revision = Some(page.revision);
         let bytes: usize = page.kvs.iter().map(|kv| kv.value.len()).sum();
-        // Near PAGE_BYTES a page, whatever the objects' size.
-        if bytes > 2 * PAGE_BYTES && self.page_keys > 1 {
+        // Near the target a page, whatever the objects' size.
+        let target = self
+            .streaming
+            .as_ref()
+            .map_or(PAGE_BYTES, Streaming::page_target);
+        if bytes > 2 * target && self.page_keys > 1 {
             self.page_keys /= 2;
-        } else if bytes < PAGE_BYTES / 2 && self.page_keys < MAX_PAGE_KEYS {
+        } else if bytes < target / 2 && self.page_keys < MAX_PAGE_KEYS {
             self.page_keys *= 2;
         }
         let last_key = page.kvs.last().map(|kv| kv.key.clone());
@@ -178,6 +231,7 @@ impl JsonListPages {
         out.extend_from_slice(page.revision.to_string().as_bytes());
         out.extend_from_slice(br#""}}"#);
         self.state = State::Done;
+        self.streaming = None;
         Ok(Some(out))
     }
 
@@ -202,5 +256,51 @@ impl JsonListPages {
         let range = self.next_range();
         let backend = self.api.backend.clone();
         self.ahead = Some(tokio::spawn(async move { backend.range(range).await }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::store::MemoryBackend;
+
+    #[test]
+    fn pages_share_a_budget_between_the_least_and_the_most() {
+        assert_eq!(page_target(0), MAX_PAGE_BYTES);
+        assert_eq!(page_target(1), MAX_PAGE_BYTES);
+        assert_eq!(page_target(4), MAX_PAGE_BYTES);
+        assert_eq!(page_target(8), PAGES_BUDGET / 8);
+        assert_eq!(page_target(16), PAGE_BYTES);
+        assert_eq!(page_target(10_000), PAGE_BYTES, "never below the least");
+        // What many lists hold together stays that of small pages.
+        for lists in [1, 2, 4, 8, 16, 64, 200] {
+            assert!(
+                page_target(lists) * lists <= (PAGES_BUDGET).max(PAGE_BYTES * lists),
+                "{lists} lists"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_list_counts_as_streaming_while_it_lives() {
+        let api = Api::open(Arc::new(MemoryBackend::new())).await.unwrap();
+        let events = api.kinds().require("v1", "Event").unwrap();
+        let streaming = || api.streaming.load(Ordering::Relaxed);
+        let one = api.list_json_pages(&events, &Default::default());
+        let two = api.list_json_pages(&events, &Default::default());
+        assert_eq!(streaming(), 2);
+        assert_eq!(
+            one.streaming.as_ref().map(Streaming::page_target),
+            Some(page_target(2))
+        );
+        drop(one);
+        assert_eq!(streaming(), 1, "a dropped list no longer counts");
+        let mut two = two;
+        while two.next_chunk().await.unwrap().is_some() {}
+        assert_eq!(streaming(), 0, "nor one written out");
+        drop(two);
+        assert_eq!(streaming(), 0);
     }
 }

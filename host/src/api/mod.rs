@@ -50,7 +50,7 @@ pub use delete::{DeleteOptions, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, Propagat
 pub use error::{Cause, CauseType, Error, FieldConflict, MAX_LISTED_CONFLICTS};
 pub use kinds::KindRegistry;
 pub use list::{ListOptions, ObjectList};
-pub use list_pages::{JsonListPages, PAGE_BYTES};
+pub use list_pages::{JsonListPages, MAX_PAGE_BYTES, PAGE_BYTES};
 pub(crate) use write::Next;
 
 use crate::object::{KindInfo, Object, codec, meta, shape};
@@ -93,6 +93,9 @@ pub struct Api {
     holds: Arc<std::sync::Mutex<std::collections::BTreeMap<String, Revision>>>,
     /// Whether writes are only checked (see [`Api::dry_run`]).
     dry_run: bool,
+    /// Streamed lists being written ([`JsonListPages`]): their pages share
+    /// a budget.
+    streaming: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Api {
@@ -132,6 +135,7 @@ impl Api {
             kinds: KindRegistry::with_builtins(),
             max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
             compacted: Arc::new(AtomicI64::new(0)),
+            streaming: Arc::default(),
             holds: Arc::default(),
             dry_run: false,
         };

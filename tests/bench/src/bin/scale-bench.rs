@@ -564,14 +564,27 @@ async fn stream_list(http: &reqwest::Client, url: &str) -> anyhow::Result<Stream
     const ITEM: &[u8] = br#""kind":"Pod","metadata""#;
     let mut response = http.get(url).send().await?.error_for_status()?;
     let (mut bytes, mut items) = (0u64, 0usize);
-    // The end of the previous chunk, for a mark split across two.
+    // The end of the previous chunk, for a mark split across two: the
+    // marks that start in it are counted with the head of the next chunk,
+    // the rest of which is searched where it lies (not copied: the client
+    // shares the two cores with the server it times).
+    let finder = memchr::memmem::Finder::new(ITEM);
     let mut carry: Vec<u8> = Vec::new();
     while let Some(chunk) = response.chunk().await? {
         bytes += chunk.len() as u64;
-        carry.extend_from_slice(&chunk);
-        items += memchr::memmem::find_iter(&carry, ITEM).count();
-        let keep = (ITEM.len() - 1).min(carry.len());
-        carry.drain(..carry.len() - keep);
+        let head = (ITEM.len() - 1).min(chunk.len());
+        carry.extend_from_slice(&chunk[..head]);
+        items += finder.find_iter(&carry).count();
+        if chunk.len() > head {
+            // The carry is shorter than two marks and the head shorter
+            // than one: what it held spans the boundary, counted once.
+            items += finder.find_iter(&chunk).count();
+            carry.clear();
+            carry.extend_from_slice(&chunk[chunk.len() - head..]);
+        } else {
+            let keep = (ITEM.len() - 1).min(carry.len());
+            carry.drain(..carry.len() - keep);
+        }
     }
     if !carry.ends_with(b"\"}}") {
         bail!("the LIST ended early: …{}", String::from_utf8_lossy(&carry));
