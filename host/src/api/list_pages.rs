@@ -31,6 +31,13 @@ pub const MAX_PAGE_BYTES: usize = 4 << 20;
 /// four lists of large pages hold about what sixteen of small ones do.
 const PAGES_BUDGET: usize = 16 << 20;
 
+/// How many lists may stream at once with each reading its next page
+/// while it writes out the last: that page is one more held per list, so
+/// beyond this many lists each reads its next page only when asked (200
+/// LISTs at once held about 0.8–1 GB with every one reading ahead, 170 MB
+/// without: BENCHMARKS.md, "Hostile clients").
+const READ_AHEAD_LISTS: usize = 4;
+
 const FIRST_PAGE_KEYS: usize = 128;
 const MAX_PAGE_KEYS: usize = 16384;
 
@@ -52,6 +59,11 @@ impl Streaming {
     /// The bytes this list's next page aims at.
     fn page_target(&self) -> usize {
         page_target(self.0.load(Ordering::Relaxed))
+    }
+
+    /// Whether few enough lists stream for this one to read ahead.
+    fn may_read_ahead(&self) -> bool {
+        self.0.load(Ordering::Relaxed) <= READ_AHEAD_LISTS
     }
 }
 
@@ -187,8 +199,12 @@ impl JsonListPages {
         }
         let last_key = page.kvs.last().map(|kv| kv.key.clone());
         // Without a limit the next page is known to be wanted: it is read
-        // while this one is written out.
-        let read_on = limit == 0 && page.more && last_key.is_some();
+        // while this one is written out, unless many lists stream.
+        let ahead_allowed = self
+            .streaming
+            .as_ref()
+            .is_some_and(Streaming::may_read_ahead);
+        let read_on = ahead_allowed && limit == 0 && page.more && last_key.is_some();
         if read_on {
             self.start_after.clone_from(&last_key);
             self.read_ahead();
@@ -214,7 +230,9 @@ impl JsonListPages {
             (Some(_), true, false) => {
                 if !read_on {
                     self.start_after = last_key;
-                    self.read_ahead();
+                    if ahead_allowed {
+                        self.read_ahead();
+                    }
                 }
                 return Ok(Some(out));
             }
@@ -281,6 +299,40 @@ mod tests {
                 "{lists} lists"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn a_list_reads_ahead_only_while_few_lists_stream() {
+        let api = Api::open(Arc::new(MemoryBackend::new())).await.unwrap();
+        let events = api.kinds().require("v1", "Event").unwrap();
+        for i in 0..400 {
+            let object = serde_json::json!({"apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": format!("e{i:03}"), "namespace": "default"}});
+            api.create(&events, object).await.unwrap();
+        }
+        let options = ListOptions::default();
+        let mut alone = api.list_json_pages(&events, &options);
+        alone.next_chunk().await.unwrap().unwrap();
+        assert!(
+            alone.ahead.is_some(),
+            "a list alone reads its next page ahead"
+        );
+        let others: Vec<_> = (0..READ_AHEAD_LISTS)
+            .map(|_| api.list_json_pages(&events, &options))
+            .collect();
+        let mut crowded = api.list_json_pages(&events, &options);
+        let mut text = crowded.next_chunk().await.unwrap().unwrap();
+        assert!(crowded.ahead.is_none(), "one of many reads ahead");
+        while let Some(chunk) = crowded.next_chunk().await.unwrap() {
+            assert!(crowded.ahead.is_none());
+            text.extend(chunk);
+        }
+        assert_eq!(
+            text,
+            api.list_json(&events, &options).await.unwrap(),
+            "pages read when asked make the same list"
+        );
+        drop((alone, others));
     }
 
     #[tokio::test]
