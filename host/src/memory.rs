@@ -5,7 +5,7 @@
 //! heap until that thread next allocates) installs a hook here that gives
 //! back what the calling thread holds. The host's own long-lived threads
 //! (the store's writer and applier, the reconcile pool) call it once they
-//! have been idle for [`IDLE_AFTER`] after doing work: a load leaves its
+//! have been idle for a second after doing work: a load leaves its
 //! transient buffers (redb's transaction pages, decoded objects) freed in
 //! those threads' heaps, and without a call they stay in the process's
 //! RSS for as long as the host stays idle (docs/benchmarks/scale.md, "Freed

@@ -32,10 +32,11 @@ pub const MAX_PAGE_BYTES: usize = 4 << 20;
 const PAGES_BUDGET: usize = 16 << 20;
 
 /// How many lists may stream at once with each reading its next page
-/// while it writes out the last: that page is one more held per list, so
-/// beyond this many lists each reads its next page only when asked (200
-/// LISTs at once held about 0.8–1 GB with every one reading ahead, 170 MB
-/// without: BENCHMARKS.md, "Hostile clients").
+/// while it writes out the last: that page is one more held per list, and
+/// its read runs outside the turns the lists' pages take, so beyond this
+/// many lists each reads its next page only when asked (200 LISTs at once
+/// kept `/healthz` waiting several times longer with every one reading
+/// ahead: BENCHMARKS.md, "Hostile clients").
 const READ_AHEAD_LISTS: usize = 4;
 
 const FIRST_PAGE_KEYS: usize = 128;
@@ -46,8 +47,8 @@ fn page_target(streaming: usize) -> usize {
     (PAGES_BUDGET / streaming.max(1)).clamp(PAGE_BYTES, MAX_PAGE_BYTES)
 }
 
-/// One streaming list counted in its API's [`Api::streaming`] while it
-/// lives.
+/// One streaming list, counted in its API's count of streaming lists
+/// while it lives.
 struct Streaming(Arc<AtomicUsize>);
 
 impl Streaming {

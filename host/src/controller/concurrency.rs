@@ -39,7 +39,7 @@ use tokio::sync::watch;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Concurrency {
-    /// Between [`default_floor`] (or [`Config::workers`](super::Config::workers)
+    /// Between 8 keys per reconcile pool thread (or [`Config::workers`](super::Config::workers)
     /// when lower) and `workers` keys at once, adapted to the measured
     /// throughput (the default).
     #[default]
