@@ -12,4 +12,4 @@ pub mod definitions;
 pub mod event_expiry;
 pub mod gc;
 
-pub use gc::{GarbageCollector, GcConfig, GcHealth};
+pub use gc::{DEFAULT_GC_RESYNC, GarbageCollector, GcConfig, GcHealth};

@@ -48,8 +48,9 @@
 //!   conflicts included.
 //! - Changes and queued work take turns: after 64 changes in a row a
 //!   queued item is worked on. While a list is read no item is.
-//! - The collector relists every [`GcConfig::resync_every`], so a change it
-//!   somehow missed is acted on then, not never.
+//! - The collector relists every [`GcConfig::resync_every`] (10 hours by
+//!   default, as the controllers' resync), so a change it somehow missed
+//!   is acted on then, not never.
 //! - A watchdog restarts a collector that stops making progress (no step
 //!   for [`GcConfig::stall_after`] while an item is in progress or changes
 //!   or work wait; long work reports progress as it goes) or that ended,
@@ -94,9 +95,9 @@ const QUIET_FAILURES: u32 = 5;
 ///
 /// ```
 /// use std::time::Duration;
-/// use setpoint::system::GcConfig;
+/// use setpoint::system::{DEFAULT_GC_RESYNC, GcConfig};
 /// let config = GcConfig { stall_after: Duration::from_secs(10), ..GcConfig::default() };
-/// assert_eq!(config.resync_every, GcConfig::default().resync_every);
+/// assert_eq!(config.resync_every, DEFAULT_GC_RESYNC);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GcConfig {
@@ -105,15 +106,24 @@ pub struct GcConfig {
     /// restarted.
     pub stall_after: Duration,
     /// The collector lists the store again this often, acting on anything
-    /// it missed.
+    /// it missed. Default [`DEFAULT_GC_RESYNC`].
     pub resync_every: Duration,
 }
+
+/// The default period of the collector's relist: 10 hours, as the
+/// controllers' resync ([`DEFAULT_RESYNC`](crate::controller::DEFAULT_RESYNC)).
+/// A relist reads and indexes every object again: at a million objects
+/// and their Events that is half a minute of a core, and every 10 minutes
+/// (the default before) it fell, at the end of a load, into the minutes a
+/// converged host should be idle, where a client's LIST shared the cores
+/// with it (docs/benchmarks/scale.md, "The collector's relist").
+pub const DEFAULT_GC_RESYNC: Duration = Duration::from_secs(10 * 60 * 60);
 
 impl Default for GcConfig {
     fn default() -> Self {
         Self {
             stall_after: Duration::from_secs(60),
-            resync_every: Duration::from_secs(600),
+            resync_every: DEFAULT_GC_RESYNC,
         }
     }
 }
