@@ -1,21 +1,31 @@
 //! Event expiry: deletes `v1` Events whose last occurrence is older than a
-//! time to live, periodically, as kube-apiserver's `--event-ttl` (one hour)
-//! does. With the per-object event budget (`controller::events`) this
-//! bounds what events can hold in the store, however much a plugin emits.
+//! time to live, as kube-apiserver's `--event-ttl` (one hour) does. With
+//! the per-object event budget (`controller::events`) this bounds what
+//! events can hold in the store, however much a plugin emits.
+//!
+//! A pass reads every Event, so passes run only when one can be due: the
+//! expiry lists the Events (a pass, deleting what is past the time to
+//! live), then follows their changes, keeping the earliest time of any
+//! Event left or written since. It lists again only once that time is
+//! past the time to live. Reading a million Events every minute was a
+//! core's share for ever at idle, and fell across client LISTs
+//! (docs/benchmarks/scale.md, "The collector's relist").
 
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::api::{Api, DeleteOptions};
-use crate::informer::watcher::Pager;
-use crate::object::time;
+use crate::informer::watcher::{Event, Pager, Watcher};
+use crate::object::{Object, time};
 use crate::store::KeyValue;
 
-/// Start a task that every `interval` deletes the Events last seen more
-/// than `ttl` ago (by `lastTimestamp`, else `eventTime`, else the
-/// creation time). Failures are logged and retried at the next tick. The
-/// task runs until the handle is aborted.
+/// Start a task that deletes the Events last seen more than `ttl` ago
+/// (by `lastTimestamp`, else `eventTime`, else the creation time): at
+/// once, then, checking every `interval`, whenever one can have expired.
+/// Failures are logged and retried at the next check. The task runs until
+/// the handle is aborted or the store's watch hub stops.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -40,33 +50,163 @@ use crate::store::KeyValue;
 /// ```
 pub fn start(api: &Api, interval: Duration, ttl: Duration) -> JoinHandle<()> {
     let api = api.clone();
-    tokio::spawn(async move {
-        loop {
-            let started = std::time::Instant::now();
-            match expire(&api, ttl).await {
-                Ok(0) => {}
-                Ok(deleted) => tracing::debug!(deleted, "expired events deleted"),
-                Err(err) => tracing::warn!(%err, "could not expire events; will retry"),
-            }
-            // A pass reads every Event: with a million of them it takes
-            // seconds, and passes back to back would keep a core busy.
-            tokio::time::sleep(interval.max(started.elapsed() * PASS_SHARE)).await;
-        }
-    })
+    tokio::spawn(async move { run(&api, interval, ttl).await })
 }
 
 /// A pass takes at most one part in this of the expiry's time.
 const PASS_SHARE: u32 = 20;
 
+/// Lists (a pass), follows, and lists again when an Event can be due.
+async fn run(api: &Api, interval: Duration, ttl: Duration) {
+    let mut watcher = Watcher::new(api, &Api::prefix(&events_kind(api), None));
+    let mut pass = Pass::default();
+    // The earliest time of an Event not deleted by the last pass or
+    // written since: none can expire before it is past the time to live.
+    let mut earliest: Option<i64> = None;
+    // When to see whether a pass is due; none while one runs.
+    let mut check_at: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            event = watcher.next() => match event {
+                None => return,
+                Some(Event::Init) => {
+                    pass = Pass::default();
+                    earliest = None;
+                    check_at = None;
+                }
+                Some(Event::InitApply(kv)) => {
+                    if let Some(left) = pass.visit(api, &kv, ttl).await {
+                        earliest = earliest_of(earliest, Some(left));
+                    }
+                }
+                Some(Event::InitDone { .. }) => {
+                    pass.report();
+                    // Back to back, passes over a million Events would keep a
+                    // core busy: a pass takes at most its share of the time.
+                    check_at = Some(Instant::now() + interval.max(pass.started.elapsed() * PASS_SHARE));
+                }
+                Some(Event::Apply(change)) => {
+                    earliest = earliest_of(earliest, seen_at(&change.object));
+                }
+                Some(Event::Delete(_)) => {}
+            },
+            () = sleep_until(check_at), if check_at.is_some() => {
+                if earliest.is_some_and(|at| at < cutoff(ttl)) {
+                    watcher.relist();
+                    check_at = None;
+                } else {
+                    check_at = Some(Instant::now() + interval);
+                }
+            }
+        }
+    }
+}
+
+fn events_kind(api: &Api) -> std::sync::Arc<crate::object::KindInfo> {
+    api.kinds()
+        .by_plural("", "events")
+        .expect("Event is a built-in kind")
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn earliest_of(earliest: Option<i64>, at: Option<i64>) -> Option<i64> {
+    match (earliest, at) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Events last seen before this (unix seconds) are past `ttl`.
+fn cutoff(ttl: Duration) -> i64 {
+    time::now_unix_ms() as i64 / 1000 - ttl.as_secs() as i64
+}
+
+/// One pass of [`run`] over the listed Events.
+struct Pass {
+    started: Instant,
+    read: usize,
+    deleted: usize,
+    failed: usize,
+}
+
+impl Default for Pass {
+    fn default() -> Self {
+        Self {
+            started: Instant::now(),
+            read: 0,
+            deleted: 0,
+            failed: 0,
+        }
+    }
+}
+
+impl Pass {
+    /// Deletes the listed Event if it is past `ttl`; the time of one left.
+    async fn visit(&mut self, api: &Api, kv: &KeyValue, ttl: Duration) -> Option<i64> {
+        self.read += 1;
+        let seen = Seen::of(kv)?;
+        let at = seen.at?;
+        if at >= cutoff(ttl) {
+            return Some(at);
+        }
+        let result = api
+            .delete(
+                &events_kind(api),
+                seen.namespace.as_deref(),
+                &seen.name,
+                &DeleteOptions::default(),
+            )
+            .await;
+        match result {
+            Ok(_) => {
+                self.deleted += 1;
+                None
+            }
+            Err(crate::api::Error::NotFound { .. }) => None,
+            Err(err) => {
+                // Still there and due: the next check lists again.
+                if self.failed == 0 {
+                    tracing::warn!(%err, key = %kv.key, "could not expire an event; will retry");
+                }
+                self.failed += 1;
+                Some(at)
+            }
+        }
+    }
+
+    fn report(&self) {
+        tracing::debug!(
+            read = self.read,
+            deleted = self.deleted,
+            failed = self.failed,
+            took = ?self.started.elapsed(),
+            "event expiry pass"
+        );
+    }
+}
+
+/// When a watched Event was last seen, as [`Seen::of`] reads it from the
+/// stored text.
+fn seen_at(object: &Object) -> Option<i64> {
+    [&object["lastTimestamp"], &object["eventTime"]]
+        .into_iter()
+        .find_map(Object::as_str)
+        .or_else(|| object["metadata"]["creationTimestamp"].as_str())
+        .and_then(time::parse_unix_seconds)
+}
+
 /// Delete the Events last seen more than `ttl` ago; how many went. Only
 /// their names and times are read from the stored text (no Event is
 /// decoded whole), a page at a time at one revision.
 pub async fn expire(api: &Api, ttl: Duration) -> Result<usize, crate::api::Error> {
-    let kind = api
-        .kinds()
-        .by_plural("", "events")
-        .expect("Event is a built-in kind");
-    let cutoff = time::now_unix_ms() as i64 / 1000 - ttl.as_secs() as i64;
+    let kind = events_kind(api);
+    let cutoff = cutoff(ttl);
     let mut deleted = 0;
     let mut pager = Pager::new(&Api::prefix(&kind, None));
     while !pager.done() {
@@ -156,7 +296,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::store::MemoryBackend;
+    use crate::store::{Backend, MemoryBackend, Metered};
 
     fn event(namespace: &str, name: &str, times: Value) -> Value {
         let mut event = json!({"apiVersion": "v1", "kind": "Event",
@@ -228,6 +368,59 @@ mod tests {
             assert_eq!(found, *stays, "{namespace}/{name}");
         }
         assert_eq!(expire(&api, Duration::from_secs(3600)).await.unwrap(), 0);
+    }
+
+    /// The number of range reads `backend` has answered.
+    fn ranges(backend: &Metered) -> u64 {
+        backend.metrics().unwrap().snapshot()[1].latency.count
+    }
+
+    async fn until(what: &str, mut done: impl AsyncFnMut() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !done().await {
+            assert!(std::time::Instant::now() < deadline, "{what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pass_runs_only_once_an_event_can_be_due() {
+        let backend = Arc::new(Metered::new(Arc::new(MemoryBackend::new())));
+        let api = Api::open(backend.clone()).await.unwrap();
+        let events = api.kinds().require("v1", "Event").unwrap();
+        let now = time::now_rfc3339();
+        for name in ["a", "b", "c"] {
+            let fresh = event("default", name, json!({"lastTimestamp": now}));
+            api.create(&events, fresh).await.unwrap();
+        }
+        let before = ranges(&backend);
+        let expiry = start(&api, Duration::from_millis(5), Duration::from_secs(3600));
+        until("the first pass", async || ranges(&backend) > before).await;
+        // Checked every 5 ms, but nothing can be due for an hour: no Event
+        // is read again (the pass before this read them all every check).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let settled = ranges(&backend);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(ranges(&backend), settled, "no pass while nothing is due");
+
+        // Written since with an old time (created, and one changed to it):
+        // due at once, so a pass runs and deletes them, and only them.
+        let old = "2020-01-01T00:00:00Z";
+        let created = event("default", "old", json!({"lastTimestamp": old}));
+        api.create(&events, created).await.unwrap();
+        let mut changed = api.get(&events, Some("default"), "b").await.unwrap();
+        changed["lastTimestamp"] = json!(old);
+        api.update(&events, changed).await.unwrap();
+        until("the old events expired", async || {
+            let gone = |name| api.get(&events, Some("default"), name);
+            gone("old").await.is_err() && gone("b").await.is_err()
+        })
+        .await;
+        assert!(ranges(&backend) > settled, "a pass ran");
+        for name in ["a", "c"] {
+            api.get(&events, Some("default"), name).await.unwrap();
+        }
+        expiry.abort();
     }
 
     #[test]
