@@ -72,8 +72,12 @@ const ROLLBACK_PROGRESS: f64 = 0.3;
 
 /// redb's page cache for the open store (its default is 1 GiB). 64 MiB
 /// wrote and served as fast as 256 MiB did and holds far less after fat
-/// writes (BENCHMARKS.md, "A plugin that writes fat statuses").
-const CACHE_BYTES: usize = 64 << 20;
+/// writes (BENCHMARKS.md, "A plugin that writes fat statuses"); 32 MiB
+/// wrote and listed as fast as 64 again, and is what a LIST refills after
+/// the compactor's cleanup has emptied it, which counts against the
+/// LIST's bound on growth (docs/benchmarks/scale.md, "Quiet after the
+/// load").
+const CACHE_BYTES: usize = 32 << 20;
 
 /// redb's page cache while checking a file: pages are read once.
 const CHECK_CACHE_BYTES: usize = 32 << 20;
