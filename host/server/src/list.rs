@@ -108,8 +108,11 @@ pub(super) async fn values(
     ))
 }
 
-/// Chunks of a LIST buffered ahead of its client (each about a page).
-const LIST_CHUNKS_AHEAD: usize = 1;
+/// Chunks of a LIST buffered ahead of its client (each about a page): a
+/// page is made only once there is room for it here. Two keep a single
+/// LIST of a million as fast as a page made while the last waited did
+/// (docs/benchmarks/scale.md, "Quiet after the load").
+const LIST_CHUNKS_AHEAD: usize = 2;
 
 /// Pages of streamed LISTs written at once, one per core: hundreds of
 /// concurrent LISTs then take turns instead of all being runnable at once,
@@ -266,6 +269,13 @@ async fn stream(mut pages: impl Chunks) -> Response {
             return;
         }
         loop {
+            // Room first, then the page: a page built while the client has
+            // not taken the last one would wait in memory beside it, one
+            // more page for every LIST whose client reads slower than the
+            // server writes (200 such LISTs held 0.6-0.9 GB).
+            let Ok(room) = tx.reserve().await else {
+                return;
+            };
             let next = tokio::select! {
                 next = next_page(&mut pages) => next,
                 () = tx.closed() => return,
@@ -279,7 +289,8 @@ async fn stream(mut pages: impl Chunks) -> Response {
                 }
             };
             let failed = chunk.is_err();
-            if tx.send(chunk).await.is_err() || failed {
+            room.send(chunk);
+            if failed {
                 return;
             }
         }
@@ -290,4 +301,62 @@ async fn stream(mut pages: impl Chunks) -> Response {
         axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use http_body_util::BodyExt as _;
+
+    use super::*;
+
+    /// Endless pages of 1 KiB, counting how many were made.
+    struct Counted(Arc<AtomicUsize>);
+
+    impl Chunks for Counted {
+        async fn next_chunk(&mut self) -> setpoint::api::Result<Option<Vec<u8>>> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Ok(Some(vec![b' '; 1024]))
+        }
+    }
+
+    /// Lets the streaming task run as far as it can.
+    async fn settle() {
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    #[tokio::test]
+    async fn a_list_makes_its_next_page_only_once_its_client_has_room_for_it() {
+        let made = Arc::new(AtomicUsize::new(0));
+        let response = stream(Counted(made.clone())).await;
+        settle().await;
+        // The pages the channel holds for the client; not one more beside.
+        assert_eq!(made.load(Ordering::SeqCst), LIST_CHUNKS_AHEAD);
+        let mut body = response.into_body();
+        for read in 1..=5 {
+            let frame = body.frame().await.expect("a chunk").expect("no error");
+            assert_eq!(frame.into_data().expect("data").len(), 1024);
+            settle().await;
+            assert_eq!(
+                made.load(Ordering::SeqCst),
+                read + LIST_CHUNKS_AHEAD,
+                "after {read} chunks read, one made ahead"
+            );
+        }
+        drop(body);
+        settle().await;
+        let made_at_the_end = made.load(Ordering::SeqCst);
+        settle().await;
+        assert_eq!(
+            made.load(Ordering::SeqCst),
+            made_at_the_end,
+            "none after the client left"
+        );
+    }
 }

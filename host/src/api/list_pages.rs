@@ -12,10 +12,16 @@ use super::{Api, ListOptions, Result};
 use crate::object::KindInfo;
 use crate::store::{Range, RangeResult, Revision};
 
-/// About how many bytes of stored objects one page reads while many lists
-/// stream at once: the number of keys per page adapts to the objects' size
+/// About how many bytes of stored objects one page of a list that is not
+/// streamed reads: the number of keys per page adapts to the objects' size
 /// to stay near the page's target.
 pub const PAGE_BYTES: usize = 1 << 20;
+
+/// The least a streamed list's page aims at, when very many stream at
+/// once: a list holds about two pages (the one its client is sent, the
+/// next), so 200 LISTs of 1 MiB pages held 0.6-0.9 GB (BENCHMARKS.md,
+/// "Hostile clients"); of this size, a tenth of that.
+const LEAST_PAGE_BYTES: usize = 256 << 10;
 
 /// The most a page aims at: when few lists stream, each reads larger
 /// pages, which costs less per object (the store's reads of a page are
@@ -25,7 +31,7 @@ pub const PAGE_BYTES: usize = 1 << 20;
 pub const MAX_PAGE_BYTES: usize = 4 << 20;
 
 /// What the pages of all streaming lists aim at together: a page's target
-/// is this shared among them, between [`PAGE_BYTES`] and
+/// is this shared among them, between [`LEAST_PAGE_BYTES`] and
 /// [`MAX_PAGE_BYTES`]. A list holds about three pages at once (the one
 /// read ahead, the one being written out, the one its client is sent), so
 /// four lists of large pages hold about what sixteen of small ones do.
@@ -44,7 +50,7 @@ const MAX_PAGE_KEYS: usize = 16384;
 
 /// The bytes a page of one of `streaming` lists aims at.
 fn page_target(streaming: usize) -> usize {
-    (PAGES_BUDGET / streaming.max(1)).clamp(PAGE_BYTES, MAX_PAGE_BYTES)
+    (PAGES_BUDGET / streaming.max(1)).clamp(LEAST_PAGE_BYTES, MAX_PAGE_BYTES)
 }
 
 /// One streaming list, counted in its API's count of streaming lists
@@ -291,12 +297,17 @@ mod tests {
         assert_eq!(page_target(1), MAX_PAGE_BYTES);
         assert_eq!(page_target(4), MAX_PAGE_BYTES);
         assert_eq!(page_target(8), PAGES_BUDGET / 8);
-        assert_eq!(page_target(16), PAGE_BYTES);
-        assert_eq!(page_target(10_000), PAGE_BYTES, "never below the least");
+        assert_eq!(page_target(16), PAGES_BUDGET / 16);
+        assert_eq!(page_target(64), LEAST_PAGE_BYTES);
+        assert_eq!(
+            page_target(10_000),
+            LEAST_PAGE_BYTES,
+            "never below the least"
+        );
         // What many lists hold together stays that of small pages.
         for lists in [1, 2, 4, 8, 16, 64, 200] {
             assert!(
-                page_target(lists) * lists <= (PAGES_BUDGET).max(PAGE_BYTES * lists),
+                page_target(lists) * lists <= (PAGES_BUDGET).max(LEAST_PAGE_BYTES * lists),
                 "{lists} lists"
             );
         }
