@@ -9,7 +9,7 @@
 //! Event left or written since. It lists again only once that time is
 //! past the time to live. Reading a million Events every minute was a
 //! core's share for ever at idle, and fell across client LISTs
-//! (docs/benchmarks/scale.md, "The collector's relist").
+//! (docs/benchmarks/scale.md, "Quiet after the load").
 
 use std::time::Duration;
 
@@ -90,7 +90,7 @@ async fn run(api: &Api, interval: Duration, ttl: Duration) {
                 }
                 Some(Event::Delete(_)) => {}
             },
-            () = sleep_until(check_at), if check_at.is_some() => {
+            () = tokio::time::sleep_until(check_at.unwrap_or_else(Instant::now)), if check_at.is_some() => {
                 if earliest.is_some_and(|at| at < cutoff(ttl)) {
                     watcher.relist();
                     check_at = None;
@@ -108,18 +108,8 @@ fn events_kind(api: &Api) -> std::sync::Arc<crate::object::KindInfo> {
         .expect("Event is a built-in kind")
 }
 
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
 fn earliest_of(earliest: Option<i64>, at: Option<i64>) -> Option<i64> {
-    match (earliest, at) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+    earliest.into_iter().chain(at).min()
 }
 
 /// Events last seen before this (unix seconds) are past `ttl`.
@@ -150,26 +140,14 @@ impl Pass {
     /// Deletes the listed Event if it is past `ttl`; the time of one left.
     async fn visit(&mut self, api: &Api, kv: &KeyValue, ttl: Duration) -> Option<i64> {
         self.read += 1;
-        let seen = Seen::of(kv)?;
-        let at = seen.at?;
-        if at >= cutoff(ttl) {
-            return Some(at);
-        }
-        let result = api
-            .delete(
-                &events_kind(api),
-                seen.namespace.as_deref(),
-                &seen.name,
-                &DeleteOptions::default(),
-            )
-            .await;
-        match result {
-            Ok(_) => {
+        match expire_one(api, &events_kind(api), kv, cutoff(ttl)).await {
+            Ok(Looked::Left(at)) => Some(at),
+            Ok(Looked::Deleted) => {
                 self.deleted += 1;
                 None
             }
-            Err(crate::api::Error::NotFound { .. }) => None,
-            Err(err) => {
+            Ok(Looked::Skipped) => None,
+            Err((at, err)) => {
                 // Still there and due: the next check lists again.
                 if self.failed == 0 {
                     tracing::warn!(%err, key = %kv.key, "could not expire an event; will retry");
@@ -211,28 +189,48 @@ pub async fn expire(api: &Api, ttl: Duration) -> Result<usize, crate::api::Error
     let mut pager = Pager::new(&Api::prefix(&kind, None));
     while !pager.done() {
         for kv in pager.next_page(api.backend()).await? {
-            let Some(seen) = Seen::of(&kv) else {
-                continue;
-            };
-            if seen.at.is_none_or(|at| at >= cutoff) {
-                continue;
-            }
-            let result = api
-                .delete(
-                    &kind,
-                    seen.namespace.as_deref(),
-                    &seen.name,
-                    &DeleteOptions::default(),
-                )
-                .await;
-            match result {
-                Ok(_) => deleted += 1,
-                Err(crate::api::Error::NotFound { .. }) => {}
-                Err(err) => return Err(err),
+            match expire_one(api, &kind, &kv, cutoff).await {
+                Ok(Looked::Deleted) => deleted += 1,
+                Ok(Looked::Left(_) | Looked::Skipped) => {}
+                Err((_, err)) => return Err(err),
             }
         }
     }
     Ok(deleted)
+}
+
+/// What [`expire_one`] found of one stored Event.
+enum Looked {
+    /// Not yet past the time to live: last seen then (unix seconds).
+    Left(i64),
+    Deleted,
+    /// Undecodable, without a time, or already gone.
+    Skipped,
+}
+
+/// Deletes the stored Event `kv` if it was last seen before `cutoff`
+/// (unix seconds); a failed delete comes with the Event's time.
+async fn expire_one(
+    api: &Api,
+    kind: &crate::object::KindInfo,
+    kv: &KeyValue,
+    cutoff: i64,
+) -> Result<Looked, (i64, crate::api::Error)> {
+    let Some((seen, at)) = Seen::of(kv).and_then(|seen| seen.at.map(|at| (seen, at))) else {
+        return Ok(Looked::Skipped);
+    };
+    if at >= cutoff {
+        return Ok(Looked::Left(at));
+    }
+    let options = DeleteOptions::default();
+    match api
+        .delete(kind, seen.namespace.as_deref(), &seen.name, &options)
+        .await
+    {
+        Ok(_) => Ok(Looked::Deleted),
+        Err(crate::api::Error::NotFound { .. }) => Ok(Looked::Skipped),
+        Err(err) => Err((at, err)),
+    }
 }
 
 /// What expiry reads of a stored Event: its name and when it was last

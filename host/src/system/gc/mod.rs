@@ -116,8 +116,8 @@ pub struct GcConfig {
 /// and their Events that is half a minute of a core, and every 10 minutes
 /// (the default before) it fell, at the end of a load, into the minutes a
 /// converged host should be idle, where a client's LIST shared the cores
-/// with it (docs/benchmarks/scale.md, "The collector's relist").
-pub const DEFAULT_GC_RESYNC: Duration = Duration::from_secs(10 * 60 * 60);
+/// with it (docs/benchmarks/scale.md, "Quiet after the load").
+pub const DEFAULT_GC_RESYNC: Duration = crate::controller::DEFAULT_RESYNC;
 
 impl Default for GcConfig {
     fn default() -> Self {
