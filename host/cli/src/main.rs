@@ -19,6 +19,54 @@ use clap::Parser;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+#[cfg(all(feature = "mimalloc", feature = "heap-profile"))]
+compile_error!("`heap-profile` brings its own allocator: build it with `--no-default-features`");
+
+/// jemalloc, for its sampling heap profiler (`heap-profile`: one
+/// allocation in about each 2^`lg_prof_sample` bytes is recorded with its
+/// stack, and a dump scales them up), configured by `_RJEM_MALLOC_CONF`
+/// (`scripts/bench heap-sampled` sets it).
+#[cfg(feature = "heap-profile")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// Writes a profile of the heap as it is, each time the process gets
+/// SIGUSR2, where the profiler's `prof_prefix` names (`<prefix>.<pid>.
+/// <seq>.m<seq>.heap`); read it with `jeprof`.
+#[cfg(feature = "heap-profile")]
+#[allow(unsafe_code)]
+fn dump_heap_on_sigusr2() {
+    let mut signals = match signal_hook::iterator::Signals::new([signal_hook::consts::SIGUSR2]) {
+        Ok(signals) => signals,
+        Err(err) => {
+            eprintln!("heap-profile: cannot wait for SIGUSR2: {err}");
+            return;
+        }
+    };
+    let spawned = std::thread::Builder::new()
+        .name("heap-dump".into())
+        .spawn(move || {
+            for _ in signals.forever() {
+                // SAFETY: `prof.dump` takes a C string or null (the
+                // configured prefix); null is what is written.
+                let dumped = unsafe {
+                    tikv_jemalloc_ctl::raw::write(
+                        b"prof.dump\0",
+                        std::ptr::null::<std::ffi::c_char>(),
+                    )
+                };
+                match dumped {
+                    Ok(()) => eprintln!("heap-profile: dumped"),
+                    // jemalloc refuses while profiling is off (no `prof:true`).
+                    Err(err) => eprintln!("heap-profile: no dump: {err}"),
+                }
+            }
+        });
+    if let Err(err) = spawned {
+        eprintln!("heap-profile: {err}");
+    }
+}
+
 /// Gives back to the OS what mimalloc holds freed on this thread: its
 /// pages are otherwise purged only when the thread next allocates, so an
 /// idle host kept the memory of clients long gone.
@@ -44,6 +92,8 @@ fn release_freed() {
 
 fn main() -> ExitCode {
     let cli = setpoint_cli::Cli::parse();
+    #[cfg(feature = "heap-profile")]
+    dump_heap_on_sigusr2();
     let allocator = setpoint_cli::Allocator {
         #[cfg(feature = "mimalloc")]
         collect: Some(collect_freed),

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::{Api, Error, Result};
 use crate::object::selector::LabelSelector;
-use crate::object::{KindInfo, Object, meta, raw};
+use crate::object::{KindInfo, Object, codec, meta, raw};
 use crate::store::{self, Range, Revision};
 
 /// What to list.
@@ -325,8 +325,19 @@ impl Api {
     /// the resource version spliced in, or decoded and encoded where the
     /// splice does not apply. Informers fill their caches with this text.
     pub(crate) fn write_stored(kv: &store::KeyValue, out: &mut Vec<u8>) -> Result<()> {
-        if !raw::with_resource_version(&kv.value, kv.mod_revision, out) {
-            write_json(out, &Self::decode(kv)?);
+        Self::write_version(kv.as_version(), out).map_err(Error::Store)
+    }
+
+    /// [`Api::write_stored`] of a version the store lends where it read it
+    /// ([`store::Backend::range_written`]).
+    pub(crate) fn write_version(
+        version: store::VersionRef<'_>,
+        out: &mut Vec<u8>,
+    ) -> store::Result<()> {
+        if !raw::with_resource_version(version.value, version.mod_revision, out) {
+            let object = codec::decode(version.value, version.mod_revision)
+                .map_err(|e| store::Error::Corrupt(format!("{}: {e}", version.key)))?;
+            write_json(out, &object);
         }
         Ok(())
     }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::list::{Filter, compacted_is_gone, decode_continue, encode_continue, write_json};
 use super::{Api, ListOptions, Result};
 use crate::object::KindInfo;
-use crate::store::{Range, RangeResult, Revision};
+use crate::store::{Backend, Range, RangeResult, Revision, VersionRef, WrittenRange};
 
 /// About how many bytes of stored objects one page of a list that is not
 /// streamed reads: the number of keys per page adapts to the objects' size
@@ -122,9 +122,75 @@ pub struct JsonListPages {
     state: State,
     /// The next page's read, started as soon as the last one was read:
     /// the store reads a page while the server writes out the one before.
-    ahead: Option<tokio::task::JoinHandle<crate::store::Result<RangeResult>>>,
+    ahead: Option<tokio::task::JoinHandle<crate::store::Result<PageRead>>>,
     /// Counted among the streaming lists until written out or dropped.
     streaming: Option<Streaming>,
+    /// The parts of a page written in place after its first, each handed
+    /// out as a chunk of its own.
+    parts: std::collections::VecDeque<Vec<u8>>,
+}
+
+/// A page as the store read it: its values, to be filtered, or (a list
+/// of everything) its items already written, where the store read them
+/// and on the threads that did ([`Backend::range_written`]: no copy of
+/// each value, and the writing spread over the store's reader threads).
+enum PageRead {
+    Values(RangeResult),
+    Written(WrittenRange),
+}
+
+impl PageRead {
+    fn revision(&self) -> Revision {
+        match self {
+            Self::Values(page) => page.revision,
+            Self::Written(page) => page.revision,
+        }
+    }
+
+    fn more(&self) -> bool {
+        match self {
+            Self::Values(page) => page.more,
+            Self::Written(page) => page.more,
+        }
+    }
+
+    fn value_bytes(&self) -> usize {
+        match self {
+            Self::Values(page) => page.kvs.iter().map(|kv| kv.value.len()).sum(),
+            Self::Written(page) => page.value_bytes,
+        }
+    }
+
+    fn last_key(&self) -> Option<String> {
+        match self {
+            Self::Values(page) => page.kvs.last().map(|kv| kv.key.clone()),
+            Self::Written(page) => page.last_key.clone(),
+        }
+    }
+}
+
+/// Reads a page: written in place when every object is listed.
+async fn read_page(
+    backend: Arc<dyn Backend>,
+    range: Range,
+    everything: bool,
+) -> crate::store::Result<PageRead> {
+    if everything {
+        let write: Arc<crate::store::WriteVersion> = Arc::new(write_item);
+        backend
+            .range_written(range, write)
+            .await
+            .map(PageRead::Written)
+    } else {
+        backend.range(range).await.map(PageRead::Values)
+    }
+}
+
+/// An item of a list written in place: a comma, then the object (the
+/// list's first item goes without its comma).
+fn write_item(version: VersionRef<'_>, out: &mut Vec<u8>) -> crate::store::Result<()> {
+    out.push(b',');
+    Api::write_version(version, out)
 }
 
 #[derive(PartialEq)]
@@ -150,6 +216,7 @@ impl Api {
             state: State::Start,
             ahead: None,
             streaming: Some(Streaming::new(&self.streaming)),
+            parts: std::collections::VecDeque::new(),
         }
     }
 }
@@ -159,6 +226,9 @@ impl JsonListPages {
     /// first call checks the options and reads the first page: its error
     /// is the list's (a bad selector, a compacted continue token).
     pub async fn next_chunk(&mut self) -> Result<Option<Vec<u8>>> {
+        if let Some(part) = self.parts.pop_front() {
+            return Ok(Some(part));
+        }
         let mut out = Vec::new();
         if self.state == State::Start {
             self.filter = Some(Filter::parse(&self.options)?);
@@ -189,11 +259,19 @@ impl JsonListPages {
                 self.ahead = None;
                 page?
             }
-            None => self.api.backend.range(self.next_range()).await,
+            None => {
+                read_page(
+                    self.api.backend.clone(),
+                    self.next_range(),
+                    self.everything(),
+                )
+                .await
+            }
         }
         .map_err(compacted_is_gone)?;
-        self.revision = Some(page.revision);
-        let bytes: usize = page.kvs.iter().map(|kv| kv.value.len()).sum();
+        let (revision, more) = (page.revision(), page.more());
+        self.revision = Some(revision);
+        let bytes = page.value_bytes();
         // Near the target a page, whatever the objects' size.
         let target = self
             .streaming
@@ -204,36 +282,57 @@ impl JsonListPages {
         } else if bytes < target / 2 && self.page_keys < MAX_PAGE_KEYS {
             self.page_keys *= 2;
         }
-        let last_key = page.kvs.last().map(|kv| kv.key.clone());
+        let last_key = page.last_key();
         // Without a limit the next page is known to be wanted: it is read
         // while this one is written out, unless many lists stream.
         let ahead_allowed = self
             .streaming
             .as_ref()
             .is_some_and(Streaming::may_read_ahead);
-        let read_on = ahead_allowed && limit == 0 && page.more && last_key.is_some();
+        let read_on = ahead_allowed && limit == 0 && more && last_key.is_some();
         if read_on {
             self.start_after.clone_from(&last_key);
             self.read_ahead();
         }
-        // Each item grows by its version and a comma.
-        out.reserve(bytes + 32 * page.kvs.len());
-        let filter = self.filter.as_ref().expect("parsed at the start");
-        for kv in &page.kvs {
-            if !filter.is_everything() && !filter.matches(&Api::decode(kv)?) {
-                continue;
+        match page {
+            PageRead::Values(page) => {
+                // Each item grows by its version and a comma.
+                out.reserve(bytes + 32 * page.kvs.len());
+                let filter = self.filter.as_ref().expect("parsed at the start");
+                for kv in &page.kvs {
+                    if !filter.is_everything() && !filter.matches(&Api::decode(kv)?) {
+                        continue;
+                    }
+                    if !std::mem::take(&mut first) {
+                        out.push(b',');
+                    }
+                    Api::write_stored(kv, &mut out)?;
+                    self.taken += 1;
+                }
             }
-            if !std::mem::take(&mut first) {
-                out.push(b',');
+            PageRead::Written(page) => {
+                self.taken += page.count;
+                let mut parts = page.parts.into_iter().filter(|part| !part.is_empty());
+                if std::mem::take(&mut first) {
+                    if let Some(part) = parts.next() {
+                        // The list's first item: no comma before it.
+                        out.extend_from_slice(&part[1..]);
+                    }
+                } else if out.is_empty()
+                    && let Some(part) = parts.next()
+                {
+                    // Taken as it is: the chunk starts with it.
+                    out = part;
+                }
+                // The others are chunks of their own: not copied together.
+                self.parts.extend(parts);
             }
-            Api::write_stored(kv, &mut out)?;
-            self.taken += 1;
         }
         self.state = State::Items { first };
         let full = limit != 0 && self.taken >= limit;
-        let token = match (&last_key, page.more, full) {
+        let token = match (&last_key, more, full) {
             (None, _, _) | (_, false, _) => None,
-            (Some(last), true, true) => Some(encode_continue(page.revision, last)),
+            (Some(last), true, true) => Some(encode_continue(revision, last)),
             (Some(_), true, false) => {
                 if !read_on {
                     self.start_after = last_key;
@@ -244,17 +343,23 @@ impl JsonListPages {
                 return Ok(Some(out));
             }
         };
-        out.extend_from_slice(br#"],"kind":"#);
-        write_json(&mut out, &self.kind.list_kind);
-        out.extend_from_slice(br#","metadata":{"#);
+        let mut tail = Vec::new();
+        tail.extend_from_slice(br#"],"kind":"#);
+        write_json(&mut tail, &self.kind.list_kind);
+        tail.extend_from_slice(br#","metadata":{"#);
         if let Some(token) = &token {
-            out.extend_from_slice(br#""continue":"#);
-            write_json(&mut out, token);
-            out.push(b',');
+            tail.extend_from_slice(br#""continue":"#);
+            write_json(&mut tail, token);
+            tail.push(b',');
         }
-        out.extend_from_slice(br#""resourceVersion":""#);
-        out.extend_from_slice(page.revision.to_string().as_bytes());
-        out.extend_from_slice(br#""}}"#);
+        tail.extend_from_slice(br#""resourceVersion":""#);
+        tail.extend_from_slice(revision.to_string().as_bytes());
+        tail.extend_from_slice(br#""}}"#);
+        // After the page's last part.
+        match self.parts.back_mut() {
+            Some(last) => last.extend_from_slice(&tail),
+            None => out.extend_from_slice(&tail),
+        }
         self.state = State::Done;
         self.streaming = None;
         Ok(Some(out))
@@ -276,11 +381,19 @@ impl JsonListPages {
         }
     }
 
+    /// Whether every object is listed (no selector).
+    fn everything(&self) -> bool {
+        self.filter.as_ref().is_some_and(Filter::is_everything)
+    }
+
     /// Starts reading the next page (of the size the next call asks for).
     fn read_ahead(&mut self) {
-        let range = self.next_range();
-        let backend = self.api.backend.clone();
-        self.ahead = Some(tokio::spawn(async move { backend.range(range).await }));
+        let read = read_page(
+            self.api.backend.clone(),
+            self.next_range(),
+            self.everything(),
+        );
+        self.ahead = Some(tokio::spawn(read));
     }
 }
 

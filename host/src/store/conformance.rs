@@ -32,6 +32,7 @@ macro_rules! conformance_tests {
             range_is_prefix_isolated_and_byte_ordered,
             range_paginates_with_limit_and_start_after,
             range_reads_a_past_revision,
+            range_written_writes_what_range_reads,
             future_and_compacted_revisions_are_refused,
             compaction_keeps_every_later_read_intact,
             watch_replays_history_then_follows_live_writes,
@@ -329,6 +330,99 @@ pub(crate) async fn range_paginates_with_limit_and_start_after(store: Store) {
         ["/p/4", "/p/5"]
     );
     assert_eq!(keys(&page(Some("/p/3"), 2, None).await), ["/p/35", "/p/5"]);
+}
+
+/// `range_written` hands the writer exactly the versions `range` returns,
+/// in order, for every kind of range (whole, limited, continued, past; long
+/// enough for the embedded store to read in parts on several threads), and
+/// a writer's error ends the read with that error.
+pub(crate) async fn range_written_writes_what_range_reads(store: Store) {
+    // Values of varied sizes, some keys rewritten or deleted (history), and
+    // keys on both sides of the prefix.
+    put(&store, "/v", "before").await;
+    for i in 0..600 {
+        put(&store, &format!("/w/{i:04}"), &"x".repeat(i % 37)).await;
+    }
+    put(&store, "/x", "after").await;
+    let past = store.current_revision().await.unwrap();
+    for i in (0..600).step_by(7) {
+        put(&store, &format!("/w/{i:04}"), &format!("new {i}")).await;
+    }
+    for i in (3..600).step_by(11) {
+        store
+            .delete(&format!("/w/{i:04}"), Condition::Any)
+            .await
+            .unwrap();
+    }
+    let write = |version: super::VersionRef<'_>, out: &mut Vec<u8>| {
+        let line = format!(
+            "{} {} {} ",
+            version.key, version.create_revision, version.mod_revision
+        );
+        out.extend_from_slice(line.as_bytes());
+        out.extend_from_slice(version.value);
+        out.push(b'\n');
+        Ok(())
+    };
+    let ranges = [
+        (None, 0, None),
+        (None, 5, None),
+        (Some("/w/0100"), 0, None),
+        (Some("/w/0100"), 450, None),
+        (None, 0, Some(past)),
+        (Some("/w/0020"), 500, Some(past)),
+    ];
+    for (start_after, limit, revision) in ranges {
+        let range = Range {
+            prefix: "/w/".into(),
+            start_after: start_after.map(str::to_owned),
+            limit,
+            revision,
+        };
+        let read = store.range(range.clone()).await.unwrap();
+        let written = store
+            .range_written(range.clone(), Arc::new(write))
+            .await
+            .unwrap();
+        let mut expected = Vec::new();
+        for kv in &read.kvs {
+            write(kv.as_version(), &mut expected).unwrap();
+        }
+        assert!(read.kvs.len() > 4, "{range:?}");
+        assert_eq!(
+            String::from_utf8(written.parts.concat()).unwrap(),
+            String::from_utf8(expected).unwrap(),
+            "{range:?}"
+        );
+        assert_eq!(written.count, read.kvs.len(), "{range:?}");
+        assert_eq!(
+            written.value_bytes,
+            read.kvs.iter().map(|kv| kv.value.len()).sum::<usize>()
+        );
+        assert_eq!(
+            written.last_key.as_deref(),
+            read.kvs.last().map(|kv| kv.key.as_str())
+        );
+        assert_eq!((written.more, written.revision), (read.more, read.revision));
+    }
+    // A writer's error is the read's, from whichever part it came.
+    for failing in ["/w/0001", "/w/0598"] {
+        let refuse = move |version: super::VersionRef<'_>, _: &mut Vec<u8>| {
+            if version.key == failing {
+                Err(Error::Corrupt(format!("refused {failing}")))
+            } else {
+                Ok(())
+            }
+        };
+        let range = Range {
+            prefix: "/w/".into(),
+            ..Default::default()
+        };
+        match store.range_written(range, Arc::new(refuse)).await {
+            Err(Error::Corrupt(message)) => assert_eq!(message, format!("refused {failing}")),
+            other => panic!("{failing}: {other:?}"),
+        }
+    }
 }
 
 /// A read at a past revision sees exactly the state then: old values, keys

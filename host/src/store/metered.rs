@@ -131,6 +131,17 @@ impl Backend for Metered {
         result
     }
 
+    async fn range_written(
+        &self,
+        range: Range,
+        write: Arc<crate::store::WriteVersion>,
+    ) -> Result<crate::store::WrittenRange> {
+        let started = Instant::now();
+        let result = self.inner.range_written(range, write).await;
+        self.metrics.record(1, started, &result);
+        result
+    }
+
     async fn put(&self, key: &str, value: Vec<u8>, condition: Condition) -> Result<KeyValue> {
         let started = Instant::now();
         let result = self.inner.put(key, value, condition).await;

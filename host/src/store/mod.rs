@@ -77,6 +77,66 @@ pub struct KeyValue {
     pub mod_revision: Revision,
 }
 
+impl KeyValue {
+    /// The version, borrowed.
+    pub fn as_version(&self) -> VersionRef<'_> {
+        VersionRef {
+            key: &self.key,
+            value: &self.value,
+            create_revision: self.create_revision,
+            mod_revision: self.mod_revision,
+        }
+    }
+}
+
+/// A stored version lent to a [`WriteVersion`] by
+/// [`Backend::range_written`]: its bytes where the store read them, not
+/// copied out.
+#[derive(Debug, Clone, Copy)]
+pub struct VersionRef<'a> {
+    /// The key.
+    pub key: &'a str,
+    /// The value bytes.
+    pub value: &'a [u8],
+    /// The revision that created the key (since it last did not exist).
+    pub create_revision: Revision,
+    /// The revision of this version.
+    pub mod_revision: Revision,
+}
+
+impl VersionRef<'_> {
+    /// An owned copy.
+    pub fn to_key_value(&self) -> KeyValue {
+        KeyValue {
+            key: self.key.to_owned(),
+            value: Arc::from(self.value),
+            create_revision: self.create_revision,
+            mod_revision: self.mod_revision,
+        }
+    }
+}
+
+/// Writes one version a [`Backend::range_written`] read into a buffer.
+pub type WriteVersion = dyn Fn(VersionRef<'_>, &mut Vec<u8>) -> Result<()> + Send + Sync;
+
+/// What [`Backend::range_written`] read and wrote.
+#[derive(Debug, Default)]
+pub struct WrittenRange {
+    /// What the writer wrote, in key order, in parts (a long range's
+    /// parts are written on as many threads).
+    pub parts: Vec<Vec<u8>>,
+    /// How many versions were written.
+    pub count: usize,
+    /// The bytes of the values read.
+    pub value_bytes: usize,
+    /// The last key read, where the next page starts.
+    pub last_key: Option<String>,
+    /// Whether more keys match beyond the limit.
+    pub more: bool,
+    /// The revision the read was served at.
+    pub revision: Revision,
+}
+
 /// A precondition on a write, checked atomically with it.
 ///
 /// ```
@@ -374,6 +434,47 @@ pub trait Backend: Send + Sync + 'static {
     /// # Ok(()) }
     /// ```
     async fn range(&self, range: Range) -> Result<RangeResult>;
+
+    /// [`range`](Backend::range), each version handed to `write` where it
+    /// was read instead of copied out: for a long read that is only
+    /// written out (a LIST's JSON). The embedded store writes a long
+    /// range's parts on several threads; the others write what
+    /// [`range`](Backend::range) returns.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use setpoint::store::{Backend, Condition, MemoryBackend, Range};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryBackend::new();
+    /// store.put("/a", b"1".to_vec(), Condition::Any).await?;
+    /// store.put("/b", b"2".to_vec(), Condition::Any).await?;
+    /// let written = store
+    ///     .range_written(Range { prefix: "/".into(), ..Default::default() },
+    ///         Arc::new(|version, out: &mut Vec<u8>| {
+    ///             out.extend_from_slice(version.value);
+    ///             Ok(())
+    ///         }))
+    ///     .await?;
+    /// assert_eq!(written.parts.concat(), b"12");
+    /// assert_eq!((written.count, written.last_key.as_deref()), (2, Some("/b")));
+    /// # Ok(()) }
+    /// ```
+    async fn range_written(&self, range: Range, write: Arc<WriteVersion>) -> Result<WrittenRange> {
+        let page = self.range(range).await?;
+        let mut out = Vec::new();
+        for kv in &page.kvs {
+            write(kv.as_version(), &mut out)?;
+        }
+        Ok(WrittenRange {
+            parts: vec![out],
+            count: page.kvs.len(),
+            value_bytes: page.kvs.iter().map(|kv| kv.value.len()).sum(),
+            last_key: page.kvs.last().map(|kv| kv.key.clone()),
+            more: page.more,
+            revision: page.revision,
+        })
+    }
 
     /// Create or replace a key if `condition` holds; returns the stored key.
     ///

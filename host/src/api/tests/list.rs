@@ -302,6 +302,58 @@ async fn list_json_is_the_list_object_byte_for_byte_for_pages_and_selectors() {
     ));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_list_written_in_place_on_the_stores_threads_is_the_list_object() {
+    // The embedded store writes a long page's items on its reader threads
+    // (in parts, each item after a comma): many pages of many parts, with
+    // text the splice of resourceVersion must step over.
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(crate::store::EmbeddedBackend::open(dir.path()).unwrap());
+    let api = Api::open(backend).await.unwrap();
+    let kind = widgets(&api).await;
+    for i in 0..1500 {
+        let mut w = widget(&format!("w{i:04}"));
+        w["metadata"]["labels"] = json!({"n": i.to_string()});
+        w["spec"]["image"] = json!(format!(
+            "a \"quoted\" }} ] {{ [ text {}",
+            "y".repeat(i % 97)
+        ));
+        if i == 777 {
+            w["metadata"]["annotations"] = json!({"tab\tkey": "{\"resourceVersion\":\"1\"}"});
+        }
+        api.create(&kind, w).await.unwrap();
+    }
+    for options in [
+        ListOptions::default(),
+        ListOptions {
+            limit: 700,
+            ..Default::default()
+        },
+    ] {
+        let mut options = options;
+        let mut pages = 0;
+        loop {
+            let list = api.list(&kind, &options).await.unwrap();
+            let mut streamed = Vec::new();
+            let mut chunks = api.list_json_pages(&kind, &options);
+            while let Some(chunk) = chunks.next_chunk().await.unwrap() {
+                streamed.extend_from_slice(&chunk);
+                pages += 1;
+            }
+            assert_eq!(
+                String::from_utf8(streamed).unwrap(),
+                serde_json::to_string(&list.to_json(&kind)).unwrap(),
+                "{options:?}"
+            );
+            match list.continue_token {
+                Some(token) => options.continue_token = Some(token),
+                None => break,
+            }
+        }
+        assert!(pages > 3, "{pages} chunks");
+    }
+}
+
 #[tokio::test]
 async fn a_list_at_an_exact_revision_shows_the_objects_as_they_were_then() {
     let api = api().await;

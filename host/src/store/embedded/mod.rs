@@ -341,6 +341,7 @@ impl EmbeddedBackend {
             gather_time: Duration::from_nanos(load(&stats.gather_nanos)),
             checkpoints: load(&stats.checkpoints),
             checkpoint_time: Duration::from_nanos(load(&stats.checkpoint_nanos)),
+            settles: load(&stats.settles),
             log_time: Duration::from_nanos(load(&stats.log_nanos)),
             versions: self.shared.history().len() as u64,
             unapplied: self.shared.unapplied(),
@@ -511,6 +512,15 @@ impl Backend for EmbeddedBackend {
 
     async fn range(&self, range: Range) -> Result<RangeResult> {
         self.read(move |shared, txn| read::range(&txn, shared, &range))
+            .await
+    }
+
+    async fn range_written(
+        &self,
+        range: Range,
+        write: Arc<crate::store::WriteVersion>,
+    ) -> Result<crate::store::WrittenRange> {
+        self.read(move |shared, txn| read::range_written(&txn, shared, &range, &*write))
             .await
     }
 

@@ -13,7 +13,9 @@ use super::Shared;
 use super::schema::{
     CURRENT, Context, Entry, META, META_COMPACTED, META_REVISION, REVISIONS, read_meta,
 };
-use crate::store::{Error, KeyValue, Range, RangeResult, Result, Revision};
+use crate::store::{
+    Error, KeyValue, Range, RangeResult, Result, Revision, VersionRef, WriteVersion, WrittenRange,
+};
 
 /// The key at the snapshot's revision, if it exists.
 pub(super) fn get(txn: &ReadTransaction, file: &Path, key: &str) -> Result<Option<KeyValue>> {
@@ -62,6 +64,71 @@ fn check_create(kv: KeyValue, create_revision: Revision, file: &Path) -> Result<
 /// A range read with the exact semantics of the memory backend.
 pub(super) fn range(txn: &ReadTransaction, shared: &Shared, range: &Range) -> Result<RangeResult> {
     let file = &shared.file;
+    let (wanted, more, revision) = wanted(txn, shared, range)?;
+    let revisions = txn.open_table(REVISIONS).ctx(file)?;
+    let mut parts = read_parts(&wanted, |part| {
+        part.iter()
+            .map(|w| read_version(&revisions, file, w, |version| version.to_key_value()))
+            .collect::<Result<Vec<_>>>()
+    })?
+    .into_iter();
+    let mut kvs = parts.next().unwrap_or_default();
+    kvs.reserve(wanted.len() - kvs.len());
+    for part in parts {
+        kvs.extend(part);
+    }
+    Ok(RangeResult {
+        kvs,
+        more,
+        revision,
+    })
+}
+
+/// [`range`], each version handed to `write` where redb lends it, on the
+/// thread that read it ([`Backend::range_written`]).
+///
+/// [`Backend::range_written`]: crate::store::Backend::range_written
+pub(super) fn range_written(
+    txn: &ReadTransaction,
+    shared: &Shared,
+    range: &Range,
+    write: &WriteVersion,
+) -> Result<WrittenRange> {
+    let file = &shared.file;
+    let (wanted, more, revision) = wanted(txn, shared, range)?;
+    let revisions = txn.open_table(REVISIONS).ctx(file)?;
+    let parts = read_parts(&wanted, |part| {
+        let (mut out, mut value_bytes) = (Vec::new(), 0);
+        for (i, w) in part.iter().enumerate() {
+            read_version(&revisions, file, w, |version| {
+                value_bytes += version.value.len();
+                write(version, &mut out)
+            })??;
+            if i == 0 {
+                // Sized once, from the first, rather than grown by doubling.
+                out.reserve(out.len().saturating_add(16) * (part.len() - 1));
+            }
+        }
+        Ok((out, value_bytes))
+    })?;
+    Ok(WrittenRange {
+        value_bytes: parts.iter().map(|(_, bytes)| bytes).sum(),
+        parts: parts.into_iter().map(|(out, _)| out).collect(),
+        count: wanted.len(),
+        last_key: wanted.last().map(|w| w.key.clone()),
+        more,
+        revision,
+    })
+}
+
+/// The versions a range reads, whether more keys match beyond its limit,
+/// and the revision it is served at.
+fn wanted(
+    txn: &ReadTransaction,
+    shared: &Shared,
+    range: &Range,
+) -> Result<(Vec<Wanted>, bool, Revision)> {
+    let file = &shared.file;
     let meta = txn.open_table(META).ctx(file)?;
     let current_revision = read_meta(&meta, META_REVISION, file)?;
     let compacted = read_meta(&meta, META_COMPACTED, file)?;
@@ -85,25 +152,21 @@ pub(super) fn range(txn: &ReadTransaction, shared: &Shared, range: &Range) -> Re
         .start_after
         .as_deref()
         .filter(|after| *after >= range.prefix.as_str());
-    let (kvs, more) = if revision == current_revision {
-        range_current(txn, file, range, after)?
+    let (wanted, more) = if revision == current_revision {
+        wanted_current(txn, file, range, after)?
     } else {
-        range_past(txn, shared, range, after, revision)?
+        wanted_past(shared, range, after, revision)?
     };
-    Ok(RangeResult {
-        kvs,
-        more,
-        revision,
-    })
+    Ok((wanted, more, revision))
 }
 
-/// Walks the live keys and reads each one's newest version.
-fn range_current(
+/// Walks the live keys: each one's newest version.
+fn wanted_current(
     txn: &ReadTransaction,
     file: &Path,
     range: &Range,
     after: Option<&str>,
-) -> Result<(Vec<KeyValue>, bool)> {
+) -> Result<(Vec<Wanted>, bool)> {
     let current = txn.open_table(CURRENT).ctx(file)?;
     let start = match after {
         Some(after) => Bound::Excluded(after),
@@ -128,8 +191,7 @@ fn range_current(
             mod_revision,
         });
     }
-    let revisions = txn.open_table(REVISIONS).ctx(file)?;
-    Ok((read_puts(&revisions, file, wanted)?, more))
+    Ok((wanted, more))
 }
 
 /// A version a range reads: its key, its revision, and the create
@@ -155,28 +217,15 @@ const READ_ALONE: usize = 96;
 /// Threads that read one range's versions at most.
 const READERS: usize = 4;
 
-/// Reads the versions `wanted`, in their order; a long page in parts at
-/// once, on scoped threads reading the same snapshot.
-fn read_puts(
-    revisions: &(impl ReadableTable<i64, &'static [u8]> + Sync),
-    file: &Path,
-    wanted: Vec<Wanted>,
-) -> Result<Vec<KeyValue>> {
-    let read = |wanted: &[Wanted]| -> Result<Vec<KeyValue>> {
-        wanted
-            .iter()
-            .map(|w| {
-                let kv = read_put(revisions, file, &w.key, w.mod_revision)?;
-                match w.create_revision {
-                    Some(create_revision) => check_create(kv, create_revision, file),
-                    None => Ok(kv),
-                }
-            })
-            .collect()
-    };
+/// `read` applied to `wanted` in parts, in their order: a long range in
+/// parts at once, on scoped threads reading the same snapshot.
+fn read_parts<T: Send>(
+    wanted: &[Wanted],
+    read: impl Fn(&[Wanted]) -> Result<T> + Sync,
+) -> Result<Vec<T>> {
     let parts = (wanted.len() / READ_ALONE).clamp(1, READERS);
     if parts == 1 {
-        return read(&wanted);
+        return Ok(vec![read(wanted)?]);
     }
     let mut chunks = wanted.chunks(wanted.len().div_ceil(parts));
     let first = chunks.next().expect("more than one part");
@@ -185,28 +234,57 @@ fn read_puts(
         let others: Vec<_> = chunks
             .map(|chunk| scope.spawn(move || read(chunk)))
             .collect();
-        let mut kvs = read(first)?;
-        kvs.reserve(wanted.len() - kvs.len());
+        let mut results = vec![read(first)?];
         for other in others {
             let part = other
                 .join()
                 .map_err(|_| Error::Unavailable("a store read thread panicked".into()))?;
-            kvs.extend(part?);
+            results.push(part?);
         }
-        Ok(kvs)
+        Ok(results)
     })
 }
 
+/// Reads the version `w` and hands it to `take` where redb lends it,
+/// checking it is the put it must be (and, for a live key, of the create
+/// revision the current table records).
+fn read_version<R>(
+    revisions: &impl ReadableTable<i64, &'static [u8]>,
+    file: &Path,
+    w: &Wanted,
+    take: impl FnOnce(VersionRef<'_>) -> R,
+) -> Result<R> {
+    let revision = w.mod_revision;
+    let stored = revisions.get(revision).ctx(file)?.ok_or_else(|| {
+        Error::Corrupt(format!(
+            "{}: revision {revision} of {:?} is missing",
+            file.display(),
+            w.key
+        ))
+    })?;
+    let version = Entry::decode(stored.value(), revision, file)?.version(&w.key, revision, file)?;
+    match w.create_revision {
+        Some(create_revision) if create_revision != version.create_revision => {
+            Err(Error::Corrupt(format!(
+                "{}: {:?} was created at {create_revision} according to the current table but \
+                 at {} according to revision {revision}",
+                file.display(),
+                w.key,
+                version.create_revision,
+            )))
+        }
+        _ => Ok(take(version)),
+    }
+}
+
 /// Finds, in the in-memory index of versions, each key's newest version at
-/// or below `revision` (skipping deletions) and reads it from the snapshot.
-fn range_past(
-    txn: &ReadTransaction,
+/// or below `revision` (skipping deletions).
+fn wanted_past(
     shared: &Shared,
     range: &Range,
     after: Option<&str>,
     revision: Revision,
-) -> Result<(Vec<KeyValue>, bool)> {
-    let file = &shared.file;
+) -> Result<(Vec<Wanted>, bool)> {
     // One more than the limit tells whether there are more.
     let wanted = if range.limit == 0 { 0 } else { range.limit + 1 };
     let mut found = shared
@@ -225,7 +303,6 @@ fn range_past(
     if more {
         found.truncate(range.limit);
     }
-    let revisions = txn.open_table(REVISIONS).ctx(file)?;
     let wanted = found
         .into_iter()
         .map(|(key, version)| Wanted {
@@ -234,7 +311,7 @@ fn range_past(
             mod_revision: version,
         })
         .collect();
-    Ok((read_puts(&revisions, file, wanted)?, more))
+    Ok((wanted, more))
 }
 
 /// Single versions read in the caller's thread, for caches that keep
@@ -279,7 +356,7 @@ mod tests {
     use redb::backends::InMemoryBackend;
     use redb::{Database, ReadableDatabase};
 
-    use super::{READ_ALONE, READERS, Wanted, read_puts};
+    use super::{READ_ALONE, READERS, Wanted, read_parts, read_version};
     use crate::store::embedded::schema::{REVISIONS, encode, encoded_len};
     use crate::store::{Error, Revision};
 
@@ -321,7 +398,13 @@ mod tests {
     fn read(db: &Database, revisions: &[Revision]) -> Result<Vec<Revision>, Error> {
         let txn = db.begin_read().unwrap();
         let table = txn.open_table(REVISIONS).unwrap();
-        let kvs = read_puts(&table, Path::new("test.redb"), wanted(revisions))?;
+        let file = Path::new("test.redb");
+        let kvs: Vec<_> = read_parts(&wanted(revisions), |part| {
+            part.iter()
+                .map(|w| read_version(&table, file, w, |version| version.to_key_value()))
+                .collect::<Result<Vec<_>, Error>>()
+        })?
+        .concat();
         for kv in &kvs {
             assert_eq!(kv.key, key(kv.mod_revision));
             assert_eq!(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use redb::{ReadableTable, TableDefinition};
 
-use crate::store::{Error, KeyValue, Revision};
+use crate::store::{Error, KeyValue, Revision, VersionRef};
 
 /// Every change since compaction, by revision: revision → encoded
 /// [`Entry`] (key, create revision, value or deletion). Appends only, so
@@ -146,10 +146,26 @@ impl<'a> Entry<'a> {
         revision: Revision,
         file: &Path,
     ) -> Result<KeyValue, Error> {
+        self.version(key, revision, file).map(|version| KeyValue {
+            key: key.to_owned(),
+            value: Arc::from(version.value),
+            create_revision: version.create_revision,
+            mod_revision: revision,
+        })
+    }
+
+    /// The put of `key` this entry (stored at `revision`) must be, lent
+    /// where it lies.
+    pub(super) fn version(
+        self,
+        key: &str,
+        revision: Revision,
+        file: &Path,
+    ) -> Result<VersionRef<'a>, Error> {
         match self.value {
-            Some(value) if self.key == key => Ok(KeyValue {
-                key: key.to_owned(),
-                value: Arc::from(value),
+            Some(value) if self.key == key => Ok(VersionRef {
+                key: self.key,
+                value,
                 create_revision: self.create_revision,
                 mod_revision: revision,
             }),

@@ -21,6 +21,7 @@ pub(super) struct Stats {
     pub(super) gather_nanos: AtomicU64,
     pub(super) checkpoints: AtomicU64,
     pub(super) checkpoint_nanos: AtomicU64,
+    pub(super) settles: AtomicU64,
     /// Shared with the log's thread.
     pub(super) log_nanos: Arc<AtomicU64>,
 }
@@ -66,6 +67,10 @@ pub struct EmbeddedStats {
     pub checkpoints: u64,
     /// Time spent in checkpoints (flushing the database file).
     pub checkpoint_time: Duration,
+    /// Durable commits of a store gone quiet after commits no checkpoint
+    /// followed (compaction cleanup): they keep reads off redb's write
+    /// buffer (`commit/apply.rs`, `Applier::settle`).
+    pub settles: u64,
     /// Time the log's thread spent writing and syncing records.
     pub log_time: Duration,
     /// Versions of keys held in the in-memory index (every change since
@@ -124,6 +129,11 @@ impl EmbeddedStats {
                 "setpoint_embedded_checkpoints_total",
                 "Durable database commits after which the write-ahead log restarts.",
                 self.checkpoints,
+            ),
+            count(
+                "setpoint_embedded_settles_total",
+                "Durable database commits of a quiet store after commits no checkpoint followed.",
+                self.settles,
             ),
             seconds(
                 "setpoint_embedded_decide_seconds_total",

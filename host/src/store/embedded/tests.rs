@@ -271,6 +271,67 @@ async fn a_damaged_page_in_a_closed_file_is_refused_and_left_untouched() {
     assert!(msg.contains("damaged"), "{msg}");
 }
 
+/// The compaction cleanup's commits go without an fsync, and when no write
+/// comes after them no checkpoint follows (a cleanup resumed at an open; at
+/// a million objects, the part of a cleanup that outlasts the writes'
+/// checkpoint): once the store is quiet, one durable commit settles them,
+/// so that reads stop finding redb's write buffer marked as holding
+/// committed pages. Then nothing more while it stays quiet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cleanup_no_checkpoint_follows_is_settled_once_the_store_is_quiet() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedBackend::open(dir.path()).unwrap();
+    for i in 0..2000 {
+        put(&store, &format!("/h/{}", i % 10), &i.to_string()).await;
+    }
+    store.close().await.unwrap();
+    // The compaction point committed, nothing cleaned (a process that died
+    // there): the open resumes the cleanup, and nothing is written.
+    {
+        let db = redb::Database::open(dir.path().join(DB_FILE)).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(super::schema::META)
+            .unwrap()
+            .insert(super::schema::META_COMPACTED, 1990)
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let store = EmbeddedBackend::open(dir.path()).unwrap();
+    let waited = Instant::now();
+    while store.stats().settles == 0 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(20),
+            "the cleanup was never settled: {:?}",
+            store.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(store.stats().checkpoints, 0, "no write, no checkpoint");
+    // Each key's newest version at or below 1990, and the ten after it.
+    assert_eq!(
+        store.shared.history().len(),
+        20,
+        "settled once the cleanup was done"
+    );
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        (store.stats().settles, store.stats().applies),
+        (1, 0),
+        "a quiet store commits nothing more"
+    );
+    store.close().await.unwrap();
+    let store = EmbeddedBackend::open(dir.path()).unwrap();
+    let all = store
+        .range(Range {
+            prefix: "/h/".into(),
+            ..Range::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(all.kvs.len(), 10);
+    assert_eq!(&*all.kvs[9].value, b"1999");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_removes_superseded_revisions_on_disk() {
     let dir = tempfile::tempdir().unwrap();

@@ -43,6 +43,12 @@
 //! builds it) and, instead of the restart, `kill -9`s it once the LIST is
 //! measured: the allocations the profile then calls leaked are what the
 //! converged server held.
+//!
+//! `SCALE_HEAP_DUMP=PREFIX` runs the server with jemalloc's sampling
+//! profiler on (the binary built with the `heap-profile` feature, as
+//! `scripts/bench heap-sampled` builds it) and, after the idle minutes,
+//! has it write a profile of its heap (`PREFIX.<pid>.<seq>.m<seq>.heap`):
+//! the converged server's heap, for a load of any size in one run.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -85,6 +91,12 @@ impl Server {
             }
             None => Command::new(bin),
         };
+        if let Some(prefix) = std::env::var_os("SCALE_HEAP_DUMP") {
+            // One sample in about each 512 KiB allocated.
+            let mut conf = std::ffi::OsString::from("prof:true,lg_prof_sample:19,prof_prefix:");
+            conf.push(prefix);
+            command.env("_RJEM_MALLOC_CONF", conf);
+        }
         command
             .arg("serve")
             .arg("--addr")
@@ -480,6 +492,14 @@ async fn run(n: usize, clients: usize) -> anyhow::Result<()> {
         );
     }
 
+    if let Some(prefix) = std::env::var_os("SCALE_HEAP_DUMP") {
+        let dump = dump_heap(server.pid(), Path::new(&prefix))?;
+        println!(
+            "heap: sampled profile of the idle server written to {}",
+            dump.display()
+        );
+    }
+
     // The server's RSS sampled every 20 ms while the LIST streams: the
     // issue's bound is on how much it grows.
     let rss_before = server.rss().0;
@@ -548,6 +568,62 @@ async fn run(n: usize, clients: usize) -> anyhow::Result<()> {
         println!("kept {}", scratch.keep().display());
     }
     Ok(())
+}
+
+/// Has the server `pid` (built with `heap-profile`) write a profile of
+/// its heap on SIGUSR2, and returns the file once written whole (it ends
+/// with the process's memory map, after the samples).
+fn dump_heap(pid: u32, prefix: &Path) -> anyhow::Result<PathBuf> {
+    let dir = prefix.parent().filter(|d| !d.as_os_str().is_empty());
+    let dir = dir.unwrap_or(Path::new("."));
+    let name = prefix
+        .file_name()
+        .context("SCALE_HEAP_DUMP names no file")?
+        .to_string_lossy()
+        .into_owned();
+    let dumps = || -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|entry| entry.path())
+            .filter(|path| {
+                path.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .is_some_and(|n| n.starts_with(&name) && n.ends_with(".heap"))
+            })
+            .collect()
+    };
+    let before = dumps();
+    let sent = Command::new("kill")
+        .arg("-USR2")
+        .arg(pid.to_string())
+        .status()
+        .context("kill -USR2")?;
+    if !sent.success() {
+        bail!("kill -USR2 {pid} failed");
+    }
+    let started = Instant::now();
+    let mut last_len = None;
+    loop {
+        if let Some(dump) = dumps().into_iter().find(|d| !before.contains(d))
+            && let Ok(text) = std::fs::read_to_string(&dump)
+            && text.contains("MAPPED_LIBRARIES")
+        {
+            // The map comes last; whole once the file stops growing.
+            if last_len == Some(text.len()) {
+                return Ok(dump);
+            }
+            last_len = Some(text.len());
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            bail!(
+                "no heap profile under {} within 2 minutes: is the binary built with `heap-profile`?",
+                prefix.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// What a streamed LIST held.

@@ -74,6 +74,13 @@ pub(super) struct Applier {
     pub(super) clean_after: Instant,
     /// Whether a batch was applied since the last compaction chunk.
     pub(super) wrote_since_clean: bool,
+    /// Whether a commit without an fsync (a batch, a cleanup chunk) came
+    /// after the last durable one: see [`Applier::settle`]. Set at the
+    /// start too: a store opened on a killed host's directory read every
+    /// page through that mark until its first write (the open's own
+    /// commits had left it), so the first quiet second settles whatever
+    /// the open did.
+    pub(super) unsettled: bool,
 }
 
 impl Applier {
@@ -87,6 +94,7 @@ impl Applier {
             clean_chunk: compact::CLEAN_FIRST,
             clean_after: Instant::now(),
             wrote_since_clean: false,
+            unsettled: true,
             index_saved: (counters.revision, counters.cleaned),
         }
     }
@@ -130,6 +138,7 @@ impl Applier {
                 match self.jobs.recv_timeout(crate::memory::IDLE_AFTER) {
                     Ok(job) => job,
                     Err(RecvTimeoutError::Timeout) => {
+                        self.settle();
                         // A transaction's pages are freed here; give them
                         // back once the store goes quiet.
                         released.idle();
@@ -231,6 +240,7 @@ impl Applier {
                 }
                 self.counters = next;
                 self.wrote_since_clean = true;
+                self.unsettled = true;
                 self.compact_waiters.extend(compactions);
                 self.shared.set_committed(next.revision);
             }
@@ -290,6 +300,54 @@ impl Applier {
         self.shared.fail(err);
     }
 
+    /// Commits the database durably once the store has gone quiet after
+    /// commits without an fsync that no checkpoint followed (the writer
+    /// checkpoints after its writes, but a cleanup chunk, or a batch
+    /// applied after the writer's last checkpoint, has none behind it).
+    /// Until a durable commit, redb keeps such a commit's pages in its
+    /// write buffer and marks it as holding committed pages, and while that
+    /// mark stands each read that misses its cache looks through every
+    /// stripe of the write buffer for a page to write out, found or not: a
+    /// LIST of a million objects spent a tenth of its CPU there
+    /// (docs/benchmarks/scale.md, "Reads after a quiet store settles").
+    /// The log segment named stays: the database then holds more than the
+    /// log after it needs, which an open skips.
+    fn settle(&mut self) {
+        if !self.unsettled || self.shared.failed() {
+            return;
+        }
+        // A durable commit writes where room may not be reserved while the
+        // disk is full, and a failed write ends the database (`room.rs`):
+        // it waits, as checkpoints do, for room again.
+        if self.shared.out_of_space().is_some() || self.shared.room.short().is_some() {
+            return;
+        }
+        let file = self.shared.file.clone();
+        let result = (|| {
+            let txn = self.shared.begin_write(true)?;
+            {
+                // A durable commit with no change might be skipped.
+                let mut meta = txn.open_table(META).ctx(&file)?;
+                meta.insert(META_REVISION, self.counters.revision)
+                    .ctx(&file)?;
+            }
+            txn.commit().ctx(&file)
+        })();
+        match result {
+            Ok(()) => {
+                self.unsettled = false;
+                self.shared.stats.settles.fetch_add(1, Ordering::Relaxed);
+                self.shared.sealer.request();
+            }
+            // Not needed for any write's safety (the log holds them all):
+            // the next checkpoint commits durably again.
+            Err(err) => {
+                tracing::warn!(file = %file.display(), error = %err, "a durable commit of the quiet store failed");
+                self.unsettled = false;
+            }
+        }
+    }
+
     /// Commits the database durably, with everything applied so far, and
     /// the log segment its log continues in.
     fn checkpoint(&mut self, log_segment: u64) -> Result<()> {
@@ -313,6 +371,7 @@ impl Applier {
         })();
         match &result {
             Ok(()) => {
+                self.unsettled = false;
                 let stats = &self.shared.stats;
                 stats.checkpoints.fetch_add(1, Ordering::Relaxed);
                 stats

@@ -48,6 +48,7 @@ impl Applier {
         self.wrote_since_clean = false;
         match result {
             Ok(()) => {
+                self.unsettled = true;
                 let scaled = (self.clean_chunk as f64 * CLEAN_TARGET.as_secs_f64()
                     / took.as_secs_f64()) as usize;
                 // Adapt gradually: at most double or halve per chunk.
