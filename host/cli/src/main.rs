@@ -15,14 +15,12 @@ use clap::Parser;
 /// their own allocator. Built without the `mimalloc` feature, the binary
 /// uses the system allocator, which heap profilers such as heaptrack see
 /// (`scripts/bench heap`).
-#[cfg(feature = "mimalloc")]
+#[cfg(all(feature = "mimalloc", not(feature = "heap-profile")))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[cfg(all(feature = "mimalloc", feature = "heap-profile"))]
-compile_error!("`heap-profile` brings its own allocator: build it with `--no-default-features`");
-
-/// jemalloc, for its sampling heap profiler (`heap-profile`: one
+/// jemalloc, for its sampling heap profiler (`heap-profile`, which takes
+/// the place of mimalloc when both are on: one
 /// allocation in about each 2^`lg_prof_sample` bytes is recorded with its
 /// stack, and a dump scales them up), configured by `_RJEM_MALLOC_CONF`
 /// (`scripts/bench heap-sampled` sets it).
@@ -70,7 +68,7 @@ fn dump_heap_on_sigusr2() {
 /// Gives back to the OS what mimalloc holds freed on this thread: its
 /// pages are otherwise purged only when the thread next allocates, so an
 /// idle host kept the memory of clients long gone.
-#[cfg(feature = "mimalloc")]
+#[cfg(all(feature = "mimalloc", not(feature = "heap-profile")))]
 #[allow(unsafe_code)]
 fn collect_freed() {
     // SAFETY: `mi_collect` takes no pointers and may run on any thread at
@@ -83,7 +81,7 @@ fn collect_freed() {
 /// idle (`setpoint::memory`), where the non-forced collect returned
 /// almost nothing (docs/benchmarks/scale.md, "Freed memory given back by
 /// idle threads").
-#[cfg(feature = "mimalloc")]
+#[cfg(all(feature = "mimalloc", not(feature = "heap-profile")))]
 #[allow(unsafe_code)]
 fn release_freed() {
     // SAFETY: as in `collect_freed`.
@@ -95,13 +93,13 @@ fn main() -> ExitCode {
     #[cfg(feature = "heap-profile")]
     dump_heap_on_sigusr2();
     let allocator = setpoint_cli::Allocator {
-        #[cfg(feature = "mimalloc")]
+        #[cfg(all(feature = "mimalloc", not(feature = "heap-profile")))]
         collect: Some(collect_freed),
-        #[cfg(not(feature = "mimalloc"))]
+        #[cfg(not(all(feature = "mimalloc", not(feature = "heap-profile"))))]
         collect: None,
-        #[cfg(feature = "mimalloc")]
+        #[cfg(all(feature = "mimalloc", not(feature = "heap-profile")))]
         release: Some(release_freed),
-        #[cfg(not(feature = "mimalloc"))]
+        #[cfg(not(all(feature = "mimalloc", not(feature = "heap-profile"))))]
         release: None,
     };
     match setpoint_cli::run_with(cli, allocator) {
