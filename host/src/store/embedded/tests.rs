@@ -271,6 +271,18 @@ async fn a_damaged_page_in_a_closed_file_is_refused_and_left_untouched() {
     assert!(msg.contains("damaged"), "{msg}");
 }
 
+/// The closed store in `dir` as if its process died right after it
+/// committed the compaction point `revision`: nothing cleaned yet.
+fn died_after_compacting_to(dir: &Path, revision: Revision) {
+    let db = redb::Database::open(dir.join(DB_FILE)).unwrap();
+    let txn = db.begin_write().unwrap();
+    txn.open_table(super::schema::META)
+        .unwrap()
+        .insert(super::schema::META_COMPACTED, revision)
+        .unwrap();
+    txn.commit().unwrap();
+}
+
 /// The compaction cleanup's commits go without an fsync, and when no write
 /// comes after them no checkpoint follows (a cleanup resumed at an open; at
 /// a million objects, the part of a cleanup that outlasts the writes'
@@ -285,17 +297,8 @@ async fn a_cleanup_no_checkpoint_follows_is_settled_once_the_store_is_quiet() {
         put(&store, &format!("/h/{}", i % 10), &i.to_string()).await;
     }
     store.close().await.unwrap();
-    // The compaction point committed, nothing cleaned (a process that died
-    // there): the open resumes the cleanup, and nothing is written.
-    {
-        let db = redb::Database::open(dir.path().join(DB_FILE)).unwrap();
-        let txn = db.begin_write().unwrap();
-        txn.open_table(super::schema::META)
-            .unwrap()
-            .insert(super::schema::META_COMPACTED, 1990)
-            .unwrap();
-        txn.commit().unwrap();
-    }
+    // The open resumes the cleanup, and nothing is written.
+    died_after_compacting_to(dir.path(), 1990);
     let store = EmbeddedBackend::open(dir.path()).unwrap();
     let waited = Instant::now();
     while store.stats().settles == 0 {
@@ -568,17 +571,7 @@ async fn an_interrupted_compaction_resumes_after_a_reopen() {
         .await
         .unwrap();
     store.close().await.unwrap();
-    // As if the process died right after the compaction point was committed:
-    // point at 2990, nothing cleaned yet.
-    {
-        let db = redb::Database::open(dir.path().join(DB_FILE)).unwrap();
-        let txn = db.begin_write().unwrap();
-        txn.open_table(super::schema::META)
-            .unwrap()
-            .insert(super::schema::META_COMPACTED, 2990)
-            .unwrap();
-        txn.commit().unwrap();
-    }
+    died_after_compacting_to(dir.path(), 2990);
     let store = EmbeddedBackend::open(dir.path()).unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {

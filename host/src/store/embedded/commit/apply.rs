@@ -309,9 +309,8 @@ impl Applier {
     /// mark stands each read that misses its cache looks through every
     /// stripe of the write buffer for a page to write out, found or not: a
     /// LIST of a million objects spent a tenth of its CPU there
-    /// (docs/benchmarks/scale.md, "Reads after a quiet store settles").
-    /// The log segment named stays: the database then holds more than the
-    /// log after it needs, which an open skips.
+    /// (docs/benchmarks/scale.md, "A LIST written where the store reads
+    /// it; a store that settles").
     fn settle(&mut self) {
         if !self.unsettled || self.shared.failed() {
             return;
@@ -322,30 +321,36 @@ impl Applier {
         if self.shared.out_of_space().is_some() || self.shared.room.short().is_some() {
             return;
         }
-        let file = self.shared.file.clone();
-        let result = (|| {
-            let txn = self.shared.begin_write(true)?;
-            {
-                // A durable commit with no change might be skipped.
-                let mut meta = txn.open_table(META).ctx(&file)?;
-                meta.insert(META_REVISION, self.counters.revision)
-                    .ctx(&file)?;
-            }
-            txn.commit().ctx(&file)
-        })();
-        match result {
+        match self.commit_durably(None) {
             Ok(()) => {
                 self.unsettled = false;
                 self.shared.stats.settles.fetch_add(1, Ordering::Relaxed);
                 self.shared.sealer.request();
             }
-            // Not needed for any write's safety (the log holds them all):
-            // the next checkpoint commits durably again.
-            Err(err) => {
-                tracing::warn!(file = %file.display(), error = %err, "a durable commit of the quiet store failed");
-                self.unsettled = false;
+            // As a failed checkpoint: redb fails every commit after a
+            // failed write, and the log holds every write for the reopen.
+            Err(err) => self.fail(&err),
+        }
+    }
+
+    /// One durable commit of everything applied so far: the revision
+    /// counter rewritten as it stands (a durable commit with no change
+    /// might be skipped) and, at a checkpoint, the log segment the log
+    /// continues in (left as it is otherwise: the database then holds more
+    /// than the log after it needs, which an open skips).
+    fn commit_durably(&self, log_segment: Option<u64>) -> Result<()> {
+        let file = &self.shared.file;
+        let txn = self.shared.begin_write(true)?;
+        {
+            let mut meta = txn.open_table(META).ctx(file)?;
+            meta.insert(META_REVISION, self.counters.revision)
+                .ctx(file)?;
+            if let Some(segment) = log_segment {
+                meta.insert(META_LOG_SEGMENT, log_segment_value(segment))
+                    .ctx(file)?;
             }
         }
+        txn.commit().ctx(file)
     }
 
     /// Commits the database durably, with everything applied so far, and
@@ -355,20 +360,7 @@ impl Applier {
             return Err(self.shared.failure());
         }
         let started = Instant::now();
-        let file = self.shared.file.clone();
-        let result = (|| {
-            let txn = self.shared.begin_write(true)?;
-            {
-                // A durable commit with no change might be skipped; this
-                // one rewrites the revision counter as it stands.
-                let mut meta = txn.open_table(META).ctx(&file)?;
-                meta.insert(META_REVISION, self.counters.revision)
-                    .ctx(&file)?;
-                meta.insert(META_LOG_SEGMENT, log_segment_value(log_segment))
-                    .ctx(&file)?;
-            }
-            txn.commit().ctx(&file)
-        })();
+        let result = self.commit_durably(Some(log_segment));
         match &result {
             Ok(()) => {
                 self.unsettled = false;
