@@ -25,40 +25,8 @@ pub(super) fn get(txn: &ReadTransaction, file: &Path, key: &str) -> Result<Optio
     };
     let (create_revision, mod_revision) = revs.value();
     let revisions = txn.open_table(REVISIONS).ctx(file)?;
-    let kv = read_put(&revisions, file, key, mod_revision)?;
-    check_create(kv, create_revision, file).map(Some)
-}
-
-/// Reads the put of `key` at `revision`.
-fn read_put(
-    revisions: &impl ReadableTable<i64, &'static [u8]>,
-    file: &Path,
-    key: &str,
-    revision: Revision,
-) -> Result<KeyValue> {
-    let stored = revisions.get(revision).ctx(file)?.ok_or_else(|| {
-        Error::Corrupt(format!(
-            "{}: revision {revision} of {key:?} is missing",
-            file.display()
-        ))
-    })?;
-    Entry::decode(stored.value(), revision, file)?.to_kv(key, revision, file)
-}
-
-/// Checks a live version against the create revision `current` records.
-fn check_create(kv: KeyValue, create_revision: Revision, file: &Path) -> Result<KeyValue> {
-    if kv.create_revision == create_revision {
-        Ok(kv)
-    } else {
-        Err(Error::Corrupt(format!(
-            "{}: {:?} was created at {create_revision} according to the current table but at {} \
-             according to revision {}",
-            file.display(),
-            kv.key,
-            kv.create_revision,
-            kv.mod_revision
-        )))
-    }
+    let version = (key, Some(create_revision), mod_revision);
+    read_version(&revisions, file, version, |version| version.to_key_value()).map(Some)
 }
 
 /// A range read with the exact semantics of the memory backend.
@@ -68,7 +36,11 @@ pub(super) fn range(txn: &ReadTransaction, shared: &Shared, range: &Range) -> Re
     let revisions = txn.open_table(REVISIONS).ctx(file)?;
     let mut parts = read_parts(&wanted, |part| {
         part.iter()
-            .map(|w| read_version(&revisions, file, w, |version| version.to_key_value()))
+            .map(|w| {
+                read_version(&revisions, file, w.version(), |version| {
+                    version.to_key_value()
+                })
+            })
             .collect::<Result<Vec<_>>>()
     })?
     .into_iter();
@@ -100,7 +72,7 @@ pub(super) fn range_written(
     let parts = read_parts(&wanted, |part| {
         let (mut out, mut value_bytes) = (Vec::new(), 0);
         for (i, w) in part.iter().enumerate() {
-            read_version(&revisions, file, w, |version| {
+            read_version(&revisions, file, w.version(), |version| {
                 value_bytes += version.value.len();
                 write(version, &mut out)
             })??;
@@ -203,6 +175,13 @@ struct Wanted {
     mod_revision: Revision,
 }
 
+impl Wanted {
+    /// What [`read_version`] reads.
+    fn version(&self) -> (&str, Option<Revision>, Revision) {
+        (&self.key, self.create_revision, self.mod_revision)
+    }
+}
+
 /// Versions a range reads in one thread; a longer page is split into
 /// parts of at least this many, read at once by as many threads (up to
 /// [`READERS`]). Each read walks down the revisions tree to a leaf that is
@@ -245,31 +224,28 @@ fn read_parts<T: Send>(
     })
 }
 
-/// Reads the version `w` and hands it to `take` where redb lends it,
-/// checking it is the put it must be (and, for a live key, of the create
-/// revision the current table records).
+/// Reads the version of `key` at `revision` and hands it to `take` where
+/// redb lends it, checking it is the put it must be (and, for a live key,
+/// of the create revision the current table records).
 fn read_version<R>(
     revisions: &impl ReadableTable<i64, &'static [u8]>,
     file: &Path,
-    w: &Wanted,
+    (key, create_revision, revision): (&str, Option<Revision>, Revision),
     take: impl FnOnce(VersionRef<'_>) -> R,
 ) -> Result<R> {
-    let revision = w.mod_revision;
     let stored = revisions.get(revision).ctx(file)?.ok_or_else(|| {
         Error::Corrupt(format!(
-            "{}: revision {revision} of {:?} is missing",
+            "{}: revision {revision} of {key:?} is missing",
             file.display(),
-            w.key
         ))
     })?;
-    let version = Entry::decode(stored.value(), revision, file)?.version(&w.key, revision, file)?;
-    match w.create_revision {
+    let version = Entry::decode(stored.value(), revision, file)?.version(key, revision, file)?;
+    match create_revision {
         Some(create_revision) if create_revision != version.create_revision => {
             Err(Error::Corrupt(format!(
-                "{}: {:?} was created at {create_revision} according to the current table but \
+                "{}: {key:?} was created at {create_revision} according to the current table but \
                  at {} according to revision {revision}",
                 file.display(),
-                w.key,
                 version.create_revision,
             )))
         }
@@ -401,7 +377,7 @@ mod tests {
         let file = Path::new("test.redb");
         let kvs: Vec<_> = read_parts(&wanted(revisions), |part| {
             part.iter()
-                .map(|w| read_version(&table, file, w, |version| version.to_key_value()))
+                .map(|w| read_version(&table, file, w.version(), |version| version.to_key_value()))
                 .collect::<Result<Vec<_>, Error>>()
         })?
         .concat();
